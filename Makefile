@@ -1,0 +1,50 @@
+# cairn: fault tolerance for long-running distributed jobs.
+# `make help` lists the targets.
+
+GO       ?= go
+BIN      := bin/cairn
+PKGS     := ./...
+# Fuzz targets run for FUZZTIME each in `make test`; `make fuzz FUZZTIME=10m` for longer runs.
+FUZZTIME ?= 5s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: setup
+setup: ## Install what cairn needs (runc, iptables, CRIU >= 4.2, Go modules); idempotent
+	@./scripts/setup.sh
+
+.PHONY: build
+build: setup ## Build bin/cairn
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/cairn
+
+.PHONY: demo
+demo: build ## Set up, build and run the demo: checkpoint, kill, restore a stateful program
+	./$(BIN) demo
+
+.PHONY: test
+test: setup ## Set up and run all tests (root: real runc, CRIU, namespaces), with the race detector
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l cmd internal bench test 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l cmd internal bench test; exit 1; }
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	@./scripts/fuzz.sh $(FUZZTIME)
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 5s; try FUZZTIME=10m)
+	@./scripts/fuzz.sh $(FUZZTIME)
+
+.PHONY: lint
+lint: ## go vet and gofmt
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l cmd internal bench test 2>/dev/null)" || { gofmt -l cmd internal bench test; exit 1; }
+
+.PHONY: bench
+bench: build ## Run the benchmarks (prints ratios against baselines measured in the same run)
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/
+
+.PHONY: clean
+clean: ## Remove build output
+	rm -rf bin

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"cairn/internal/container"
+	"cairn/internal/image"
+)
+
+func newCheckpointCmd() *cobra.Command {
+	var leaveRunning, stop, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "checkpoint NAME",
+		Short: "Checkpoint a running container (processes and files)",
+		Long: `Checkpoint a running container: freeze it, capture the files it wrote (its
+overlay upper dir) and dump its processes with CRIU (established TCP
+connections included) into staging memory, resume it, then persist the image
+under the data dir with a manifest of sizes and hashes.
+
+By default the container keeps running (--leave-running); --stop ends it after
+the dump.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if stop && cmd.Flags().Changed("leave-running") && leaveRunning {
+				return usageError{errors.New("--stop and --leave-running contradict each other")}
+			}
+			m, err := manager()
+			if err != nil {
+				return err
+			}
+			man, err := m.Checkpoint(cmd.Context(), args[0], container.CheckpointOptions{Stop: stop || !leaveRunning})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), man)
+			}
+			t := man.Timing
+			fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s: %s in %d files; stalled %s (dump %s), total %s\n",
+				man.Name(), humanBytes(man.Size()), len(man.Files), humanDuration(t.Stall), humanDuration(t.Dump), humanDuration(t.Total))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&leaveRunning, "leave-running", true, "resume the container after the dump (default)")
+	f.BoolVar(&stop, "stop", false, "stop the container after the dump")
+	f.BoolVar(&asJSON, "json", false, "print the checkpoint's manifest as JSON")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "rm NAME:SEQ...",
+		Short: "Delete checkpoints",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := manager()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, ref := range args {
+				name, seq, err := container.ParseCheckpointRef(ref, "")
+				if err != nil || name == "" {
+					errs = append(errs, usageError{fmt.Errorf("bad checkpoint %q: want NAME:SEQ", ref)})
+					continue
+				}
+				if err := m.Repo().Remove(name, seq); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), ref)
+			}
+			return errors.Join(errs...)
+		},
+	})
+	return cmd
+}
+
+func newCheckpointsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "checkpoints [NAME]",
+		Short: "List checkpoints (of one container, or all)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := manager()
+			if err != nil {
+				return err
+			}
+			names := args
+			if len(names) == 0 {
+				if names, err = m.Repo().Containers(); err != nil {
+					return err
+				}
+			}
+			var all []*image.Manifest
+			var errs []error
+			for _, n := range names {
+				ms, err := m.Checkpoints(n)
+				all = append(all, ms...)
+				if err != nil {
+					errs = append(errs, err)
+				}
+			}
+			if asJSON {
+				if all == nil {
+					all = []*image.Manifest{}
+				}
+				if err := printJSON(cmd.OutOrStdout(), all); err != nil {
+					return err
+				}
+				return errors.Join(errs...)
+			}
+			tw := newTable(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "CHECKPOINT\tCREATED\tSIZE\tFILES\tSTALL\tCRIU")
+			for _, man := range all {
+				if man.Version == 0 {
+					fmt.Fprintf(tw, "%s\t(unreadable)\t-\t-\t-\t-\n", man.Name())
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", man.Name(), ago(man.Created), humanBytes(man.Size()),
+					man.Delta.Files, humanDuration(man.Timing.Stall), man.CRIUVersion)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newRestoreCmd() *cobra.Command {
+	var from, as string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "restore NAME [--from SEQ] [--as NEWNAME]",
+		Short: "Restore a container from a checkpoint",
+		Long: `Restore container NAME from its newest checkpoint (or --from SEQ): the image
+is verified against its manifest first, the container gets a fresh root holding
+exactly the files of the checkpoint (anything written later is gone, anything
+deleted later is back), a fresh network namespace with the same address, and
+its processes continue where they were.
+
+NAME must not be running; --as NEWNAME restores a copy beside it.`,
+		Example: `  cairn restore sim
+  cairn restore sim --from 2
+  cairn restore sim --from 2 --as sim-copy`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := container.RestoreOptions{As: as}
+			if from != "" {
+				name, seq, err := container.ParseCheckpointRef(from, args[0])
+				if err != nil {
+					return usageError{err}
+				}
+				if name != args[0] {
+					return usageError{fmt.Errorf("--from %s names another container than %s", from, args[0])}
+				}
+				opts.Seq = seq
+			}
+			m, err := manager()
+			if err != nil {
+				return err
+			}
+			in, err := m.Restore(cmd.Context(), args[0], opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), in)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s restored from %s (pid %d, address %s)\n", in.Name, in.RestoredFrom, in.Pid, in.Addr)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&from, "from", "", "checkpoint to restore: SEQ or NAME:SEQ (default: newest)")
+	f.StringVar(&as, "as", "", "restore as a new container with this name")
+	f.BoolVar(&asJSON, "json", false, "print the restored container as JSON")
+	return cmd
+}
+
+func newVerifyCmd() *cobra.Command {
+	var all, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "verify [NAME[:SEQ]...] [--all]",
+		Short: "Check checkpoints against their manifests (reads every byte)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := manager()
+			if err != nil {
+				return err
+			}
+			type target struct {
+				name string
+				seq  int
+			}
+			var targets []target
+			if all {
+				names, err := m.Repo().Containers()
+				if err != nil {
+					return err
+				}
+				args = append(args, names...)
+			}
+			if len(args) == 0 {
+				return usageError{errors.New("name checkpoints to verify, or --all")}
+			}
+			for _, a := range args {
+				if name, seq, err := container.ParseCheckpointRef(a, ""); err == nil && name != "" {
+					targets = append(targets, target{name, seq})
+					continue
+				}
+				ms, _ := m.Repo().List(a)
+				if len(ms) == 0 {
+					return fmt.Errorf("%w: %s", image.ErrNotFound, a)
+				}
+				for _, man := range ms {
+					targets = append(targets, target{a, man.Seq})
+				}
+			}
+			type result struct {
+				Checkpoint string `json:"checkpoint"`
+				OK         bool   `json:"ok"`
+				Error      string `json:"error,omitempty"`
+			}
+			var results []result
+			var bad int
+			for _, t := range targets {
+				r := result{Checkpoint: fmt.Sprintf("%s:%d", t.name, t.seq), OK: true}
+				if _, err := m.Repo().Verify(cmd.Context(), t.name, t.seq); err != nil {
+					r.OK, r.Error = false, err.Error()
+					bad++
+				}
+				results = append(results, r)
+				if !asJSON {
+					if r.OK {
+						fmt.Fprintf(cmd.OutOrStdout(), "ok   %s\n", r.Checkpoint)
+					} else {
+						fmt.Fprintf(cmd.OutOrStdout(), "BAD  %s: %s\n", r.Checkpoint, r.Error)
+					}
+				}
+			}
+			if asJSON {
+				if err := printJSON(cmd.OutOrStdout(), results); err != nil {
+					return err
+				}
+			}
+			if bad > 0 {
+				return fmt.Errorf("%w: %d of %d checkpoints failed verification", image.ErrCorrupt, bad, len(targets))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "verify every checkpoint")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,136 @@
+// Command cairn runs jobs in containers and makes them survive failures:
+// checkpoint, restore, and (in later versions) replicate and migrate them.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"cairn/internal/container"
+	"cairn/internal/criu"
+	"cairn/internal/image"
+	"cairn/internal/netw"
+)
+
+// globalOptions are the flags every command takes.
+type globalOptions struct {
+	dataDir    string
+	stagingDir string
+	criuPath   string
+	runcPath   string
+	bridge     string
+	subnet     string
+	debug      bool
+}
+
+var global globalOptions
+
+// usageError marks errors in how cairn was called (exit code 2).
+type usageError struct{ error }
+
+// exitCodeError carries the exit code of a process cairn ran (cairn exec).
+type exitCodeError struct{ code int }
+
+func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cairn",
+		Short: "Run jobs in containers and make them survive failures",
+		Long: `cairn runs each rank of a job in a lightweight container (runc) and
+checkpoints it transparently with CRIU: processes, memory, TCP connections and
+the files it wrote. A checkpoint can be restored on this node, under the same
+or a new name.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&global.dataDir, "data", envOr("CAIRN_DATA", container.DefaultDataDir), "data dir for containers, logs and checkpoints ($CAIRN_DATA)")
+	pf.StringVar(&global.stagingDir, "staging", envOr("CAIRN_STAGING", container.DefaultStagingDir), "staging dir for dumps, best on tmpfs ($CAIRN_STAGING)")
+	pf.StringVar(&global.criuPath, "criu", "", "CRIU binary (default $"+criu.EnvPath+", then "+criu.DefaultPath+", then PATH)")
+	pf.StringVar(&global.runcPath, "runc", envOr("CAIRN_RUNC", "runc"), "runc binary ($CAIRN_RUNC)")
+	pf.StringVar(&global.bridge, "bridge", envOr("CAIRN_BRIDGE", container.DefaultBridge), "node bridge containers attach to ($CAIRN_BRIDGE)")
+	pf.StringVar(&global.subnet, "subnet", envOr("CAIRN_SUBNET", container.DefaultSubnet), "subnet of the node bridge ($CAIRN_SUBNET)")
+	pf.BoolVar(&global.debug, "debug", false, "log what cairn does to stderr")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newRunCmd(), newPsCmd(), newInspectCmd(), newLogsCmd(), newRmCmd(), newExecCmd(), newKillCmd(), newWaitCmd(),
+		newCheckpointCmd(), newCheckpointsCmd(), newRestoreCmd(), newVerifyCmd(),
+		newCheckCmd(), newDemoCmd(), newStateappCmd(),
+	)
+	return root
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// manager opens the data dir with the global flags.
+func manager() (*container.Manager, error) {
+	subnet, err := netip.ParsePrefix(global.subnet)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--subnet: %w", err)}
+	}
+	logger := slog.New(slog.DiscardHandler)
+	if global.debug {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return container.New(container.Options{
+		DataDir:    global.dataDir,
+		StagingDir: global.stagingDir,
+		CRIU:       global.criuPath,
+		Runc:       global.runcPath,
+		Bridge:     netw.Bridge{Name: global.bridge, Subnet: subnet.Masked()},
+		Logger:     logger,
+	})
+}
+
+func main() {
+	// A shim is started with its spec in the environment.
+	if os.Getenv(container.ShimEnv) != "" {
+		os.Exit(container.ShimMain())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// exitCode maps an error to cairn's exit code and prints it. This is the one
+// place errors become user messages.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ec exitCodeError
+	if errors.As(err, &ec) {
+		return ec.code
+	}
+	fmt.Fprintln(os.Stderr, "cairn: error:", err)
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, "Run 'cairn --help' for usage.")
+		return 2
+	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
+		return 3
+	case errors.Is(err, image.ErrCorrupt):
+		return 4
+	case errors.Is(err, criu.ErrUnusable):
+		return 5
+	case errors.Is(err, context.Canceled):
+		return 130
+	}
+	return 1
+}

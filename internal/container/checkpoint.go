@@ -1,0 +1,341 @@
+package container
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cairn/internal/criu"
+	"cairn/internal/image"
+)
+
+// ErrDumpFailed is returned when CRIU could not dump a container. The
+// container keeps running and no checkpoint is listed.
+var ErrDumpFailed = errors.New("checkpoint dump failed")
+
+// CheckpointOptions tunes Checkpoint.
+type CheckpointOptions struct {
+	Stop bool // stop the container after the dump instead of resuming it
+}
+
+// imageConfig is the container config recorded in an image.
+type imageConfig struct {
+	Config
+	Addr string `json:"addr"`
+}
+
+// Checkpoint captures a running container: its processes with CRIU and its
+// fs delta. The container is paused (frozen) for the capture and resumed
+// as soon as its state is in staging; the image is persisted after that.
+// On any error the container is resumed and no image is listed.
+func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOptions) (*image.Manifest, error) {
+	info, err := m.CRIU(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	unlock, err := m.lock(name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	in, err := m.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if in.Status != "running" && in.Status != "paused" {
+		return nil, fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
+	}
+	st := &in.State
+	log := m.log.With("container", name)
+
+	seq := m.repo.NextSeq(name)
+	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
+		return nil, fmt.Errorf("staging dir: %w", err)
+	}
+	staging, err := os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("%s-%d-", name, seq))
+	if err != nil {
+		return nil, fmt.Errorf("staging dir: %w", err)
+	}
+	defer os.RemoveAll(staging)
+	imgDir := filepath.Join(staging, "image")
+	workDir := filepath.Join(staging, "work")
+	for _, d := range []string{filepath.Join(imgDir, image.CRIUDir), workDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+
+	var timing image.Timing
+	start := time.Now()
+	wasPaused := in.Status == "paused"
+	if !wasPaused {
+		if err := m.runc.run(ctx, "", "pause", m.runcID(name)); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
+		}
+	}
+	frozen := true
+	resume := func() {
+		if frozen && !wasPaused {
+			if err := m.runc.run(context.WithoutCancel(ctx), "", "resume", m.runcID(name)); err != nil {
+				log.Warn("resume after checkpoint", "err", err)
+			}
+		}
+		frozen = false
+	}
+	defer resume()
+
+	// 1. The fs delta, while nothing can write to it.
+	t := time.Now()
+	delta, err := captureDelta(filepath.Join(m.dir(name), "upper"), filepath.Join(imgDir, image.DeltaName))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	timing.Capture = time.Since(t)
+
+	// 2. The processes.
+	if opts.Stop {
+		st.Checkpointed = true
+		if err := m.saveState(st); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"checkpoint", "--tcp-established", "--image-path", filepath.Join(imgDir, image.CRIUDir), "--work-path", workDir}
+	if !opts.Stop {
+		args = append(args, "--leave-running")
+	}
+	t = time.Now()
+	dumpErr := m.runc.run(ctx, filepath.Join(m.dir(name), "runc-checkpoint.log"), append(args, m.runcID(name))...)
+	timing.Dump = time.Since(t)
+	if dumpErr != nil {
+		if opts.Stop {
+			st.Checkpointed = false
+			_ = m.saveState(st)
+		}
+		detail := ""
+		if b, err := os.ReadFile(filepath.Join(workDir, "dump.log")); err == nil {
+			keep := filepath.Join(m.dir(name), "dump.log")
+			_ = os.WriteFile(keep, b, 0o600)
+			detail = fmt.Sprintf(" (CRIU: %s; full log: %s)", criu.LastErrors(b, 3), keep)
+		}
+		return nil, fmt.Errorf("%w: %s: %v%s", ErrDumpFailed, name, dumpErr, detail)
+	}
+	if opts.Stop {
+		frozen = false // runc removed the container after the dump
+	} else {
+		resume()
+	}
+	timing.Stall = time.Since(start)
+
+	// 3. Persist, while the container runs on.
+	cfg, err := json.Marshal(imageConfig{Config: st.Config, Addr: st.Addr.String()})
+	if err != nil {
+		return nil, err
+	}
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	man := &image.Manifest{
+		Container:   name,
+		Seq:         seq,
+		Created:     start.UTC(),
+		CRIUVersion: info.Version.String(),
+		Kernel:      unix.ByteSliceToString(uts.Release[:]),
+		Stopped:     opts.Stop,
+		Config:      cfg,
+		Delta:       delta,
+		Timing:      timing,
+	}
+	t = time.Now()
+	if err := m.repo.Write(ctx, imgDir, man); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	// Persist and Total are known only now: they are returned, not stored.
+	man.Timing.Persist = time.Since(t)
+	man.Timing.Total = time.Since(start)
+	log.Info("checkpoint", "ckpt", man.Name(), "stall", man.Timing.Stall, "bytes", man.Size())
+	return man, nil
+}
+
+func captureDelta(upper, dst string) (image.DeltaStats, error) {
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return image.DeltaStats{}, err
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	st, err := image.PackDelta(upper, bw)
+	if err != nil {
+		return st, err
+	}
+	return st, bw.Flush()
+}
+
+// RestoreOptions tunes Restore.
+type RestoreOptions struct {
+	Seq int    // checkpoint number; 0 means the newest
+	As  string // restore as a new container of this name
+}
+
+// Restore brings a container back from one of its checkpoints: the image is
+// verified while it is copied to staging (a corrupt or truncated image is
+// refused before anything is changed and before CRIU runs), then the
+// container gets a fresh overlay holding the checkpoint's fs delta, a fresh
+// network namespace with its address, and CRIU restores its processes.
+// The container must not be running (use opts.As to restore a copy beside
+// it).
+func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions) (*Info, error) {
+	if _, err := m.CRIU(ctx); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", name, err)
+	}
+	target := name
+	if opts.As != "" {
+		if err := ValidName(opts.As); err != nil {
+			return nil, err
+		}
+		target = opts.As
+	}
+	seq := opts.Seq
+	if seq == 0 {
+		latest, err := m.repo.Latest(name)
+		if err != nil {
+			return nil, err
+		}
+		seq = latest.Seq
+	}
+	unlock, err := m.lock(target)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	existing, err := m.Get(ctx, target)
+	switch {
+	case err == nil:
+		if existing.Status == "running" || existing.Status == "paused" || existing.Status == "created" {
+			return nil, fmt.Errorf("%w: %s; stop it first (cairn rm -f %s) or restore a copy with --as NEWNAME", ErrRunning, target, target)
+		}
+	case !errors.Is(err, ErrNotFound):
+		return nil, err
+	}
+
+	// Verify the whole image before touching anything.
+	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
+		return nil, fmt.Errorf("staging dir: %w", err)
+	}
+	staging, err := os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-", target, seq))
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(staging)
+	imgDir := filepath.Join(staging, "image")
+	man, err := m.repo.Materialize(ctx, name, seq, imgDir)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s from %s:%d: %w", target, name, seq, err)
+	}
+	var cfg imageConfig
+	if err := json.Unmarshal(man.Config, &cfg); err != nil {
+		return nil, &image.CorruptError{Image: m.repo.Path(name, seq), Reason: "config: " + err.Error()}
+	}
+	deltaPath := filepath.Join(imgDir, image.DeltaName)
+	if err := checkDeltaFile(deltaPath); err != nil {
+		return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
+	}
+
+	// Replace the old runtime of target, or make a new container.
+	var st *State
+	if existing != nil {
+		st = &existing.State
+		if err := m.teardown(ctx, st); err != nil {
+			return nil, fmt.Errorf("restore %s: clean up old container: %w", target, err)
+		}
+		for _, d := range []string{"upper", "work"} {
+			if err := os.RemoveAll(filepath.Join(m.dir(target), d)); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		if err := os.Mkdir(m.dir(target), 0o700); err != nil {
+			return nil, err
+		}
+		st = &State{Created: time.Now().UTC()}
+	}
+	st.Config = cfg.Config
+	st.Config.Name = target
+	st.CgroupsPath = "/cairn-" + m.instance + "-" + target
+	st.RestoredFrom = man.Name()
+	upper := filepath.Join(m.dir(target), "upper")
+	fail := func(err error) (*Info, error) {
+		if existing == nil {
+			_ = m.destroy(context.WithoutCancel(ctx), st)
+		} else {
+			_ = m.teardown(context.WithoutCancel(ctx), st)
+		}
+		return nil, err
+	}
+	if err := os.Mkdir(upper, 0o755); err != nil {
+		return fail(err)
+	}
+	if err := unpackDeltaFile(deltaPath, upper); err != nil {
+		return fail(fmt.Errorf("restore %s: %w", target, err))
+	}
+	from := &restoreFrom{images: filepath.Join(imgDir, image.CRIUDir), work: filepath.Join(staging, "work")}
+	if err := os.MkdirAll(from.work, 0o700); err != nil {
+		return fail(err)
+	}
+	if err := m.start(ctx, st, from, cfg.Addr); err != nil {
+		return fail(err)
+	}
+	// CRIU restores the freezer state the dump saw; a checkpoint taken
+	// frozen comes back frozen.
+	if rs, err := m.runc.state(ctx, m.runcID(target)); err == nil && rs.Status == "paused" {
+		if err := m.runc.run(ctx, "", "resume", m.runcID(target)); err != nil {
+			return fail(err)
+		}
+	}
+	m.log.Info("restored", "container", target, "ckpt", man.Name())
+	return m.Get(ctx, target)
+}
+
+func checkDeltaFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return image.CheckDelta(bufio.NewReaderSize(f, 1<<20))
+}
+
+func unpackDeltaFile(p, dst string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return image.UnpackDelta(bufio.NewReaderSize(f, 1<<20), dst)
+}
+
+// Checkpoints lists a container's checkpoints, oldest first.
+func (m *Manager) Checkpoints(name string) ([]*image.Manifest, error) {
+	ms, errs := m.repo.List(name)
+	return ms, errors.Join(errs...)
+}
+
+// ParseCheckpointRef splits "name:seq" or "seq" (with defaultName).
+func ParseCheckpointRef(ref, defaultName string) (string, int, error) {
+	name, seqStr := defaultName, ref
+	if i := strings.LastIndexByte(ref, ':'); i >= 0 {
+		name, seqStr = ref[:i], ref[i+1:]
+	}
+	var seq int
+	if _, err := fmt.Sscanf(seqStr, "%d", &seq); err != nil || seq <= 0 || fmt.Sprint(seq) != seqStr {
+		return "", 0, fmt.Errorf("bad checkpoint %q: want NUMBER or NAME:NUMBER", ref)
+	}
+	return name, seq, nil
+}

@@ -1,0 +1,553 @@
+package container
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/zeebo/blake3"
+	"golang.org/x/sys/unix"
+
+	"cairn/internal/criu"
+	"cairn/internal/image"
+	"cairn/internal/netw"
+)
+
+// Defaults for Options.
+const (
+	DefaultDataDir    = "/var/lib/cairn"
+	DefaultStagingDir = "/dev/shm/cairn-staging"
+	DefaultBridge     = "cairn0"
+	DefaultSubnet     = "10.213.0.0/16"
+)
+
+// Options configures a Manager.
+type Options struct {
+	DataDir    string // state, logs, checkpoint images
+	StagingDir string // where CRIU dumps before the image is persisted; tmpfs keeps the stall short
+	CRIU       string // CRIU binary; "" finds it with criu.Find
+	Runc       string // runc binary; "" means runc on PATH
+	Bridge     netw.Bridge
+	// ShimCommand starts a shim: a binary that runs ShimMain when
+	// $CAIRN_SHIM_SPEC is set. Default: this executable with "shim".
+	ShimCommand []string
+	Logger      *slog.Logger
+}
+
+// Manager creates, checkpoints and restores the containers of one data dir.
+// Several Managers (and cairn processes) may work on one data dir at once:
+// every change to a container happens under its lock file.
+type Manager struct {
+	opts     Options
+	instance string
+	runc     runc
+	repo     image.Repo
+	ipam     netw.IPAM
+	log      *slog.Logger
+
+	criuOnce sync.Once
+	criuInfo criu.Info
+	criuErr  error
+}
+
+// New opens (creating if needed) the data dir and returns a Manager.
+func New(opts Options) (*Manager, error) {
+	if opts.DataDir == "" {
+		opts.DataDir = DefaultDataDir
+	}
+	if opts.StagingDir == "" {
+		opts.StagingDir = DefaultStagingDir
+	}
+	if opts.Runc == "" {
+		opts.Runc = "runc"
+	}
+	if opts.Bridge.Name == "" {
+		opts.Bridge.Name = DefaultBridge
+	}
+	if !opts.Bridge.Subnet.IsValid() {
+		opts.Bridge.Subnet = netip.MustParsePrefix(DefaultSubnet)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(opts.ShimCommand) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		opts.ShimCommand = []string{exe, "shim"}
+	}
+	abs, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	opts.DataDir = abs
+	for _, d := range []string{"containers", "checkpoints", "runc", "net", "locks"} {
+		if err := os.MkdirAll(filepath.Join(opts.DataDir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
+	}
+	inst, err := instanceID(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	runcBin, err := exec.LookPath(opts.Runc)
+	if err != nil {
+		return nil, fmt.Errorf("runc not found (%v); run `make setup`", err)
+	}
+	m := &Manager{
+		opts:     opts,
+		instance: inst,
+		runc:     runc{bin: runcBin, root: filepath.Join(opts.DataDir, "runc")},
+		repo:     image.Repo{Dir: filepath.Join(opts.DataDir, "checkpoints")},
+		ipam:     netw.IPAM{Path: netw.DefaultStatePath(opts.DataDir), Subnet: opts.Bridge.Subnet},
+		log:      opts.Logger,
+	}
+	if opts.CRIU != "" || os.Getenv(criu.EnvPath) != "" {
+		m.runc.criu, _ = criu.Find(opts.CRIU)
+	} else if p, err := criu.Find(""); err == nil {
+		m.runc.criu = p
+	}
+	return m, nil
+}
+
+// instanceID returns the data dir's random id, creating it once.
+func instanceID(dataDir string) (string, error) {
+	p := filepath.Join(dataDir, "instance")
+	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) == 8 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(r[:])
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.Link(tmp, p); err != nil && !os.IsExist(err) {
+		return "", err
+	}
+	os.Remove(tmp)
+	b, err := os.ReadFile(p)
+	return strings.TrimSpace(string(b)), err
+}
+
+// Instance returns the data dir's random id, which names the container's
+// cgroups (/cairn-ID-NAME), netns (cairn-ID-NAME) and veths (cID...).
+func (m *Manager) Instance() string { return m.instance }
+
+// DataDir returns the absolute data dir.
+func (m *Manager) DataDir() string { return m.opts.DataDir }
+
+// Repo returns the checkpoint image repository.
+func (m *Manager) Repo() image.Repo { return m.repo }
+
+// CRIU checks (once per Manager) that CRIU is usable and returns its info.
+func (m *Manager) CRIU(ctx context.Context) (criu.Info, error) {
+	m.criuOnce.Do(func() {
+		path, err := criu.Find(m.opts.CRIU)
+		if err != nil {
+			m.criuErr = err
+			return
+		}
+		m.criuInfo, m.criuErr = criu.Check(ctx, path)
+		m.runc.criu = path
+	})
+	return m.criuInfo, m.criuErr
+}
+
+// lock takes the exclusive lock of a container name until unlock is called.
+func (m *Manager) lock(name string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(m.opts.DataDir, "locks", name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock container %s: %w", name, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+func (m *Manager) endpoint(name string, addr netip.Addr) netw.Endpoint {
+	h := blake3.Sum256([]byte(m.instance + "/" + name))
+	return netw.Endpoint{
+		Netns:  "cairn-" + m.instance + "-" + name,
+		Veth:   "c" + m.instance + hex.EncodeToString(h[:3]), // 15 bytes, the most a link name may have
+		Addr:   addr,
+		Bridge: m.opts.Bridge,
+	}
+}
+
+func (m *Manager) runcID(name string) string { return name }
+
+// Run creates and starts a container. On error nothing of it is left.
+func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
+	if err := ValidName(cfg.Name); err != nil {
+		return nil, err
+	}
+	if len(cfg.Args) == 0 {
+		return nil, errors.New("no command given")
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = cfg.Name
+	}
+	if cfg.RootFS != "" {
+		abs, err := filepath.Abs(cfg.RootFS)
+		if err != nil {
+			return nil, err
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("rootfs %s is not a directory", cfg.RootFS)
+		}
+		cfg.RootFS = abs
+	}
+	unlock, err := m.lock(cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := os.Mkdir(m.dir(cfg.Name), 0o700); err != nil {
+		if os.IsExist(err) {
+			return nil, fmt.Errorf("%w: %s", ErrExists, cfg.Name)
+		}
+		return nil, err
+	}
+	st := &State{Config: cfg, Created: time.Now().UTC(), CgroupsPath: "/cairn-" + m.instance + "-" + cfg.Name}
+	if err := m.saveState(st); err != nil {
+		os.RemoveAll(m.dir(cfg.Name))
+		return nil, err
+	}
+	if err := m.start(ctx, st, nil, ""); err != nil {
+		_ = m.destroy(context.WithoutCancel(ctx), st)
+		return nil, err
+	}
+	return m.Get(ctx, cfg.Name)
+}
+
+// restoreFrom names a staged CRIU image and its work dir for start.
+type restoreFrom struct{ images, work string }
+
+// start sets up the network and overlay of st (whose fs delta, if any, is
+// already in its upper dir) and starts it with a shim, fresh or from a
+// CRIU image. It records the addresses and the shim in st.
+func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantAddr string) error {
+	name := st.Config.Name
+	dir := m.dir(name)
+	var want netip.Addr
+	var loAddrs []netip.Addr
+	if wantAddr != "" {
+		a, err := netip.ParseAddr(wantAddr)
+		if err != nil {
+			return err
+		}
+		owner, err := m.ipam.Owner(a)
+		if err != nil {
+			return err
+		}
+		if owner == "" || owner == name {
+			want = a
+		} else {
+			// A clone restored while the original holds the address: it gets
+			// an address of its own, and the old one on lo only.
+			loAddrs = []netip.Addr{a}
+		}
+	}
+	addr, err := m.ipam.Allocate(name, want)
+	if err != nil {
+		return err
+	}
+	st.Addr = addr
+	st.Endpoint = m.endpoint(name, addr)
+	st.Endpoint.LoAddrs = loAddrs
+	if err := m.saveState(st); err != nil {
+		return err
+	}
+	if err := m.opts.Bridge.Ensure(ctx); err != nil {
+		return fmt.Errorf("node bridge: %w", err)
+	}
+	if err := st.Endpoint.Create(ctx); err != nil {
+		return fmt.Errorf("container network: %w", err)
+	}
+	if err := m.mountRoot(st); err != nil {
+		return err
+	}
+	if err := writeSpec(st, dir, st.Endpoint.Path()); err != nil {
+		return err
+	}
+	os.Remove(filepath.Join(dir, "exit.json"))
+	os.Remove(filepath.Join(dir, "runc.log"))
+	runcLog := filepath.Join(dir, "runc.log")
+	pidFile := filepath.Join(dir, "init.pid")
+	os.Remove(pidFile)
+	var args []string
+	if from == nil {
+		args = m.runc.argv(runcLog, "run", "-d", "--bundle", dir, "--pid-file", pidFile, m.runcID(name))
+	} else {
+		args = m.runc.argv(runcLog, "restore", "-d", "--tcp-established",
+			"--image-path", from.images, "--work-path", from.work,
+			"--bundle", dir, "--pid-file", pidFile, m.runcID(name))
+	}
+	shimPID, _, err := m.startShim(shimSpec{
+		Runc: args, Env: m.runc.env(), PidFile: pidFile, RuncLog: runcLog,
+		LogPath:  filepath.Join(dir, "container.log"),
+		ExitPath: filepath.Join(dir, "exit.json"),
+	})
+	st.ShimPID = shimPID
+	if err != nil {
+		if from != nil {
+			if b, rerr := os.ReadFile(filepath.Join(from.work, "restore.log")); rerr == nil {
+				_ = os.WriteFile(filepath.Join(dir, "restore.log"), b, 0o600)
+				if e := criu.LastErrors(b, 3); e != "" {
+					return fmt.Errorf("restore %s: %v (CRIU: %s; full log: %s)", name, err, e, filepath.Join(dir, "restore.log"))
+				}
+			}
+			return fmt.Errorf("restore %s: %w", name, err)
+		}
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	st.Started = time.Now().UTC()
+	st.Checkpointed = false
+	return m.saveState(st)
+}
+
+func (m *Manager) mountRoot(st *State) error {
+	dir := m.dir(st.Config.Name)
+	for _, d := range []string{"upper", "work", "rootfs"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	lower := st.Config.RootFS
+	if lower == "" {
+		lower = "/"
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+	if err := unix.Mount("overlay", filepath.Join(dir, "rootfs"), "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay root of %s: %w", st.Config.Name, err)
+	}
+	return nil
+}
+
+// teardown stops whatever runs of st and removes its runtime pieces (runc
+// state, overlay mount, network), keeping its directory and files.
+func (m *Manager) teardown(ctx context.Context, st *State) error {
+	var errs []error
+	name := st.Config.Name
+	if _, err := m.runc.state(ctx, m.runcID(name)); err == nil {
+		_ = m.runc.run(ctx, "", "kill", m.runcID(name), "KILL")
+		m.waitShim(st, 10*time.Second)
+		if err := m.runc.run(ctx, "", "delete", "-f", m.runcID(name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.waitShim(st, 5*time.Second)
+	rootfs := filepath.Join(m.dir(name), "rootfs")
+	if err := unix.Unmount(rootfs, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		if err := unix.Unmount(rootfs, unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", rootfs, err))
+		}
+	}
+	if st.Endpoint.Netns != "" {
+		if err := st.Endpoint.Delete(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// destroy tears st down and removes every trace of it but its checkpoints.
+func (m *Manager) destroy(ctx context.Context, st *State) error {
+	err := m.teardown(ctx, st)
+	if rerr := m.ipam.Release(st.Config.Name); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	if err != nil {
+		return err
+	}
+	return os.RemoveAll(m.dir(st.Config.Name))
+}
+
+// waitShim waits up to d for the container's shim to exit.
+func (m *Manager) waitShim(st *State, d time.Duration) {
+	if st.ShimPID <= 0 {
+		return
+	}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if !isShim(st.ShimPID) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// isShim reports whether pid is alive and not a zombie.
+func isShim(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// Info is a container's state as shown to users.
+type Info struct {
+	State
+	Name   string `json:"name"`
+	Status string `json:"status"` // running, paused, exited, checkpointed, created, stopped
+	Pid    int    `json:"pid,omitempty"`
+	Exit   *Exit  `json:"exit,omitempty"`
+	Dir    string `json:"dir"`
+	RootFS string `json:"rootfs_path"`
+	Log    string `json:"log_path"`
+}
+
+// Get returns a container's current state.
+func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
+	st, err := m.loadState(name)
+	if err != nil {
+		return nil, err
+	}
+	dir := m.dir(name)
+	in := &Info{State: *st, Name: name, Dir: dir, RootFS: filepath.Join(dir, "rootfs"), Log: filepath.Join(dir, "container.log")}
+	rs, err := m.runc.state(ctx, m.runcID(name))
+	switch {
+	case err == nil && rs.Status != "stopped":
+		in.Status, in.Pid = rs.Status, rs.Pid
+		return in, nil
+	case err != nil && !errors.Is(err, errNoRuncContainer):
+		return nil, err
+	}
+	in.Status = "stopped"
+	if e, err := readExit(dir); err == nil {
+		in.Exit = e
+		in.Status = "exited"
+	}
+	if st.Checkpointed {
+		in.Status = "checkpointed"
+	}
+	return in, nil
+}
+
+// List returns every container of the data dir, by name.
+func (m *Manager) List(ctx context.Context) ([]*Info, error) {
+	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "containers"))
+	if err != nil {
+		return nil, err
+	}
+	var out []*Info
+	for _, e := range ents {
+		in, err := m.Get(ctx, e.Name())
+		if errors.Is(err, ErrNotFound) {
+			continue // being created or removed
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Kill sends sig to the container's init (SIGKILL ends the container).
+func (m *Manager) Kill(ctx context.Context, name string, sig syscall.Signal) error {
+	in, err := m.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if in.Status != "running" && in.Status != "paused" && in.Status != "created" {
+		return fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
+	}
+	if err := m.runc.run(ctx, "", "kill", m.runcID(name), fmt.Sprint(int(sig))); err != nil {
+		return err
+	}
+	if sig == syscall.SIGKILL {
+		m.waitShim(&in.State, 10*time.Second)
+	}
+	return nil
+}
+
+// Wait blocks until the container is no longer running and returns how it
+// ended.
+func (m *Manager) Wait(ctx context.Context, name string) (*Info, error) {
+	for {
+		in, err := m.Get(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if in.Status != "running" && in.Status != "paused" && in.Status != "created" {
+			m.waitShim(&in.State, 5*time.Second)
+			return m.Get(ctx, name)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Remove deletes a container. A running one is refused unless force, which
+// kills it first. Its checkpoints are kept.
+func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
+	unlock, err := m.lock(name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	in, err := m.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if (in.Status == "running" || in.Status == "paused") && !force {
+		return fmt.Errorf("%w: %s (use --force to kill and remove it)", ErrRunning, name)
+	}
+	if err := m.destroy(ctx, &in.State); err != nil {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	os.Remove(filepath.Join(m.opts.DataDir, "locks", name+".lock"))
+	return nil
+}
+
+// Exec runs a command inside a running container with the given stdio and
+// returns its exit code.
+func (m *Manager) Exec(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	in, err := m.Get(ctx, name)
+	if err != nil {
+		return -1, err
+	}
+	if in.Status != "running" {
+		return -1, fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
+	}
+	a := m.runc.argv("", append([]string{"exec", m.runcID(name)}, args...)...)
+	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("exec in %s: %w", name, err)
+	}
+	return 0, nil
+}

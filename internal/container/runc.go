@@ -1,0 +1,139 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// runc drives the runc CLI with cairn's own state root and CRIU.
+type runc struct {
+	bin  string // runc binary
+	root string // runc --root
+	criu string // CRIU binary, passed with --criu and first on PATH
+}
+
+// argv returns the full command line for a runc subcommand, logging runc's
+// own messages as JSON into logPath (if not empty).
+func (r runc) argv(logPath string, args ...string) []string {
+	a := []string{r.bin, "--root", r.root}
+	if logPath != "" {
+		a = append(a, "--log", logPath, "--log-format", "json")
+	}
+	if r.criu != "" {
+		a = append(a, "--criu", r.criu)
+	}
+	return append(a, args...)
+}
+
+// env puts CRIU's directory first on PATH: runc releases that ignore
+// --criu run the criu found there.
+func (r runc) env() []string {
+	env := os.Environ()
+	if r.criu == "" {
+		return env
+	}
+	for i, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			env[i] = "PATH=" + filepath.Dir(r.criu) + ":" + v
+			return env
+		}
+	}
+	return append(env, "PATH="+filepath.Dir(r.criu)+":/usr/sbin:/usr/bin:/sbin:/bin")
+}
+
+// run runs a runc subcommand that needs no stdio and returns its error with
+// runc's message.
+func (r runc) run(ctx context.Context, logPath string, args ...string) error {
+	a := r.argv(logPath, args...)
+	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
+	cmd.Env = r.env()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if logPath != "" {
+			if m := lastRuncError(logPath); m != "" {
+				return fmt.Errorf("runc %s: %s", args[0], tidyRuncMessage(m))
+			}
+		}
+		return fmt.Errorf("runc %s: %s", args[0], runcMessage(msg, err))
+	}
+	return nil
+}
+
+// tidyRuncMessage drops runc's pointer to the CRIU log (cairn reports the
+// log's errors itself) and joins the remaining lines.
+func tidyRuncMessage(m string) string {
+	var keep []string
+	for _, l := range strings.Split(strings.ReplaceAll(m, `\n`, "\n"), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "log file:") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "; ")
+}
+
+func runcMessage(msg string, err error) string {
+	if msg == "" {
+		return err.Error()
+	}
+	// runc prints `time="..." level=error msg="..."`; keep the msg.
+	if i := strings.LastIndex(msg, `msg="`); i >= 0 {
+		m := msg[i+5:]
+		if j := strings.LastIndex(m, `"`); j >= 0 {
+			m = m[:j]
+		}
+		return tidyRuncMessage(m)
+	}
+	return tidyRuncMessage(msg)
+}
+
+// lastRuncError returns the last error message in a runc JSON log.
+func lastRuncError(logPath string) string {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return ""
+	}
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		var e struct{ Level, Msg string }
+		if json.Unmarshal(lines[i], &e) == nil && (e.Level == "error" || e.Level == "fatal") {
+			return e.Msg
+		}
+	}
+	return ""
+}
+
+// runcState is the part of `runc state` output cairn reads.
+type runcState struct {
+	Status string `json:"status"` // created, running, paused, stopped
+	Pid    int    `json:"pid"`
+}
+
+var errNoRuncContainer = errors.New("runc does not know the container")
+
+func (r runc) state(ctx context.Context, id string) (runcState, error) {
+	a := r.argv("", "state", id)
+	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		if strings.Contains(stderr.String(), "does not exist") {
+			return runcState{}, errNoRuncContainer
+		}
+		return runcState{}, fmt.Errorf("runc state %s: %s", id, runcMessage(stderr.String(), err))
+	}
+	var s runcState
+	if err := json.Unmarshal(out, &s); err != nil {
+		return runcState{}, fmt.Errorf("runc state %s: %w", id, err)
+	}
+	return s, nil
+}

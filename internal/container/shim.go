@@ -1,0 +1,183 @@
+package container
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ShimEnv is the environment variable that carries a shim's spec. A binary
+// that finds it set runs [ShimMain] instead of its usual main (cairn's
+// `shim` subcommand and test binaries both do).
+const ShimEnv = "CAIRN_SHIM_SPEC"
+
+// shimSpec tells a shim what to run and where to write.
+type shimSpec struct {
+	Runc     []string `json:"runc"`      // argv of `runc run -d` or `runc restore -d`
+	Env      []string `json:"env"`       // runc's environment
+	PidFile  string   `json:"pid_file"`  // runc --pid-file
+	LogPath  string   `json:"log_path"`  // container output, appended
+	ExitPath string   `json:"exit_path"` // where to record the init's exit
+	RuncLog  string   `json:"runc_log"`  // runc --log, for error messages
+}
+
+// ShimMain runs a shim from the spec in $CAIRN_SHIM_SPEC and returns the
+// process exit code. The shim reports "ok PID" or "err MESSAGE" on file
+// descriptor 3 once runc has started (or failed to start) the container.
+func ShimMain() int {
+	ready := os.NewFile(3, "ready")
+	report := func(format string, a ...any) {
+		if ready != nil {
+			fmt.Fprintf(ready, format+"\n", a...)
+			ready.Close()
+			ready = nil
+		}
+	}
+	var spec shimSpec
+	if err := json.Unmarshal([]byte(os.Getenv(ShimEnv)), &spec); err != nil {
+		report("err bad shim spec: %v", err)
+		return 2
+	}
+	if err := shim(spec, report); err != nil {
+		report("err %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		fmt.Fprintln(os.Stderr, "shim:", err)
+		return 1
+	}
+	return 0
+}
+
+func shim(spec shimSpec, report func(string, ...any)) error {
+	// Become the reaper of the container's init: runc (and CRIU on restore)
+	// exit after starting it, and it is reparented to us.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set child subreaper: %w", err)
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+
+	cmd := exec.Command(spec.Runc[0], spec.Runc[1:]...)
+	cmd.Env = spec.Env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, outW
+	runErr := cmd.Run()
+	inR.Close()
+	outW.Close()
+	if runErr != nil {
+		msg := lastRuncError(spec.RuncLog)
+		if msg == "" {
+			msg = runErr.Error()
+		}
+		return errors.New(tidyRuncMessage(msg))
+	}
+	b, err := os.ReadFile(spec.PidFile)
+	if err != nil {
+		return fmt.Errorf("read pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("pid file %q: %w", b, err)
+	}
+	report("ok %d", pid)
+	_ = inW // kept open: the container's stdin never sees EOF
+
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(logf, outR)
+		close(copied)
+	}()
+
+	exit := Exit{Code: -1}
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil { // ECHILD: the init was reaped before it became ours
+			break
+		}
+		if wpid != pid {
+			continue
+		}
+		switch {
+		case ws.Exited():
+			exit.Code = ws.ExitStatus()
+		case ws.Signaled():
+			exit.Code = 128 + int(ws.Signal())
+			exit.Signal = unix.SignalName(ws.Signal())
+		}
+		break
+	}
+	exit.Time = time.Now().UTC()
+	// Everything in the container's pid namespace is gone with its init, so
+	// the pipe closes; do not wait forever if something else holds it.
+	select {
+	case <-copied:
+	case <-time.After(2 * time.Second):
+	}
+	return writeJSONAtomic(spec.ExitPath, exit)
+}
+
+// startShim starts a detached shim for spec and waits until it reports.
+func (m *Manager) startShim(spec shimSpec) (shimPID, initPID int, err error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return 0, 0, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer r.Close()
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		w.Close()
+		return 0, 0, err
+	}
+	defer devnull.Close()
+	cmd := exec.Command(m.opts.ShimCommand[0], m.opts.ShimCommand[1:]...)
+	cmd.Env = append(os.Environ(), ShimEnv+"="+string(b))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return 0, 0, fmt.Errorf("start shim: %w", err)
+	}
+	w.Close()
+	shimPID = cmd.Process.Pid
+	// Reap the shim in the background if this process lives long enough
+	// to see it exit (tests, the demo); otherwise init does.
+	go func() { _ = cmd.Wait() }()
+	line, rerr := bufio.NewReader(r).ReadString('\n')
+	line = strings.TrimSpace(line)
+	switch {
+	case strings.HasPrefix(line, "ok "):
+		initPID, err = strconv.Atoi(strings.TrimPrefix(line, "ok "))
+		return shimPID, initPID, err
+	case strings.HasPrefix(line, "err "):
+		return shimPID, 0, errors.New(strings.TrimPrefix(line, "err "))
+	default:
+		return shimPID, 0, fmt.Errorf("shim exited without reporting (%v)", rerr)
+	}
+}

@@ -1,0 +1,132 @@
+package container
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+)
+
+// Spec types: the subset of the OCI runtime spec cairn writes. Field names
+// and JSON tags follow opencontainers/runtime-spec.
+type (
+	ociSpec struct {
+		OCIVersion string     `json:"ociVersion"`
+		Process    ociProcess `json:"process"`
+		Root       ociRoot    `json:"root"`
+		Hostname   string     `json:"hostname"`
+		Mounts     []ociMount `json:"mounts"`
+		Linux      ociLinux   `json:"linux"`
+	}
+	ociProcess struct {
+		Terminal        bool            `json:"terminal"`
+		User            ociUser         `json:"user"`
+		Args            []string        `json:"args"`
+		Env             []string        `json:"env"`
+		Cwd             string          `json:"cwd"`
+		Capabilities    ociCapabilities `json:"capabilities"`
+		Rlimits         []ociRlimit     `json:"rlimits,omitempty"`
+		NoNewPrivileges bool            `json:"noNewPrivileges"`
+	}
+	ociUser struct {
+		UID uint32 `json:"uid"`
+		GID uint32 `json:"gid"`
+	}
+	ociCapabilities struct {
+		Bounding    []string `json:"bounding"`
+		Effective   []string `json:"effective"`
+		Permitted   []string `json:"permitted"`
+		Ambient     []string `json:"ambient"`
+		Inheritable []string `json:"inheritable,omitempty"`
+	}
+	ociRlimit struct {
+		Type string `json:"type"`
+		Hard uint64 `json:"hard"`
+		Soft uint64 `json:"soft"`
+	}
+	ociRoot struct {
+		Path     string `json:"path"`
+		Readonly bool   `json:"readonly"`
+	}
+	ociMount struct {
+		Destination string   `json:"destination"`
+		Type        string   `json:"type"`
+		Source      string   `json:"source"`
+		Options     []string `json:"options,omitempty"`
+	}
+	ociLinux struct {
+		Resources     ociResources   `json:"resources"`
+		CgroupsPath   string         `json:"cgroupsPath"`
+		Namespaces    []ociNamespace `json:"namespaces"`
+		MaskedPaths   []string       `json:"maskedPaths"`
+		ReadonlyPaths []string       `json:"readonlyPaths"`
+	}
+	ociResources struct {
+		Devices []ociDevice `json:"devices"`
+	}
+	ociDevice struct {
+		Allow  bool   `json:"allow"`
+		Access string `json:"access"`
+	}
+	ociNamespace struct {
+		Type string `json:"type"`
+		Path string `json:"path,omitempty"`
+	}
+)
+
+// defaultCaps is runc's default capability set plus what an ordinary
+// program inside a rank expects to be able to do with its own files.
+var defaultCaps = []string{
+	"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE",
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID",
+	"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_NET_RAW", "CAP_SYS_CHROOT",
+}
+
+// writeSpec writes the runc bundle config for st into its bundle dir. The
+// spec is a pure function of st, so a restore writes exactly the spec the
+// checkpointed container ran with (CRIU needs the same mounts).
+func writeSpec(st *State, bundle, netnsPath string) error {
+	caps := ociCapabilities{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps, Ambient: defaultCaps}
+	env := append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root",
+		"CAIRN_CONTAINER=" + st.Config.Name,
+		"CAIRN_IP=" + st.Addr.String(),
+	}, st.Config.Env...)
+	cwd := st.Config.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	s := ociSpec{
+		OCIVersion: "1.0.2-dev",
+		Process: ociProcess{
+			Args: st.Config.Args, Env: env, Cwd: cwd, Capabilities: caps,
+			NoNewPrivileges: true,
+		},
+		Root:     ociRoot{Path: "rootfs"},
+		Hostname: st.Config.Hostname,
+		Mounts: []ociMount{
+			{"/proc", "proc", "proc", nil},
+			{"/dev", "tmpfs", "tmpfs", []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{"/dev/pts", "devpts", "devpts", []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+			{"/dev/shm", "tmpfs", "shm", []string{"nosuid", "noexec", "nodev", "mode=1777", "size=262144k"}},
+			{"/dev/mqueue", "mqueue", "mqueue", []string{"nosuid", "noexec", "nodev"}},
+			{"/sys", "sysfs", "sysfs", []string{"nosuid", "noexec", "nodev", "ro"}},
+			{"/sys/fs/cgroup", "cgroup", "cgroup", []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+		},
+		Linux: ociLinux{
+			Resources:   ociResources{Devices: []ociDevice{{Allow: false, Access: "rwm"}}},
+			CgroupsPath: st.CgroupsPath,
+			Namespaces: []ociNamespace{
+				{Type: "pid"}, {Type: "network", Path: netnsPath}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
+			},
+			MaskedPaths: []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
+			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+		},
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+}

@@ -1,0 +1,126 @@
+package container
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"cairn/internal/netw"
+)
+
+// ErrNotFound is returned for a container name that does not exist.
+var ErrNotFound = errors.New("no such container")
+
+// ErrExists is returned when creating a container whose name is taken.
+var ErrExists = errors.New("container already exists")
+
+// ErrNotRunning is returned by operations that need a running container.
+var ErrNotRunning = errors.New("container is not running")
+
+// ErrRunning is returned by operations that refuse a running container.
+var ErrRunning = errors.New("container is running")
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// ValidName checks a container name: letters, digits, '_', '.', '-', not
+// starting with a punctuation mark, at most 63 bytes.
+func ValidName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("invalid container name %q: use 1-63 letters, digits, '_', '.', '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// Config is what a user asks for when running a container. It is recorded
+// in every checkpoint, and a restore runs the container with it again.
+type Config struct {
+	Name     string   `json:"name"`
+	Args     []string `json:"args"`
+	Env      []string `json:"env,omitempty"`
+	RootFS   string   `json:"rootfs,omitempty"` // lower layer; "" means the host's /
+	Hostname string   `json:"hostname"`
+	Cwd      string   `json:"cwd,omitempty"`
+}
+
+// State is a container's persistent record (state.json).
+type State struct {
+	Config       Config        `json:"config"`
+	Addr         netip.Addr    `json:"addr"`
+	Endpoint     netw.Endpoint `json:"endpoint"`
+	CgroupsPath  string        `json:"cgroups_path"`
+	Created      time.Time     `json:"created"`
+	Started      time.Time     `json:"started"`
+	ShimPID      int           `json:"shim_pid"`
+	RestoredFrom string        `json:"restored_from,omitempty"` // "name:seq"
+	// Checkpointed is set when a checkpoint stopped the container, so its
+	// end is shown as that rather than as a kill.
+	Checkpointed bool `json:"checkpointed,omitempty"`
+}
+
+// Exit is what the shim records when the container's init ends.
+type Exit struct {
+	Code   int       `json:"code"`             // exit status, or 128+signal
+	Signal string    `json:"signal,omitempty"` // set if killed by a signal
+	Time   time.Time `json:"time"`
+}
+
+func (m *Manager) dir(name string) string { return filepath.Join(m.opts.DataDir, "containers", name) }
+
+func (m *Manager) loadState(name string) (*State, error) {
+	b, err := os.ReadFile(filepath.Join(m.dir(name), "state.json"))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+		}
+		return nil, err
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("read state of %s: %w", name, err)
+	}
+	return &st, nil
+}
+
+func (m *Manager) saveState(st *State) error {
+	return writeJSONAtomic(filepath.Join(m.dir(st.Config.Name), "state.json"), st)
+}
+
+func writeJSONAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func readExit(dir string) (*Exit, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "exit.json"))
+	if err != nil {
+		return nil, err
+	}
+	var e Exit
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}

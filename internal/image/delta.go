@@ -1,0 +1,372 @@
+package image
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrUnsafeEntry is returned for a fs delta entry that could write outside
+// the container root or create a device: an absolute path, a `..`
+// component, a device node other than an overlay whiteout, a hard link to
+// outside the delta.
+var ErrUnsafeEntry = errors.New("unsafe fs delta entry")
+
+const xattrPrefix = "SCHILY.xattr."
+
+// DeltaStats counts what a fs delta holds.
+type DeltaStats struct {
+	Files     int   `json:"files"`
+	Dirs      int   `json:"dirs"`
+	Whiteouts int   `json:"whiteouts"`
+	Bytes     int64 `json:"bytes"` // regular file contents
+}
+
+func isWhiteout(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0
+}
+
+// PackDelta writes the tree under upper as a tar stream to w. Overlay
+// whiteouts (character devices 0:0) are kept; any other device node, and
+// sockets, make it fail with ErrUnsafeEntry rather than produce an image
+// that restore would refuse.
+func PackDelta(upper string, w io.Writer) (DeltaStats, error) {
+	var st DeltaStats
+	tw := tar.NewWriter(w)
+	links := map[[2]uint64]string{} // (dev, ino) -> first name, for hard links
+	buf := make([]byte, 1<<20)
+	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(upper, p)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		var link string
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		switch {
+		case fi.Mode()&fs.ModeDevice != 0 && !isWhiteout(fi):
+			return fmt.Errorf("%w: %s is a device node", ErrUnsafeEntry, rel)
+		case fi.Mode()&fs.ModeSocket != 0:
+			return fmt.Errorf("%w: %s is a socket", ErrUnsafeEntry, rel)
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Format = tar.FormatPAX
+		hdr.Uname, hdr.Gname = "", ""
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+			if fi.Mode().IsRegular() && sys.Nlink > 1 {
+				key := [2]uint64{sys.Dev, sys.Ino}
+				if first, seen := links[key]; seen {
+					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				} else {
+					links[key] = hdr.Name
+				}
+			}
+		}
+		if err := addXattrs(p, hdr); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		switch {
+		case isWhiteout(fi):
+			st.Whiteouts++
+		case fi.IsDir():
+			st.Dirs++
+		default:
+			st.Files++
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeReg && hdr.Size > 0 {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			n, err := io.CopyBuffer(tw, io.LimitReader(f, hdr.Size), buf)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+			if n != hdr.Size {
+				return fmt.Errorf("%s: changed size while captured", rel)
+			}
+			st.Bytes += n
+		}
+		return nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("pack fs delta %s: %w", upper, err)
+	}
+	return st, tw.Close()
+}
+
+func addXattrs(p string, hdr *tar.Header) error {
+	sz, err := unix.Llistxattr(p, nil)
+	if err != nil || sz == 0 {
+		return nil // no xattrs, or not supported here
+	}
+	names := make([]byte, sz)
+	sz, err = unix.Llistxattr(p, names)
+	if err != nil {
+		return err
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(names[:sz]), "\x00"), "\x00") {
+		if name == "" {
+			continue
+		}
+		vsz, err := unix.Lgetxattr(p, name, nil)
+		if err != nil {
+			continue
+		}
+		val := make([]byte, vsz)
+		if vsz, err = unix.Lgetxattr(p, name, val); err != nil {
+			continue
+		}
+		if hdr.PAXRecords == nil {
+			hdr.PAXRecords = map[string]string{}
+		}
+		hdr.PAXRecords[xattrPrefix+name] = string(val[:vsz])
+	}
+	return nil
+}
+
+// cleanName checks a tar entry name and returns it as a relative, clean,
+// slash-separated path.
+func cleanName(name string) (string, error) {
+	if name == "" || strings.HasPrefix(name, "/") {
+		return "", fmt.Errorf("%w: absolute or empty path %q", ErrUnsafeEntry, name)
+	}
+	for _, part := range strings.Split(strings.TrimSuffix(name, "/"), "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%w: path %q leaves the root", ErrUnsafeEntry, name)
+		}
+	}
+	c := path.Clean(name)
+	if c == "." {
+		return "", fmt.Errorf("%w: path %q names the root", ErrUnsafeEntry, name)
+	}
+	return c, nil
+}
+
+// CheckDelta reads a fs delta tar stream through and returns the first
+// entry UnpackDelta would refuse, without writing anything.
+func CheckDelta(r io.Reader) error {
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read fs delta: %w", err)
+		}
+		if err := checkHeader(hdr); err != nil {
+			return err
+		}
+	}
+}
+
+func checkHeader(hdr *tar.Header) error {
+	if _, err := cleanName(hdr.Name); err != nil {
+		return err
+	}
+	// A sparse entry can claim terabytes of zeros that the stream does not
+	// hold; cairn never writes one.
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return fmt.Errorf("%w: %q is a sparse entry", ErrUnsafeEntry, hdr.Name)
+		}
+	}
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeFifo:
+	case tar.TypeLink:
+		if _, err := cleanName(hdr.Linkname); err != nil {
+			return fmt.Errorf("hard link %q: %w", hdr.Name, err)
+		}
+	case tar.TypeChar:
+		if hdr.Devmajor != 0 || hdr.Devminor != 0 {
+			return fmt.Errorf("%w: %q is a character device %d:%d", ErrUnsafeEntry, hdr.Name, hdr.Devmajor, hdr.Devminor)
+		}
+	case tar.TypeBlock:
+		return fmt.Errorf("%w: %q is a block device", ErrUnsafeEntry, hdr.Name)
+	default:
+		return fmt.Errorf("%w: %q has unsupported type %q", ErrUnsafeEntry, hdr.Name, hdr.Typeflag)
+	}
+	return nil
+}
+
+// UnpackDelta extracts a fs delta into dst, which must exist and should be
+// empty. Entries are checked before anything is written for them; no path
+// is ever resolved through a symlink the delta created, so a delta cannot
+// write outside dst.
+func UnpackDelta(r io.Reader, dst string) error {
+	tr := tar.NewReader(r)
+	type dirMeta struct {
+		p   string
+		hdr *tar.Header
+	}
+	var dirs []dirMeta
+	buf := make([]byte, 1<<20)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read fs delta: %w", err)
+		}
+		if err := checkHeader(hdr); err != nil {
+			return err
+		}
+		name, _ := cleanName(hdr.Name)
+		p := filepath.Join(dst, filepath.FromSlash(name))
+		if err := checkParents(dst, name); err != nil {
+			return err
+		}
+		mode := uint32(hdr.Mode & 0o7777)
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := os.Mkdir(p, 0o700); err != nil && !os.IsExist(err) {
+				return err
+			}
+			dirs = append(dirs, dirMeta{p, hdr})
+			continue
+		case tar.TypeReg:
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.CopyBuffer(f, tr, buf)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("write %s: %w", name, err)
+			}
+		case tar.TypeSymlink:
+			if err := os.Symlink(hdr.Linkname, p); err != nil {
+				return err
+			}
+		case tar.TypeLink:
+			target, _ := cleanName(hdr.Linkname)
+			if err := checkParents(dst, target); err != nil {
+				return err
+			}
+			tp := filepath.Join(dst, filepath.FromSlash(target))
+			if fi, err := os.Lstat(tp); err != nil || !fi.Mode().IsRegular() {
+				return fmt.Errorf("%w: hard link %q to %q, which is not a file in the delta", ErrUnsafeEntry, name, target)
+			}
+			if err := os.Link(tp, p); err != nil {
+				return err
+			}
+			continue
+		case tar.TypeFifo:
+			if err := unix.Mkfifo(p, mode); err != nil {
+				return err
+			}
+		case tar.TypeChar: // whiteout, checked to be 0:0
+			if err := unix.Mknod(p, unix.S_IFCHR|mode, 0); err != nil {
+				return fmt.Errorf("make whiteout %s: %w", name, err)
+			}
+		}
+		if err := applyMeta(p, hdr); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	// Directories last, deepest first, so their times and modes stick.
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := applyMeta(dirs[i].p, dirs[i].hdr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkParents makes sure no existing parent of name inside dst is a
+// symlink, so creating name cannot escape dst.
+func checkParents(dst, name string) error {
+	parts := strings.Split(name, "/")
+	p := dst
+	for _, part := range parts[:len(parts)-1] {
+		p = filepath.Join(p, part)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("%w: %q: parent %q missing from the delta", ErrUnsafeEntry, name, part)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%w: %q goes through non-directory %q", ErrUnsafeEntry, name, part)
+		}
+	}
+	return nil
+}
+
+func applyMeta(p string, hdr *tar.Header) error {
+	if err := os.Lchown(p, hdr.Uid, hdr.Gid); err != nil {
+		return err
+	}
+	for k, v := range hdr.PAXRecords {
+		if name, ok := strings.CutPrefix(k, xattrPrefix); ok {
+			if err := unix.Lsetxattr(p, name, []byte(v), 0); err != nil {
+				return fmt.Errorf("set xattr %s: %w", name, err)
+			}
+		}
+	}
+	if hdr.Typeflag != tar.TypeSymlink {
+		if err := os.Chmod(p, fs.FileMode(hdr.Mode&0o777)|modeBits(hdr.Mode)); err != nil {
+			return err
+		}
+	}
+	mt := hdr.ModTime
+	ts := []unix.Timespec{unix.NsecToTimespec(mt.UnixNano()), unix.NsecToTimespec(mt.UnixNano())}
+	if !hdr.AccessTime.IsZero() {
+		ts[0] = unix.NsecToTimespec(hdr.AccessTime.UnixNano())
+	}
+	if mt.IsZero() {
+		ts[1] = unix.NsecToTimespec(time.Now().UnixNano())
+	}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+func modeBits(m int64) fs.FileMode {
+	var fm fs.FileMode
+	if m&0o4000 != 0 {
+		fm |= fs.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		fm |= fs.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		fm |= fs.ModeSticky
+	}
+	return fm
+}

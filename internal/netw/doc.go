@@ -1,0 +1,17 @@
+// Package netw builds the networks rank containers live in.
+//
+// Nouns:
+//   - bridge: a Linux bridge on a node that rank containers attach to; it
+//     holds the subnet's gateway address.
+//   - netns: a named network namespace (bind-mounted under /run/netns) that
+//     cairn creates and owns for each container, so that the same namespace
+//     can be re-created empty with the same addresses before a CRIU restore.
+//     runc joins it by path.
+//   - veth: the pair joining a netns (as eth0) to the bridge.
+//   - IPAM: the allocation of addresses in a subnet, kept in a file under the
+//     data dir and changed under a file lock.
+//
+// The package drives iproute2 (`ip`) rather than netlink directly: the
+// commands are the ones an operator would type to inspect or repair the
+// state, and they are cheap next to a checkpoint.
+package netw

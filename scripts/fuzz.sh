@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# fuzz.sh DURATION: run every Go fuzz target in the module for DURATION each.
+set -euo pipefail
+dur=${1:-5s}
+cd "$(dirname "$0")/.."
+found=0
+for pkg in $(go list ./...); do
+	dir=$(go list -f '{{.Dir}}' "$pkg")
+	targets=$(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' || true)
+	for t in $targets; do
+		found=1
+		echo "fuzz $pkg $t ($dur)"
+		go test -run '^$' -fuzz "^${t}\$" -fuzztime "$dur" "$pkg" >/tmp/cairn-fuzz.log 2>&1 || { cat /tmp/cairn-fuzz.log; exit 1; }
+	done
+done
+[ $found = 1 ] || echo "no fuzz targets"
