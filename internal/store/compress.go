@@ -1,0 +1,106 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/klauspost/compress/zstd"
+
+	"cairn/internal/store/pack"
+)
+
+// Compression selects how new chunks are compressed.
+type Compression int
+
+const (
+	// CompressionDefault is zstd at its default level (about zstd -3).
+	CompressionDefault Compression = iota
+	// CompressionFastest is zstd at its fastest level, for tests and
+	// for checkpoints on the critical path of a busy node.
+	CompressionFastest
+	// CompressionBetter trades speed for a smaller store.
+	CompressionBetter
+	// CompressionOff stores every chunk uncompressed.
+	CompressionOff
+)
+
+// codec compresses chunks into blobs and back.
+type codec struct {
+	enc *zstd.Encoder // nil for CompressionOff
+	dec *zstd.Decoder
+}
+
+func newCodec(c Compression) (*codec, error) {
+	var level zstd.EncoderLevel
+	switch c {
+	case CompressionDefault:
+		level = zstd.SpeedDefault
+	case CompressionFastest:
+		level = zstd.SpeedFastest
+	case CompressionBetter:
+		level = zstd.SpeedBetterCompression
+	case CompressionOff:
+	default:
+		return nil, fmt.Errorf("unknown compression %d", c)
+	}
+	var cd codec
+	var err error
+	if c != CompressionOff {
+		// The frame checksum is off: every chunk is verified against its
+		// BLAKE3 id after decompression.
+		cd.enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderCRC(false),
+			zstd.WithEncoderConcurrency(0), zstd.WithLowerEncoderMem(true))
+		if err != nil {
+			return nil, fmt.Errorf("zstd encoder: %w", err)
+		}
+	}
+	cd.dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecodeAllCapLimit(true),
+		zstd.WithDecoderMaxMemory(pack.MaxBlobSize))
+	if err != nil {
+		return nil, fmt.Errorf("zstd decoder: %w", err)
+	}
+	return &cd, nil
+}
+
+// compress returns the blob for chunk data: a zstd frame if that is shorter
+// than data, data itself otherwise.
+func (cd *codec) compress(data []byte) ([]byte, pack.Compression) {
+	if cd.enc == nil || len(data) == 0 {
+		return data, pack.None
+	}
+	out := cd.enc.EncodeAll(data, make([]byte, 0, len(data)))
+	if len(out) >= len(data) {
+		return data, pack.None
+	}
+	return out, pack.Zstd
+}
+
+// decompress returns the chunk encoded by blob. It fails unless the result
+// has exactly rawLength bytes.
+func (cd *codec) decompress(blob []byte, rawLength uint32, c pack.Compression) ([]byte, error) {
+	switch c {
+	case pack.None:
+		if len(blob) != int(rawLength) {
+			return nil, fmt.Errorf("blob of %d bytes, want %d", len(blob), rawLength)
+		}
+		return blob, nil
+	case pack.Zstd:
+		// The capacity limits decoding to rawLength bytes (and one more,
+		// to detect a longer frame).
+		out, err := cd.dec.DecodeAll(blob, make([]byte, 0, int(rawLength)+1))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		if len(out) != int(rawLength) {
+			return nil, fmt.Errorf("decompressed to %d bytes, want %d", len(out), rawLength)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unknown compression %v", c)
+}
+
+func (cd *codec) close() {
+	if cd.enc != nil {
+		_ = cd.enc.Close()
+	}
+	cd.dec.Close()
+}

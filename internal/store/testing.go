@@ -1,0 +1,32 @@
+package store
+
+import (
+	"log/slog"
+	"testing"
+)
+
+// TestOptions returns Options for tests: the fastest compression, small
+// packs, and a logger that writes to the test's output.
+func TestOptions(t testing.TB) Options {
+	return Options{
+		Compression: CompressionFastest,
+		PackSize:    1 << 20,
+		Logger:      slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+// TestStore opens a writable store with TestOptions in a new temporary
+// directory, and closes it when the test ends.
+func TestStore(t testing.TB) *Store {
+	t.Helper()
+	s, err := Open(t.TempDir(), TestOptions(t))
+	if err != nil {
+		t.Fatalf("open test store: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close test store: %v", err)
+		}
+	})
+	return s
+}
