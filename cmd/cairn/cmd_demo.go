@@ -116,7 +116,11 @@ func runDemo(ctx context.Context, w io.Writer, keep bool) error {
 			return
 		}
 		ctx := context.WithoutCancel(ctx)
-		_ = m.Remove(ctx, name, true)
+		if err := m.Remove(ctx, name, true); err != nil && !errors.Is(err, container.ErrNotFound) {
+			// Never remove a data dir that may still hold a mounted root.
+			fmt.Fprintf(w, "\ncould not clean up (%v); the demo's data dir %s is left\n", err, dataDir)
+			return
+		}
 		_ = bridge.Delete(ctx)
 		_ = os.RemoveAll(dataDir)
 		_ = os.RemoveAll(filepath.Join(global.stagingDir, "demo"))

@@ -64,7 +64,7 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 	if err != nil {
 		return nil, fmt.Errorf("staging dir: %w", err)
 	}
-	defer os.RemoveAll(staging)
+	defer func() { if os.Getenv("CAIRN_KEEP_STAGING") == "" { os.RemoveAll(staging) } }()
 	imgDir := filepath.Join(staging, "image")
 	workDir := filepath.Join(staging, "work")
 	for _, d := range []string{filepath.Join(imgDir, image.CRIUDir), workDir} {
@@ -73,18 +73,22 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 		}
 	}
 
+	fz, err := freezerFor(st.CgroupsPath)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+	}
 	var timing image.Timing
 	start := time.Now()
 	wasPaused := in.Status == "paused"
 	if !wasPaused {
-		if err := m.runc.run(ctx, "", "pause", m.runcID(name)); err != nil {
+		if err := fz.set(ctx, true); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
 		}
 	}
 	frozen := true
 	resume := func() {
 		if frozen && !wasPaused {
-			if err := m.runc.run(context.WithoutCancel(ctx), "", "resume", m.runcID(name)); err != nil {
+			if err := fz.set(context.WithoutCancel(ctx), false); err != nil {
 				log.Warn("resume after checkpoint", "err", err)
 			}
 		}
@@ -233,7 +237,7 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(staging)
+	defer func() { if os.Getenv("CAIRN_KEEP_STAGING") == "" { os.RemoveAll(staging) } }()
 	imgDir := filepath.Join(staging, "image")
 	man, err := m.repo.Materialize(ctx, name, seq, imgDir)
 	if err != nil {
@@ -295,8 +299,12 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	// CRIU restores the freezer state the dump saw; a checkpoint taken
 	// frozen comes back frozen.
 	if rs, err := m.runc.state(ctx, m.runcID(target)); err == nil && rs.Status == "paused" {
-		if err := m.runc.run(ctx, "", "resume", m.runcID(target)); err != nil {
-			return fail(err)
+		fz, err := freezerFor(st.CgroupsPath)
+		if err == nil {
+			err = fz.set(ctx, false)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("restore %s: thaw: %w", target, err))
 		}
 	}
 	m.log.Info("restored", "container", target, "ckpt", man.Name())

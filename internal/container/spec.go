@@ -16,6 +16,8 @@ type (
 		Hostname   string     `json:"hostname"`
 		Mounts     []ociMount `json:"mounts"`
 		Linux      ociLinux   `json:"linux"`
+		// Annotations: runc reads CRIU's config file from org.criu.config.
+		Annotations map[string]string `json:"annotations,omitempty"`
 	}
 	ociProcess struct {
 		Terminal        bool            `json:"terminal"`
@@ -84,7 +86,7 @@ var defaultCaps = []string{
 // writeSpec writes the runc bundle config for st into its bundle dir. The
 // spec is a pure function of st, so a restore writes exactly the spec the
 // checkpointed container ran with (CRIU needs the same mounts).
-func writeSpec(st *State, bundle, netnsPath string) error {
+func writeSpec(st *State, bundle, netnsPath, criuConf string) error {
 	caps := ociCapabilities{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps, Ambient: defaultCaps}
 	env := append([]string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -123,6 +125,9 @@ func writeSpec(st *State, bundle, netnsPath string) error {
 				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
+	}
+	if criuConf != "" {
+		s.Annotations = map[string]string{"org.criu.config": criuConf}
 	}
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
