@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,8 +19,11 @@ import (
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
+// rounds is how often each figure is measured; the median is reported.
+const rounds = 3
+
 // sizesMiB are the amounts of dirty memory measured; CAIRN_BENCH_SIZES
-// overrides them (e.g. "64").
+// overrides them (e.g. "64,256").
 func sizesMiB() []int {
 	if s := os.Getenv("CAIRN_BENCH_SIZES"); s != "" {
 		var out []int
@@ -31,6 +35,12 @@ func sizesMiB() []int {
 		return out
 	}
 	return []int{64, 256, 1024}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func dirSize(dir string) int64 {
@@ -56,63 +66,97 @@ func waitFile(b *testing.B, p, substr string) {
 	b.Fatalf("timed out waiting for %q in %s", substr, p)
 }
 
-// bareDump starts the same program outside any container and dumps it with
-// plain `criu dump --leave-running` into dir; it returns the dump time and
-// the pid (still running).
-func bareDump(b *testing.B, criuBin, app string, mib int, dir string) (time.Duration, int64) {
+// warmMemory writes and frees mib MiB of tmpfs once. On a VM whose memory
+// the hypervisor backs lazily, the first touch of a guest page is far
+// slower than any later one; without this, whichever measurement first
+// touches fresh memory pays for it.
+func warmMemory(b *testing.B, mib int) {
+	b.Helper()
+	p := filepath.Join("/dev/shm", fmt.Sprintf("cairn-bench-warm-%d", os.Getpid()))
+	f, err := os.Create(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.Remove(p)
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	for range mib {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// bareProcess starts the program outside any container, as a session
+// leader with stdio on files, and returns it once its memory is dirty.
+func bareProcess(b *testing.B, app string, mib int) *exec.Cmd {
 	b.Helper()
 	work := b.TempDir()
-	out := filepath.Join(work, "out")
-	f, _ := os.Create(out)
+	f, _ := os.Create(filepath.Join(work, "out"))
 	defer f.Close()
-	cmd := exec.Command(app, "stateapp", "-no-stream", "-dir", work, "-mem", fmt.Sprint(mib), "-dirty-every", "1h")
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	devnull, _ := os.Open(os.DevNull)
 	defer devnull.Close()
-	cmd.Stdin = devnull
+	cmd := exec.Command(app, "stateapp", "-no-stream", "-dir", work, "-mem", fmt.Sprint(mib), "-dirty-every", "1h")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	waitFile(b, out, "ready")
-	os.MkdirAll(dir, 0o700)
-	t := time.Now()
-	dump := exec.Command(criuBin, "dump", "-t", fmt.Sprint(cmd.Process.Pid), "-D", dir, "-R", "-o", filepath.Join(work, "dump.log"))
-	if o, err := dump.CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(work, "dump.log"))
-		b.Fatalf("bare criu dump: %v %s %s", err, o, criu.LastErrors(log, 3))
-	}
-	d := time.Since(t)
-	return d, dirSize(dir)
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFile(b, filepath.Join(work, "out"), "ready")
+	return cmd
 }
 
-// bareRestore kills nothing: it restores a dump of a process that has
-// already ended, detached, and returns the time until criu returns.
+// bareDump dumps pid with plain `criu dump --leave-running` into dir,
+// fsyncing it if sync, and returns the time taken and the bytes written.
+func bareDump(b *testing.B, criuBin string, pid int, dir string, sync bool) (time.Duration, int64) {
+	b.Helper()
+	os.RemoveAll(dir)
+	os.MkdirAll(dir, 0o700)
+	t := time.Now()
+	dump := exec.Command(criuBin, "dump", "-t", fmt.Sprint(pid), "-D", dir, "-R", "-o", "dump.log")
+	if o, err := dump.CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "dump.log"))
+		b.Fatalf("bare criu dump: %v %s %s", err, o, criu.LastErrors(log, 3))
+	}
+	if sync {
+		exec.Command("sync", "-f", dir).Run()
+	}
+	return time.Since(t), dirSize(dir)
+}
+
+// bareRestore restores a bare dump detached and returns the time until
+// criu returns; the restored process is killed afterwards.
 func bareRestore(b *testing.B, criuBin, dir string) time.Duration {
 	b.Helper()
+	pidFile := filepath.Join(dir, "restored.pid")
+	os.Remove(pidFile)
 	t := time.Now()
-	cmd := exec.Command(criuBin, "restore", "-D", dir, "-d", "-o", filepath.Join(dir, "restore.log"), "--pidfile", filepath.Join(dir, "pid"))
+	cmd := exec.Command(criuBin, "restore", "-D", dir, "-d", "-o", "restore.log", "--pidfile", pidFile)
 	if o, err := cmd.CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "restore.log"))
 		b.Fatalf("bare criu restore: %v %s %s", err, o, criu.LastErrors(log, 3))
 	}
 	d := time.Since(t)
-	// The restored tree is a child of the criu that exited: find it by
-	// the dump's root pid and end it.
-	if pidB, err := os.ReadFile(filepath.Join(dir, "pid")); err == nil {
+	if pidB, err := os.ReadFile(pidFile); err == nil {
 		var pid int
-		fmt.Sscan(string(pidB), &pid)
+		fmt.Sscan(strings.TrimSpace(string(pidB)), &pid)
 		syscall.Kill(pid, syscall.SIGKILL)
+		for i := 0; i < 200 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	return d
 }
 
 // BenchmarkCheckpoint measures, for a container whose process has dirtied
 // N MiB: the application stall of `cairn checkpoint`, its total time and
-// bytes written, next to a bare `criu dump` of the same program into tmpfs
-// and into the data disk; and `cairn restore` next to a bare `criu
-// restore`.
+// bytes written, next to a bare `criu dump` of the same program (outside a
+// container) into tmpfs and into the data disk (fsynced); and `cairn
+// restore` next to a bare `criu restore` from tmpfs. Medians of 3 rounds.
 func BenchmarkCheckpoint(b *testing.B) {
 	ctx := context.Background()
 	app := testutil.CairnBinary(b)
@@ -120,8 +164,26 @@ func BenchmarkCheckpoint(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fmt.Printf("\n%-6s %-28s %10s %10s %10s %9s\n", "MiB", "what", "stall", "total", "bytes", "ratio")
-	for _, mib := range sizesMiB() {
+	sizes := sizesMiB()
+	warmMemory(b, 4*slices.Max(sizes)+512)
+	fmt.Printf("\n%-6s %-30s %10s %10s %12s %9s\n", "MiB", "what (median of 3)", "stall", "total", "bytes", "ratio")
+	row := func(mib int, what string, stall, total time.Duration, bytes int64, ratio float64) {
+		f := func(d time.Duration) string {
+			if d == 0 {
+				return ""
+			}
+			return d.Round(time.Millisecond).String()
+		}
+		bs, rs := "", ""
+		if bytes > 0 {
+			bs = fmt.Sprint(bytes)
+		}
+		if ratio > 0 {
+			rs = fmt.Sprintf("%.2fx", ratio)
+		}
+		fmt.Printf("%-6d %-30s %10s %10s %12s %9s\n", mib, what, f(stall), f(total), bs, rs)
+	}
+	for _, mib := range sizes {
 		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) {
 			env := testutil.NewEnv(b)
 			m := env.Manager
@@ -131,47 +193,56 @@ func BenchmarkCheckpoint(b *testing.B) {
 				b.Fatal(err)
 			}
 			waitFile(b, in.Log, "ready")
+			bare := bareProcess(b, app, mib)
+			time.Sleep(time.Second) // let both Go runtimes settle after the big allocation
 
-			// Baselines first, on a fresh process of the same kind.
 			tmpfsDir := filepath.Join("/dev/shm", fmt.Sprintf("cairn-bench-%d", os.Getpid()))
 			diskDir := filepath.Join(b.TempDir(), "bare")
 			defer os.RemoveAll(tmpfsDir)
-			bareTmpfs, bareBytes := bareDump(b, criuBin, app, mib, tmpfsDir)
-			bareDisk, _ := bareDump(b, criuBin, app, mib, diskDir)
-			// fsync the disk dump so the comparison includes persisting.
-			syncStart := time.Now()
-			exec.Command("sync", "-f", diskDir).Run()
-			bareDisk += time.Since(syncStart)
-
-			man, err := m.Checkpoint(ctx, "bench", container.CheckpointOptions{})
-			if err != nil {
-				b.Fatal(err)
+			var bareT, bareD, stall, total, dump []time.Duration
+			var bareBytes, cairnBytes int64
+			for r := range rounds {
+				d, n := bareDump(b, criuBin, bare.Process.Pid, tmpfsDir, false)
+				bareT, bareBytes = append(bareT, d), n
+				d, _ = bareDump(b, criuBin, bare.Process.Pid, diskDir, true)
+				bareD = append(bareD, d)
+				man, err := m.Checkpoint(ctx, "bench", container.CheckpointOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				stall, total, dump = append(stall, man.Timing.Stall), append(total, man.Timing.Total), append(dump, man.Timing.Dump)
+				cairnBytes = man.Size()
+				if r < rounds-1 {
+					m.Repo().Remove("bench", man.Seq)
+				}
 			}
-			st := man.Timing
-			fmt.Printf("%-6d %-28s %10s %10s %10d %9s\n", mib, "bare criu dump -> tmpfs", bareTmpfs.Round(time.Millisecond), "", bareBytes, "")
-			fmt.Printf("%-6d %-28s %10s %10s %10s %9s\n", mib, "bare criu dump -> disk+sync", bareDisk.Round(time.Millisecond), "", "", "")
-			fmt.Printf("%-6d %-28s %10s %10s %10d %8.2fx\n", mib, "cairn checkpoint", st.Stall.Round(time.Millisecond), st.Total.Round(time.Millisecond), man.Size(),
-				float64(st.Stall)/float64(bareTmpfs))
-			fmt.Printf("%-6d %-28s %10s %10s %10s %8.2fx\n", mib, "  total vs bare disk+sync", "", st.Total.Round(time.Millisecond), "", float64(st.Total)/float64(bareDisk))
-			fmt.Printf("%-6d %-28s %10s %10s %10s %9s\n", mib, "  of which runc checkpoint", st.Dump.Round(time.Millisecond), "", "", "")
-			fmt.Printf("%-6d %-28s %10s %10s %10s %9s\n", mib, "  of which fs delta capture", st.Capture.Round(time.Millisecond), "", "", "")
-			b.ReportMetric(float64(st.Stall)/float64(bareTmpfs), "stall/bare-tmpfs")
-			b.ReportMetric(float64(st.Total)/float64(bareDisk), "total/bare-disk")
+			row(mib, "bare criu dump -> tmpfs", median(bareT), 0, bareBytes, 0)
+			row(mib, "bare criu dump -> disk+fsync", 0, median(bareD), 0, 0)
+			row(mib, "cairn checkpoint", median(stall), median(total), cairnBytes, float64(median(stall))/float64(median(bareT)))
+			row(mib, "  of which CRIU via runc", median(dump), 0, 0, 0)
+			row(mib, "  total vs bare disk+fsync", 0, median(total), 0, float64(median(total))/float64(median(bareD)))
+			b.ReportMetric(float64(median(stall))/float64(median(bareT)), "stall/bare-tmpfs")
+			b.ReportMetric(float64(median(total))/float64(median(bareD)), "total/bare-disk")
 
 			// Restore: cairn (verify + materialize + overlay + netns + CRIU)
 			// next to a bare criu restore of the tmpfs dump.
-			if err := m.Kill(ctx, "bench", syscall.SIGKILL); err != nil {
-				b.Fatal(err)
+			bare.Process.Kill()
+			bare.Wait()
+			var bareR, cairnR []time.Duration
+			for range rounds {
+				bareR = append(bareR, bareRestore(b, criuBin, tmpfsDir))
+				if err := m.Kill(ctx, "bench", syscall.SIGKILL); err != nil {
+					b.Fatal(err)
+				}
+				t := time.Now()
+				if _, err := m.Restore(ctx, "bench", container.RestoreOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				cairnR = append(cairnR, time.Since(t))
 			}
-			bareR := bareRestore(b, criuBin, tmpfsDir)
-			t := time.Now()
-			if _, err := m.Restore(ctx, "bench", container.RestoreOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			cr := time.Since(t)
-			fmt.Printf("%-6d %-28s %10s %10s %10s %9s\n", mib, "bare criu restore (tmpfs)", "", bareR.Round(time.Millisecond), "", "")
-			fmt.Printf("%-6d %-28s %10s %10s %10s %8.2fx\n", mib, "cairn restore", "", cr.Round(time.Millisecond), "", float64(cr)/float64(bareR))
-			b.ReportMetric(float64(cr)/float64(bareR), "restore/bare")
+			row(mib, "bare criu restore (tmpfs)", 0, median(bareR), 0, 0)
+			row(mib, "cairn restore (verify+restore)", 0, median(cairnR), 0, float64(median(cairnR))/float64(median(bareR)))
+			b.ReportMetric(float64(median(cairnR))/float64(median(bareR)), "restore/bare")
 		})
 	}
 }

@@ -64,7 +64,11 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 	if err != nil {
 		return nil, fmt.Errorf("staging dir: %w", err)
 	}
-	defer func() { if os.Getenv("CAIRN_KEEP_STAGING") == "" { os.RemoveAll(staging) } }()
+	defer func() {
+		if os.Getenv("CAIRN_KEEP_STAGING") == "" {
+			os.RemoveAll(staging)
+		}
+	}()
 	imgDir := filepath.Join(staging, "image")
 	workDir := filepath.Join(staging, "work")
 	for _, d := range []string{filepath.Join(imgDir, image.CRIUDir), workDir} {
@@ -237,7 +241,11 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { if os.Getenv("CAIRN_KEEP_STAGING") == "" { os.RemoveAll(staging) } }()
+	defer func() {
+		if os.Getenv("CAIRN_KEEP_STAGING") == "" {
+			os.RemoveAll(staging)
+		}
+	}()
 	imgDir := filepath.Join(staging, "image")
 	man, err := m.repo.Materialize(ctx, name, seq, imgDir)
 	if err != nil {

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"cairn/internal/container"
+	"cairn/internal/image"
+	"cairn/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+// cli runs the cairn binary against one test env.
+type cli struct {
+	t   *testing.T
+	bin string
+	env *testutil.Env
+}
+
+func newCLI(t *testing.T) *cli {
+	return &cli{t: t, bin: testutil.CairnBinary(t), env: testutil.NewEnv(t)}
+}
+
+// run runs cairn with args and returns stdout, stderr and the exit code.
+func (c *cli) run(args ...string) (string, string, int) {
+	c.t.Helper()
+	full := append([]string{"--data", c.env.DataDir, "--staging", c.env.StagingDir,
+		"--bridge", c.env.Bridge.Name, "--subnet", c.env.Bridge.Subnet.String()}, args...)
+	cmd := exec.Command(c.bin, full...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatalf("cairn %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// ok runs cairn and fails the test unless it exits 0.
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	out, errs, code := c.run(args...)
+	if code != 0 {
+		c.t.Fatalf("cairn %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+func (c *cli) json(v any, args ...string) {
+	c.t.Helper()
+	out := c.ok(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.t.Fatalf("cairn %v --json: %v\n%s", args, err, out)
+	}
+}
+
+func (c *cli) waitLogs(name, substr string) {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if out, _, _ := c.run("logs", name); strings.Contains(out, substr) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Fatalf("logs of %s never showed %q", name, substr)
+}
+
+// TestCLILifecycle drives every command through a container's life, each
+// call a new cairn process: state lives in the data dir, not in memory.
+func TestCLILifecycle(t *testing.T) {
+	c := newCLI(t)
+	out := c.ok("run", "--name", "job", "--env", "GREETING=hi", "--", c.bin, "stateapp", "-dir", "/var/lib/stateapp")
+	if !strings.Contains(out, "job running") {
+		t.Fatalf("run output %q", out)
+	}
+	var list []container.Info
+	c.json(&list, "ps")
+	if len(list) != 1 || list[0].Name != "job" || list[0].Status != "running" || !list[0].Addr.IsValid() {
+		t.Fatalf("ps --json: %+v", list)
+	}
+	var in container.Info
+	c.json(&in, "inspect", "job")
+	if in.Endpoint.Netns == "" || in.Config.Env[0] != "GREETING=hi" {
+		t.Fatalf("inspect --json: %+v", in)
+	}
+	if out := c.ok("exec", "job", "--", "sh", "-c", "echo $GREETING from $(hostname)"); strings.TrimSpace(out) != "hi from job" {
+		t.Fatalf("exec output %q", out)
+	}
+	if _, _, code := c.run("exec", "job", "--", "sh", "-c", "exit 7"); code != 7 {
+		t.Fatalf("exec exit code %d, want 7", code)
+	}
+	c.waitLogs("job", "recv=")
+
+	var man image.Manifest
+	c.json(&man, "checkpoint", "job")
+	if man.Name() != "job:1" || man.Timing.Stall <= 0 {
+		t.Fatalf("checkpoint --json: %+v", man)
+	}
+	c.ok("checkpoint", "job")
+	var mans []image.Manifest
+	c.json(&mans, "checkpoints", "job")
+	if len(mans) != 2 {
+		t.Fatalf("checkpoints: %d", len(mans))
+	}
+	if out := c.ok("checkpoints"); !strings.Contains(out, "job:1") || !strings.Contains(out, "job:2") {
+		t.Fatalf("checkpoints table:\n%s", out)
+	}
+	if out := c.ok("verify", "--all"); strings.Count(out, "ok ") != 2 {
+		t.Fatalf("verify --all:\n%s", out)
+	}
+
+	c.ok("kill", "job")
+	c.json(&in, "inspect", "job")
+	if in.Status != "exited" || in.Exit == nil || in.Exit.Signal != "SIGKILL" {
+		t.Fatalf("after kill: %+v", in)
+	}
+	if out := c.ok("restore", "job", "--from", "1"); !strings.Contains(out, "restored from job:1") {
+		t.Fatalf("restore output %q", out)
+	}
+	// A second restore beside it.
+	c.ok("restore", "job", "--from", "job:2", "--as", "copy")
+	c.json(&list, "ps")
+	if len(list) != 2 || list[0].Status != "running" || list[1].Status != "running" {
+		t.Fatalf("ps after restores: %+v", list)
+	}
+
+	// rm keeps checkpoints; restore recreates a removed container.
+	c.ok("rm", "-f", "job", "copy")
+	c.json(&list, "ps")
+	if len(list) != 0 {
+		t.Fatalf("ps after rm: %+v", list)
+	}
+	c.ok("restore", "job")
+	c.json(&in, "inspect", "job")
+	if in.Status != "running" || in.RestoredFrom != "job:2" {
+		t.Fatalf("restore after rm: %+v", in)
+	}
+	c.ok("checkpoint", "rm", "job:1")
+	c.json(&mans, "checkpoints", "job")
+	if len(mans) != 1 || mans[0].Seq != 2 {
+		t.Fatalf("after checkpoint rm: %+v", mans)
+	}
+	c.ok("rm", "-f", "job")
+}
+
+// TestCLIErrors checks that mistakes get a clear message and the
+// documented exit code, and change nothing.
+func TestCLIErrors(t *testing.T) {
+	c := newCLI(t)
+	tests := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"checkpoint", "ghost"}, 3, "no such container: ghost"},
+		{[]string{"restore", "ghost"}, 3, "has no checkpoint"},
+		{[]string{"inspect", "ghost"}, 3, "no such container"},
+		{[]string{"run", "--", "true"}, 2, "--name is required"},
+		{[]string{"run", "--name", "x"}, 2, "no command given"},
+		{[]string{"run", "--name", "../x", "--", "true"}, 1, "invalid container name"},
+		{[]string{"ps", "--no-such-flag"}, 2, "unknown flag"},
+		{[]string{"restore", "x", "--from", "abc"}, 2, "bad checkpoint"},
+		{[]string{"verify"}, 2, "--all"},
+		{[]string{"kill", "-s", "NOPE", "x"}, 2, "unknown signal"},
+	}
+	for _, tc := range tests {
+		_, errs, code := c.run(tc.args...)
+		if code != tc.code || !strings.Contains(errs, tc.msg) {
+			t.Errorf("cairn %s: exit %d, stderr %q; want exit %d with %q", strings.Join(tc.args, " "), code, errs, tc.code, tc.msg)
+		}
+	}
+
+	c.ok("run", "--name", "a", "--", c.bin, "stateapp", "-no-stream", "-dir", "/var/lib/stateapp")
+	if _, errs, code := c.run("run", "--name", "a", "--", "true"); code != 1 || !strings.Contains(errs, "already exists") {
+		t.Errorf("duplicate run: exit %d %q", code, errs)
+	}
+	if _, errs, code := c.run("rm", "a"); code != 1 || !strings.Contains(errs, "--force") {
+		t.Errorf("rm of running container: exit %d %q", code, errs)
+	}
+	c.waitLogs("a", "count=50")
+	c.ok("checkpoint", "a", "--stop")
+	if _, errs, code := c.run("checkpoint", "a"); code != 1 || !strings.Contains(errs, "not running") {
+		t.Errorf("checkpoint of a stopped container: exit %d %q", code, errs)
+	}
+
+	// A corrupt checkpoint: exit 4, the image named, verify says BAD.
+	pages, _ := filepath.Glob(filepath.Join(c.env.DataDir, "checkpoints", "a", "1", "criu", "pages-*.img"))
+	if len(pages) == 0 {
+		t.Fatal("no pages image")
+	}
+	if err := os.Truncate(pages[0], 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := c.run("restore", "a"); code != 4 || !strings.Contains(errs, "truncated") {
+		t.Errorf("restore of truncated image: exit %d %q", code, errs)
+	}
+	if out, _, code := c.run("verify", "a"); code != 4 || !strings.Contains(out, "BAD  a:1") {
+		t.Errorf("verify of truncated image: exit %d %q", code, out)
+	}
+
+	// An old CRIU is refused with the reason and the remedy: exit 5.
+	fake := filepath.Join(t.TempDir(), "criu")
+	os.WriteFile(fake, []byte("#!/bin/sh\necho 'Version: 3.17.1'\n"), 0o755)
+	if _, errs, code := c.run("--criu", fake, "restore", "a"); code != 5 || !strings.Contains(errs, "needs 4.2.0 or newer") {
+		t.Errorf("restore with CRIU 3.17: exit %d %q", code, errs)
+	}
+}
+
+// TestCLIHelp: every command answers --help.
+func TestCLIHelp(t *testing.T) {
+	bin := testutil.CairnBinary(t)
+	for _, cmd := range newRootCmd().Commands() {
+		if cmd.Hidden {
+			continue
+		}
+		out, err := exec.Command(bin, cmd.Name(), "--help").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Usage:") {
+			t.Errorf("cairn %s --help: %v\n%s", cmd.Name(), err, out)
+		}
+	}
+}
