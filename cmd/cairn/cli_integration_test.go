@@ -102,13 +102,13 @@ func TestCLILifecycle(t *testing.T) {
 	}
 	c.waitLogs("job", "recv=")
 
-	var man image.Manifest
+	var man image.Record
 	c.json(&man, "checkpoint", "job")
 	if man.Name() != "job:1" || man.Timing.Stall <= 0 {
 		t.Fatalf("checkpoint --json: %+v", man)
 	}
 	c.ok("checkpoint", "job")
-	var mans []image.Manifest
+	var mans []image.Record
 	c.json(&mans, "checkpoints", "job")
 	if len(mans) != 2 {
 		t.Fatalf("checkpoints: %d", len(mans))
@@ -116,7 +116,7 @@ func TestCLILifecycle(t *testing.T) {
 	if out := c.ok("checkpoints"); !strings.Contains(out, "job:1") || !strings.Contains(out, "job:2") {
 		t.Fatalf("checkpoints table:\n%s", out)
 	}
-	if out := c.ok("verify", "--all"); strings.Count(out, "ok ") != 2 {
+	if out := c.ok("verify", "--all", "--read-data"); strings.Count(out, "ok ") != 2 {
 		t.Fatalf("verify --all:\n%s", out)
 	}
 
@@ -195,17 +195,19 @@ func TestCLIErrors(t *testing.T) {
 	}
 
 	// A corrupt checkpoint: exit 4, the image named, verify says BAD.
-	pages, _ := filepath.Glob(filepath.Join(c.env.DataDir, "checkpoints", "a", "1", "criu", "pages-*.img"))
-	if len(pages) == 0 {
-		t.Fatal("no pages image")
+	packs, _ := filepath.Glob(filepath.Join(c.env.DataDir, "store", "packs", "*", "*"))
+	if len(packs) == 0 {
+		t.Fatal("no pack in the store")
 	}
-	if err := os.Truncate(pages[0], 100); err != nil {
-		t.Fatal(err)
+	for _, p := range packs {
+		if err := os.Truncate(p, 100); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, errs, code := c.run("restore", "a"); code != 4 || !strings.Contains(errs, "truncated") {
+	if _, errs, code := c.run("restore", "a"); code != 4 || !strings.Contains(errs, "corrupt") {
 		t.Errorf("restore of truncated image: exit %d %q", code, errs)
 	}
-	if out, _, code := c.run("verify", "a"); code != 4 || !strings.Contains(out, "BAD  a:1") {
+	if out, _, code := c.run("verify", "a", "--read-data"); code != 4 || !strings.Contains(out, "BAD  a:1") {
 		t.Errorf("verify of truncated image: exit %d %q", code, out)
 	}
 

@@ -31,7 +31,9 @@ the dump.`,
 			if err != nil {
 				return err
 			}
-			man, err := m.Checkpoint(cmd.Context(), args[0], container.CheckpointOptions{Stop: stop || !leaveRunning})
+			prog, done := progressBar("persisting "+args[0], asJSON)
+			man, err := m.Checkpoint(cmd.Context(), args[0], container.CheckpointOptions{Stop: stop || !leaveRunning, Progress: prog})
+			done()
 			if err != nil {
 				return err
 			}
@@ -39,8 +41,8 @@ the dump.`,
 				return printJSON(cmd.OutOrStdout(), man)
 			}
 			t := man.Timing
-			fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s: %s in %d files; stalled %s (dump %s), total %s\n",
-				man.Name(), humanBytes(man.Size()), len(man.Files), humanDuration(t.Stall), humanDuration(t.Dump), humanDuration(t.Total))
+			fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s: %s (%s new); stalled %s (dump %s), total %s\n",
+				man.Name(), humanBytes(man.Size()), humanBytes(man.NewBytes), humanDuration(t.Stall), humanDuration(t.Dump), humanDuration(t.Total))
 			return nil
 		},
 	}
@@ -48,6 +50,35 @@ the dump.`,
 	f.BoolVar(&leaveRunning, "leave-running", true, "resume the container after the dump (default)")
 	f.BoolVar(&stop, "stop", false, "stop the container after the dump")
 	f.BoolVar(&asJSON, "json", false, "print the checkpoint's manifest as JSON")
+	for _, pin := range []bool{true, false} {
+		use, short := "pin NAME:SEQ...", "Keep checkpoints whatever gc's retention policy says"
+		if !pin {
+			use, short = "unpin NAME:SEQ...", "Let gc's retention policy apply to checkpoints again"
+		}
+		cmd.AddCommand(&cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  cobra.MinimumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				m, err := manager()
+				if err != nil {
+					return err
+				}
+				var errs []error
+				for _, ref := range args {
+					name, seq, err := container.ParseCheckpointRef(ref, "")
+					if err != nil || name == "" {
+						errs = append(errs, usageError{fmt.Errorf("bad checkpoint %q: want NAME:SEQ", ref)})
+						continue
+					}
+					if err := m.Repo().SetPinned(name, seq, pin); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				return errors.Join(errs...)
+			},
+		})
+	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "rm NAME:SEQ...",
 		Short: "Delete checkpoints",
@@ -93,7 +124,7 @@ func newCheckpointsCmd() *cobra.Command {
 					return err
 				}
 			}
-			var all []*image.Manifest
+			var all []*image.Record
 			var errs []error
 			for _, n := range names {
 				ms, err := m.Checkpoints(n)
@@ -104,7 +135,7 @@ func newCheckpointsCmd() *cobra.Command {
 			}
 			if asJSON {
 				if all == nil {
-					all = []*image.Manifest{}
+					all = []*image.Record{}
 				}
 				if err := printJSON(cmd.OutOrStdout(), all); err != nil {
 					return err
@@ -112,14 +143,14 @@ func newCheckpointsCmd() *cobra.Command {
 				return errors.Join(errs...)
 			}
 			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "CHECKPOINT\tCREATED\tSIZE\tFILES\tSTALL\tCRIU")
+			fmt.Fprintln(tw, "CHECKPOINT\tCREATED\tSIZE\tNEW\tSTALL\tPINNED\tCRIU")
 			for _, man := range all {
-				if man.Version == 0 {
-					fmt.Fprintf(tw, "%s\t(unreadable)\t-\t-\t-\t-\n", man.Name())
-					continue
+				pinned := ""
+				if man.Pinned {
+					pinned = "yes"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", man.Name(), ago(man.Created), humanBytes(man.Size()),
-					man.Delta.Files, humanDuration(man.Timing.Stall), man.CRIUVersion)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", man.Name(), ago(man.Created), humanBytes(man.Size()),
+					humanBytes(man.NewBytes), humanDuration(man.Timing.Stall), pinned, man.CRIUVersion)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -164,7 +195,10 @@ NAME must not be running; --as NEWNAME restores a copy beside it.`,
 			if err != nil {
 				return err
 			}
+			var done func()
+			opts.Progress, done = progressBar("reading "+args[0], asJSON)
 			in, err := m.Restore(cmd.Context(), args[0], opts)
+			done()
 			if err != nil {
 				return err
 			}
@@ -183,10 +217,14 @@ NAME must not be running; --as NEWNAME restores a copy beside it.`,
 }
 
 func newVerifyCmd() *cobra.Command {
-	var all, asJSON bool
+	var all, asJSON, readData bool
 	cmd := &cobra.Command{
-		Use:   "verify [NAME[:SEQ]...] [--all]",
-		Short: "Check checkpoints against their manifests (reads every byte)",
+		Use:   "verify [NAME[:SEQ]...] [--all] [--read-data]",
+		Short: "Check that checkpoints are complete and intact in the store",
+		Long: `Check checkpoints: their records, their manifests, and that every chunk they
+use is in the store. With --read-data every chunk is read and checked against
+its hash (BLAKE3), which finds damaged data; a damaged chunk is reported with
+every checkpoint that uses it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := manager()
 			if err != nil {
@@ -229,7 +267,10 @@ func newVerifyCmd() *cobra.Command {
 			var bad int
 			for _, t := range targets {
 				r := result{Checkpoint: fmt.Sprintf("%s:%d", t.name, t.seq), OK: true}
-				if _, err := m.Repo().Verify(cmd.Context(), t.name, t.seq); err != nil {
+				prog, done := progressBar(fmt.Sprintf("verifying %s:%d", t.name, t.seq), asJSON || !readData)
+				_, err := m.Repo().Verify(cmd.Context(), t.name, t.seq, readData, prog)
+				done()
+				if err != nil {
 					r.OK, r.Error = false, err.Error()
 					bad++
 				}
@@ -254,6 +295,7 @@ func newVerifyCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "verify every checkpoint")
+	cmd.Flags().BoolVar(&readData, "read-data", false, "read and hash every chunk")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

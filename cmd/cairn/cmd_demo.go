@@ -249,7 +249,7 @@ func runDemo(ctx context.Context, w io.Writer, keep bool) error {
 // readCountsFromCheckpoint returns the count.log lines stored in a
 // checkpoint's fs delta.
 func readCountsFromCheckpoint(m *container.Manager, name string, seq int) ([][]byte, error) {
-	data, err := m.Repo().ReadDeltaFile(name, seq, "var/lib/stateapp/count.log")
+	data, err := m.Repo().ReadDeltaFile(context.Background(), name, seq, "var/lib/stateapp/count.log")
 	if err != nil {
 		return nil, err
 	}

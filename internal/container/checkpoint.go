@@ -23,7 +23,8 @@ var ErrDumpFailed = errors.New("checkpoint dump failed")
 
 // CheckpointOptions tunes Checkpoint.
 type CheckpointOptions struct {
-	Stop bool // stop the container after the dump instead of resuming it
+	Stop     bool           // stop the container after the dump instead of resuming it
+	Progress image.Progress // reports the ingest into the store; may be nil
 }
 
 // imageConfig is the container config recorded in an image.
@@ -36,7 +37,7 @@ type imageConfig struct {
 // fs delta. The container is paused (frozen) for the capture and resumed
 // as soon as its state is in staging; the image is persisted after that.
 // On any error the container is resumed and no image is listed.
-func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOptions) (*image.Manifest, error) {
+func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOptions) (*image.Record, error) {
 	info, err := m.CRIU(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
@@ -149,7 +150,7 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 	}
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
-	man := &image.Manifest{
+	man := &image.Record{
 		Container:   name,
 		Seq:         seq,
 		Created:     start.UTC(),
@@ -161,7 +162,7 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 		Timing:      timing,
 	}
 	t = time.Now()
-	if err := m.repo.Write(ctx, imgDir, man); err != nil {
+	if err := m.repo.Ingest(ctx, imgDir, man, opts.Progress); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	// Persist and Total are known only now: they are returned, not stored.
@@ -187,8 +188,9 @@ func captureDelta(upper, dst string) (image.DeltaStats, error) {
 
 // RestoreOptions tunes Restore.
 type RestoreOptions struct {
-	Seq int    // checkpoint number; 0 means the newest
-	As  string // restore as a new container of this name
+	Seq      int            // checkpoint number; 0 means the newest
+	As       string         // restore as a new container of this name
+	Progress image.Progress // reports reading the image; may be nil
 }
 
 // Restore brings a container back from one of its checkpoints: the image is
@@ -233,7 +235,9 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		return nil, err
 	}
 
-	// Verify the whole image before touching anything.
+	// Read the whole image, verifying every chunk, before touching anything:
+	// CRIU's files into staging (tmpfs), the fs delta into a new upper dir
+	// on the data disk, renamed into place once the old runtime is gone.
 	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
 		return nil, fmt.Errorf("staging dir: %w", err)
 	}
@@ -241,22 +245,28 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if os.Getenv("CAIRN_KEEP_STAGING") == "" {
-			os.RemoveAll(staging)
-		}
-	}()
-	imgDir := filepath.Join(staging, "image")
-	man, err := m.repo.Materialize(ctx, name, seq, imgDir)
+	defer os.RemoveAll(staging)
+	man, err := m.repo.Load(name, seq)
 	if err != nil {
-		return nil, fmt.Errorf("restore %s from %s:%d: %w", target, name, seq, err)
+		return nil, err
 	}
 	var cfg imageConfig
 	if err := json.Unmarshal(man.Config, &cfg); err != nil {
-		return nil, &image.CorruptError{Image: m.repo.Path(name, seq), Reason: "config: " + err.Error()}
+		return nil, &image.CorruptError{Image: man.Name(), What: "record", Reason: "config: " + err.Error()}
 	}
-	deltaPath := filepath.Join(imgDir, image.DeltaName)
-	if err := checkDeltaFile(deltaPath); err != nil {
+	criuDir := filepath.Join(staging, image.CRIUDir)
+	newUpper, err := os.MkdirTemp(filepath.Join(m.opts.DataDir, "containers"), ".restore-"+target+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(newUpper)
+	if err := os.Mkdir(criuDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(newUpper, 0o755); err != nil {
+		return nil, err
+	}
+	if err := m.repo.Materialize(ctx, man, criuDir, newUpper, opts.Progress); err != nil {
 		return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
 	}
 
@@ -291,13 +301,10 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		}
 		return nil, err
 	}
-	if err := os.Mkdir(upper, 0o755); err != nil {
+	if err := os.Rename(newUpper, upper); err != nil {
 		return fail(err)
 	}
-	if err := unpackDeltaFile(deltaPath, upper); err != nil {
-		return fail(fmt.Errorf("restore %s: %w", target, err))
-	}
-	from := &restoreFrom{images: filepath.Join(imgDir, image.CRIUDir), work: filepath.Join(staging, "work")}
+	from := &restoreFrom{images: criuDir, work: filepath.Join(staging, "work")}
 	if err := os.MkdirAll(from.work, 0o700); err != nil {
 		return fail(err)
 	}
@@ -319,26 +326,8 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	return m.Get(ctx, target)
 }
 
-func checkDeltaFile(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return image.CheckDelta(bufio.NewReaderSize(f, 1<<20))
-}
-
-func unpackDeltaFile(p, dst string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return image.UnpackDelta(bufio.NewReaderSize(f, 1<<20), dst)
-}
-
 // Checkpoints lists a container's checkpoints, oldest first.
-func (m *Manager) Checkpoints(name string) ([]*image.Manifest, error) {
+func (m *Manager) Checkpoints(name string) ([]*image.Record, error) {
 	ms, errs := m.repo.List(name)
 	return ms, errors.Join(errs...)
 }

@@ -117,7 +117,7 @@ func readCount(t *testing.T, in *container.Info) []string {
 
 func ckptCount(t *testing.T, env *testutil.Env, name string, seq int) []string {
 	t.Helper()
-	b, err := env.Manager.Repo().ReadDeltaFile(name, seq, countFile)
+	b, err := env.Manager.Repo().ReadDeltaFile(context.Background(), name, seq, countFile)
 	if err != nil {
 		t.Fatal(err)
 	}

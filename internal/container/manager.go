@@ -115,9 +115,13 @@ func New(opts Options) (*Manager, error) {
 		opts:     opts,
 		instance: inst,
 		runc:     runc{bin: runcBin, root: filepath.Join(opts.DataDir, "runc")},
-		repo:     image.Repo{Dir: filepath.Join(opts.DataDir, "checkpoints")},
-		ipam:     netw.IPAM{Path: netw.DefaultStatePath(opts.DataDir), Subnet: opts.Bridge.Subnet},
-		log:      opts.Logger,
+		repo: image.Repo{
+			Dir:      filepath.Join(opts.DataDir, "checkpoints"),
+			StoreDir: filepath.Join(opts.DataDir, "store"),
+			Logger:   opts.Logger,
+		},
+		ipam: netw.IPAM{Path: netw.DefaultStatePath(opts.DataDir), Subnet: opts.Bridge.Subnet},
+		log:  opts.Logger,
 	}
 	if opts.CRIU != "" || os.Getenv(criu.EnvPath) != "" {
 		m.runc.criu, _ = criu.Find(opts.CRIU)

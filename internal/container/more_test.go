@@ -1,11 +1,8 @@
 package container_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zeebo/blake3"
-
 	"cairn/internal/container"
 	"cairn/internal/image"
+	"cairn/internal/store"
 	"cairn/internal/testutil"
 )
 
@@ -135,20 +131,23 @@ func TestMissingContainer(t *testing.T) {
 	}
 }
 
-// TestRestoreRefusesBadImages damages a checkpoint in each way a disk or a
-// person can, and checks that restore refuses it before CRIU runs, saying
-// what is wrong, and that the stopped container and the other checkpoint
-// are untouched.
+// TestRestoreRefusesBadImages damages the store in each way a disk or a
+// person can, and checks that restore refuses (or repairs) it before CRIU
+// runs, says what is wrong and which checkpoints it affects, and leaves the
+// stopped container and the other checkpoints as they were.
 func TestRestoreRefusesBadImages(t *testing.T) {
 	env := testutil.NewEnv(t)
 	ctx := context.Background()
 	m := env.Manager
-	in := runStateApp(t, env, "app", "-no-stream")
-	waitLog(t, in.Log, 0, "count=20", func(b []byte) bool { return bytes.Contains(b, []byte("count=")) })
-	for range 2 {
-		if _, err := m.Checkpoint(ctx, "app", container.CheckpointOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	in := runStateApp(t, env, "app", "-no-stream", "-mem", "4")
+	waitLog(t, in.Log, 0, "memory", func(b []byte) bool { return bytes.Contains(b, []byte("ready")) })
+	if _, err := m.Checkpoint(ctx, "app", container.CheckpointOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other := runStateApp(t, env, "other", "-no-stream")
+	waitLog(t, other.Log, 0, "count", func(b []byte) bool { return bytes.Contains(b, []byte("count=")) })
+	if _, err := m.Checkpoint(ctx, "other", container.CheckpointOptions{Stop: true}); err != nil {
+		t.Fatal(err)
 	}
 	if err := m.Kill(ctx, "app", syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -157,35 +156,66 @@ func TestRestoreRefusesBadImages(t *testing.T) {
 	if err := os.WriteFile(marker, []byte("still here"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dir := m.Repo().Path("app", 1)
-	pages, _ := filepath.Glob(filepath.Join(dir, image.CRIUDir, "pages-*.img"))
-	if len(pages) == 0 {
-		t.Fatal("no pages image")
+	storeDir := filepath.Join(env.DataDir, "store")
+	rec, err := m.Repo().Load("app", 1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	pageFile := pages[0]
 	backup := t.TempDir()
-	if err := os.CopyFS(backup, os.DirFS(dir)); err != nil {
+	if err := os.CopyFS(backup, os.DirFS(storeDir)); err != nil {
 		t.Fatal(err)
 	}
 	restoreBackup := func() {
-		os.RemoveAll(dir)
-		if err := os.CopyFS(dir, os.DirFS(backup)); err != nil {
+		os.RemoveAll(storeDir)
+		if err := os.CopyFS(storeDir, os.DirFS(backup)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	biggestPack := func() string {
+		var best string
+		var size int64
+		filepath.Walk(filepath.Join(storeDir, "packs"), func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() && fi.Size() > size {
+				best, size = p, fi.Size()
+			}
+			return nil
+		})
+		return best
+	}
+	manifestFile := func() string {
+		var found string
+		filepath.Walk(filepath.Join(storeDir, "manifests"), func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() && strings.Contains(p, rec.Manifest.String()) {
+				found = p
+			}
+			return nil
+		})
+		return found
+	}
+	recordFile := filepath.Join(env.DataDir, "checkpoints", "app", "1.json")
+	goodRecord, err := os.ReadFile(recordFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restoreStore := restoreBackup
+	restoreBackup = func() {
+		restoreStore()
+		if err := os.WriteFile(recordFile, goodRecord, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tests := []struct {
 		name   string
 		damage func() error
-		want   string // in the error
+		want   string // in the error; "" means restore repairs and succeeds
 	}{
-		{"flipped byte", func() error { return flipByte(pageFile, 4096+17) }, "BLAKE3"},
-		{"truncated", func() error { return os.Truncate(pageFile, 4096) }, "truncated"},
-		{"grown", func() error { return appendTo(pageFile, []byte("x")) }, "longer"},
-		{"missing file", func() error { return os.Remove(pageFile) }, "missing"},
-		{"extra file", func() error { return os.WriteFile(filepath.Join(dir, image.CRIUDir, "extra.img"), []byte("x"), 0o600) }, "not in the manifest"},
-		{"manifest garbage", func() error { return os.WriteFile(filepath.Join(dir, image.ManifestName), []byte("{not json"), 0o600) }, "manifest"},
-		{"manifest truncated", func() error { return os.Truncate(filepath.Join(dir, image.ManifestName), 100) }, "manifest"},
-		{"fs delta flipped", func() error { return flipByte(filepath.Join(dir, image.DeltaName), 600) }, image.DeltaName},
+		{"flipped byte in pack", func() error { return flipByte(biggestPack(), 5000) }, "chunk"},
+		{"truncated pack", func() error { return os.Truncate(biggestPack(), 10000) }, "chunk"},
+		{"deleted pack", func() error { return os.Remove(biggestPack()) }, "chunk"},
+		{"corrupted manifest", func() error { return flipByte(manifestFile(), 40) }, "manifest"},
+		{"deleted manifest", func() error { return os.Remove(manifestFile()) }, "manifest"},
+		{"corrupted record", func() error { return os.WriteFile(recordFile, []byte("{not json"), 0o600) }, "record"},
+		{"deleted index", func() error { return os.RemoveAll(filepath.Join(storeDir, "index")) }, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,13 +224,22 @@ func TestRestoreRefusesBadImages(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := m.Restore(ctx, "app", container.RestoreOptions{Seq: 1})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("restore after %s: %v", tc.name, err)
+				}
+				if err := m.Kill(ctx, "app", syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
 			if !errors.Is(err, image.ErrCorrupt) {
 				t.Fatalf("restore of damaged image: %v, want ErrCorrupt", err)
 			}
-			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), dir) {
-				t.Errorf("error %q should name %q and the image", err, tc.want)
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "app:1") {
+				t.Errorf("error %q should name %q and the checkpoint", err, tc.want)
 			}
-			if _, verr := m.Repo().Verify(ctx, "app", 1); !errors.Is(verr, image.ErrCorrupt) {
+			if _, verr := m.Repo().Verify(ctx, "app", 1, true, nil); !errors.Is(verr, image.ErrCorrupt) {
 				t.Errorf("verify of damaged image: %v", verr)
 			}
 			// Nothing changed: CRIU never ran, the old container and its
@@ -208,8 +247,7 @@ func TestRestoreRefusesBadImages(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(in.Dir, "restore.log")); err == nil {
 				t.Error("CRIU ran on a damaged image")
 			}
-			got, _ := m.Get(ctx, "app")
-			if got.Status != "exited" {
+			if got, _ := m.Get(ctx, "app"); got.Status != "exited" {
 				t.Errorf("container status %s after refused restore", got.Status)
 			}
 			if b, err := os.ReadFile(marker); err != nil || string(b) != "still here" {
@@ -217,9 +255,40 @@ func TestRestoreRefusesBadImages(t *testing.T) {
 			}
 		})
 	}
-	// The undamaged checkpoint still restores.
-	if _, err := m.Restore(ctx, "app", container.RestoreOptions{Seq: 2}); err != nil {
-		t.Fatalf("restore of the good checkpoint: %v", err)
+	// A flipped byte in a chunk both checkpoints share names both.
+	{
+		defer restoreBackup()
+		st, err := m.Repo().OpenReader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mOther, _ := m.Repo().Load("other", 1)
+		man1, err1 := st.LoadManifest(ctx, rec.Manifest)
+		man2, err2 := st.LoadManifest(ctx, mOther.Manifest)
+		st.Close()
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		shared := map[store.ID]bool{}
+		for _, id := range man1.ChunkIDs() {
+			shared[id] = true
+		}
+		n := 0
+		for _, id := range man2.ChunkIDs() {
+			if shared[id] {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Fatal("the two images share no chunk")
+		}
+	}
+	// The undamaged store restores both.
+	if _, err := m.Restore(ctx, "app", container.RestoreOptions{Seq: 1}); err != nil {
+		t.Fatalf("restore after repair of the store: %v", err)
+	}
+	if _, err := m.Restore(ctx, "other", container.RestoreOptions{}); err != nil {
+		t.Fatalf("restore of the other checkpoint: %v", err)
 	}
 }
 
@@ -229,6 +298,13 @@ func flipByte(p string, off int64) error {
 		return err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if off >= fi.Size() {
+		off = fi.Size() / 2
+	}
 	b := make([]byte, 1)
 	if _, err := f.ReadAt(b, off); err != nil {
 		return err
@@ -238,19 +314,9 @@ func flipByte(p string, off int64) error {
 	return err
 }
 
-func appendTo(p string, b []byte) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = f.Write(b)
-	return err
-}
-
-// TestRestoreRefusesUnsafeDelta gives a checkpoint a fs delta with entries
-// that would escape the container root or create devices, with the
-// manifest's hashes updated so only the delta check can catch them.
+// TestRestoreRefusesUnsafeDelta swaps a checkpoint's manifest for one whose
+// fs delta holds a device node: restore must refuse it before anything
+// changes and write nothing outside the container.
 func TestRestoreRefusesUnsafeDelta(t *testing.T) {
 	env := testutil.NewEnv(t)
 	ctx := context.Background()
@@ -260,78 +326,48 @@ func TestRestoreRefusesUnsafeDelta(t *testing.T) {
 	if _, err := m.Checkpoint(ctx, "app", container.CheckpointOptions{Stop: true}); err != nil {
 		t.Fatal(err)
 	}
-	outside := filepath.Join(env.DataDir, "escaped")
-	tests := []struct {
-		name string
-		hdr  tar.Header
-	}{
-		{"dotdot", tar.Header{Name: "../../../../escaped", Typeflag: tar.TypeReg, Mode: 0o644}},
-		{"absolute", tar.Header{Name: outside, Typeflag: tar.TypeReg, Mode: 0o644}},
-		{"char device", tar.Header{Name: "dev-null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666}},
-		{"block device", tar.Header{Name: "disk", Typeflag: tar.TypeBlock, Devmajor: 8, Devminor: 0, Mode: 0o660}},
-		{"hard link out", tar.Header{Name: "link", Typeflag: tar.TypeLink, Linkname: "../../etc/shadow"}},
-	}
-	dir := m.Repo().Path("app", 1)
-	good, err := os.ReadFile(filepath.Join(dir, image.DeltaName))
+	rec, err := m.Repo().Load("app", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var buf bytes.Buffer
-			tw := tar.NewWriter(&buf)
-			hdr := tc.hdr
-			if hdr.Typeflag == tar.TypeReg {
-				hdr.Size = 5
-			}
-			if err := tw.WriteHeader(&hdr); err != nil {
+	recordFile := filepath.Join(env.DataDir, "checkpoints", "app", "1.json")
+	good, _ := os.ReadFile(recordFile)
+	for _, bad := range []store.Node{
+		{Path: "fs/dev-null", Kind: store.KindCharDev, Major: 1, Minor: 3, Mode: 0o666},
+		{Path: "fs/disk", Kind: store.KindBlockDev, Major: 8, Mode: 0o660},
+		{Path: "fs/sock", Kind: store.KindSocket, Mode: 0o600},
+	} {
+		t.Run(bad.Path, func(t *testing.T) {
+			st, err := m.Repo().OpenWriter(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if hdr.Typeflag == tar.TypeReg {
-				tw.Write([]byte("evil\n"))
+			man, err := st.LoadManifest(ctx, rec.Manifest)
+			if err != nil {
+				t.Fatal(err)
 			}
-			tw.Close()
-			rewriteDelta(t, dir, buf.Bytes())
-			defer rewriteDelta(t, dir, good)
-			_, err := m.Restore(ctx, "app", container.RestoreOptions{})
+			man.Nodes = append(man.Nodes, bad)
+			id, err := st.PutManifest(ctx, man)
+			st.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			swapped := bytes.Replace(good, []byte(rec.Manifest.String()), []byte(id.String()), 1)
+			if err := os.WriteFile(recordFile, swapped, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			defer os.WriteFile(recordFile, good, 0o600)
+			_, err = m.Restore(ctx, "app", container.RestoreOptions{})
 			if !errors.Is(err, image.ErrUnsafeEntry) {
-				t.Fatalf("restore with %s entry: %v, want ErrUnsafeEntry", tc.name, err)
+				t.Fatalf("restore with a %v node: %v, want ErrUnsafeEntry", bad.Kind, err)
 			}
-			if _, err := os.Stat(outside); err == nil {
-				t.Fatal("a file was written outside the container root")
+			if got, _ := m.Get(ctx, "app"); got.Status != "checkpointed" {
+				t.Errorf("container status %s after refused restore", got.Status)
 			}
 		})
 	}
 	if _, err := m.Restore(ctx, "app", container.RestoreOptions{}); err != nil {
-		t.Fatalf("restore with the good delta: %v", err)
-	}
-}
-
-// rewriteDelta replaces an image's fs delta and fixes its manifest entry.
-func rewriteDelta(t *testing.T, dir string, delta []byte) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, image.DeltaName), delta, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	mp := filepath.Join(dir, image.ManifestName)
-	b, err := os.ReadFile(mp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var man image.Manifest
-	if err := json.Unmarshal(b, &man); err != nil {
-		t.Fatal(err)
-	}
-	sum := blake3.Sum256(delta)
-	for i := range man.Files {
-		if man.Files[i].Path == image.DeltaName {
-			man.Files[i].Size = int64(len(delta))
-			man.Files[i].BLAKE3 = hex.EncodeToString(sum[:])
-		}
-	}
-	b, _ = json.Marshal(&man)
-	if err := os.WriteFile(mp, b, 0o600); err != nil {
-		t.Fatal(err)
+		t.Fatalf("restore with the good manifest: %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package image
 
 import (
 	"archive/tar"
+	"cairn/internal/store"
 	"errors"
 	"fmt"
 	"io"
@@ -178,24 +179,6 @@ func cleanName(name string) (string, error) {
 	return c, nil
 }
 
-// CheckDelta reads a fs delta tar stream through and returns the first
-// entry UnpackDelta would refuse, without writing anything.
-func CheckDelta(r io.Reader) error {
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read fs delta: %w", err)
-		}
-		if err := checkHeader(hdr); err != nil {
-			return err
-		}
-	}
-}
-
 func checkHeader(hdr *tar.Header) error {
 	if _, err := cleanName(hdr.Name); err != nil {
 		return err
@@ -225,93 +208,6 @@ func checkHeader(hdr *tar.Header) error {
 	return nil
 }
 
-// UnpackDelta extracts a fs delta into dst, which must exist and should be
-// empty. Entries are checked before anything is written for them; no path
-// is ever resolved through a symlink the delta created, so a delta cannot
-// write outside dst.
-func UnpackDelta(r io.Reader, dst string) error {
-	tr := tar.NewReader(r)
-	type dirMeta struct {
-		p   string
-		hdr *tar.Header
-	}
-	var dirs []dirMeta
-	buf := make([]byte, 1<<20)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("read fs delta: %w", err)
-		}
-		if err := checkHeader(hdr); err != nil {
-			return err
-		}
-		name, _ := cleanName(hdr.Name)
-		p := filepath.Join(dst, filepath.FromSlash(name))
-		if err := checkParents(dst, name); err != nil {
-			return err
-		}
-		mode := uint32(hdr.Mode & 0o7777)
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := os.Mkdir(p, 0o700); err != nil && !os.IsExist(err) {
-				return err
-			}
-			dirs = append(dirs, dirMeta{p, hdr})
-			continue
-		case tar.TypeReg:
-			f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.CopyBuffer(f, tr, buf)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("write %s: %w", name, err)
-			}
-		case tar.TypeSymlink:
-			if err := os.Symlink(hdr.Linkname, p); err != nil {
-				return err
-			}
-		case tar.TypeLink:
-			target, _ := cleanName(hdr.Linkname)
-			if err := checkParents(dst, target); err != nil {
-				return err
-			}
-			tp := filepath.Join(dst, filepath.FromSlash(target))
-			if fi, err := os.Lstat(tp); err != nil || !fi.Mode().IsRegular() {
-				return fmt.Errorf("%w: hard link %q to %q, which is not a file in the delta", ErrUnsafeEntry, name, target)
-			}
-			if err := os.Link(tp, p); err != nil {
-				return err
-			}
-			continue
-		case tar.TypeFifo:
-			if err := unix.Mkfifo(p, mode); err != nil {
-				return err
-			}
-		case tar.TypeChar: // whiteout, checked to be 0:0
-			if err := unix.Mknod(p, unix.S_IFCHR|mode, 0); err != nil {
-				return fmt.Errorf("make whiteout %s: %w", name, err)
-			}
-		}
-		if err := applyMeta(p, hdr); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	// Directories last, deepest first, so their times and modes stick.
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := applyMeta(dirs[i].p, dirs[i].hdr); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // checkParents makes sure no existing parent of name inside dst is a
 // symlink, so creating name cannot escape dst.
 func checkParents(dst, name string) error {
@@ -330,32 +226,32 @@ func checkParents(dst, name string) error {
 	return nil
 }
 
-func applyMeta(p string, hdr *tar.Header) error {
-	if err := os.Lchown(p, hdr.Uid, hdr.Gid); err != nil {
+func applyNodeMeta(p string, n store.Node) error {
+	if err := os.Lchown(p, int(n.UID), int(n.GID)); err != nil {
 		return err
 	}
-	for k, v := range hdr.PAXRecords {
-		if name, ok := strings.CutPrefix(k, xattrPrefix); ok {
-			if err := unix.Lsetxattr(p, name, []byte(v), 0); err != nil {
-				return fmt.Errorf("set xattr %s: %w", name, err)
-			}
+	for _, x := range n.Xattrs {
+		if err := unix.Lsetxattr(p, x.Name, x.Value, 0); err != nil {
+			return fmt.Errorf("set xattr %s: %w", x.Name, err)
 		}
 	}
-	if hdr.Typeflag != tar.TypeSymlink {
-		if err := os.Chmod(p, fs.FileMode(hdr.Mode&0o777)|modeBits(hdr.Mode)); err != nil {
+	if n.Kind != store.KindSymlink {
+		if err := os.Chmod(p, fs.FileMode(n.Mode&0o777)|modeBits(int64(n.Mode))); err != nil {
 			return err
 		}
 	}
-	mt := hdr.ModTime
-	ts := []unix.Timespec{unix.NsecToTimespec(mt.UnixNano()), unix.NsecToTimespec(mt.UnixNano())}
-	if !hdr.AccessTime.IsZero() {
-		ts[0] = unix.NsecToTimespec(hdr.AccessTime.UnixNano())
-	}
+	mt := n.MTime
 	if mt.IsZero() {
-		ts[1] = unix.NsecToTimespec(time.Now().UnixNano())
+		mt = time.Now()
 	}
+	ts := []unix.Timespec{unix.NsecToTimespec(mt.UnixNano()), unix.NsecToTimespec(mt.UnixNano())}
 	return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
+
+func mkfifo(p string, mode uint32) error { return unix.Mkfifo(p, mode&0o777) }
+
+// mkWhiteout makes an overlay whiteout: a character device 0:0.
+func mkWhiteout(p string, mode uint32) error { return unix.Mknod(p, unix.S_IFCHR|(mode&0o777), 0) }
 
 func modeBits(m int64) fs.FileMode {
 	var fm fs.FileMode

@@ -4,22 +4,69 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"cairn/internal/image"
+	"cairn/internal/store"
 )
 
+func newRepo(t testing.TB) image.Repo {
+	d := t.TempDir()
+	return image.Repo{Dir: filepath.Join(d, "catalog"), StoreDir: filepath.Join(d, "store"), Compression: store.CompressionFastest}
+}
+
+// stage writes a staged image: CRIU files and an fs delta tar.
+func stage(t testing.TB, criu map[string][]byte, delta []byte) string {
+	t.Helper()
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, image.CRIUDir), 0o700)
+	for name, b := range criu {
+		if err := os.WriteFile(filepath.Join(src, image.CRIUDir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(src, image.DeltaName), delta, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+func tarOf(t testing.TB, hdrs ...*tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range hdrs {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg && h.Size > 0 {
+			tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
+		}
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+func randBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
 // TestDeltaRoundTrip packs an upper dir with every kind of entry an overlay
-// upper dir holds and unpacks it elsewhere.
+// upper dir holds, ingests it and materializes it elsewhere.
 func TestDeltaRoundTrip(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root (whiteouts, chown)")
+		t.Skip("needs root (whiteouts, chown, trusted xattrs)")
 	}
 	src := t.TempDir()
 	must := func(err error) {
@@ -28,9 +75,11 @@ func TestDeltaRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	big := randBytes(3 << 20)
 	must(os.MkdirAll(filepath.Join(src, "a/b"), 0o750))
 	must(os.WriteFile(filepath.Join(src, "a/b/file"), []byte("hello"), 0o604))
 	must(os.Chown(filepath.Join(src, "a/b/file"), 42, 43))
+	must(os.WriteFile(filepath.Join(src, "a/big"), big, 0o600))
 	must(os.Link(filepath.Join(src, "a/b/file"), filepath.Join(src, "a/hard")))
 	must(os.Symlink("../outside/target", filepath.Join(src, "a/sym")))
 	must(syscall.Mknod(filepath.Join(src, "a/whiteout"), syscall.S_IFCHR, 0))
@@ -38,25 +87,35 @@ func TestDeltaRoundTrip(t *testing.T) {
 	must(unix.Setxattr(filepath.Join(src, "a"), "trusted.overlay.opaque", []byte("y"), 0))
 	must(os.WriteFile(filepath.Join(src, "empty"), nil, 0o755))
 	must(os.Chmod(filepath.Join(src, "empty"), 0o755|os.ModeSetuid))
+	mtime := time.Date(2020, 1, 2, 3, 4, 5, 6, time.UTC)
+	must(os.Chtimes(filepath.Join(src, "a/b/file"), mtime, mtime))
 
 	var buf bytes.Buffer
 	st, err := image.PackDelta(src, &buf)
 	must(err)
-	if st.Whiteouts != 1 || st.Dirs != 2 || st.Bytes != 5 {
+	if st.Whiteouts != 1 || st.Dirs != 2 || st.Bytes != 5+3<<20 {
 		t.Errorf("stats %+v", st)
 	}
-	must(image.CheckDelta(bytes.NewReader(buf.Bytes())))
-	dst := t.TempDir()
-	must(image.UnpackDelta(bytes.NewReader(buf.Bytes()), dst))
+	repo := newRepo(t)
+	ctx := context.Background()
+	rec := &image.Record{Container: "c", Seq: 1}
+	must(repo.Ingest(ctx, stage(t, map[string][]byte{"pages-1.img": randBytes(64 << 10)}, buf.Bytes()), rec, nil))
 
+	criuDst, dst := t.TempDir(), t.TempDir()
+	must(repo.Materialize(ctx, rec, criuDst, dst, nil))
 	if b, err := os.ReadFile(filepath.Join(dst, "a/b/file")); err != nil || string(b) != "hello" {
 		t.Errorf("file: %q %v", b, err)
 	}
-	var s1, s2 unix.Stat_t
+	if b, err := os.ReadFile(filepath.Join(dst, "a/big")); err != nil || !bytes.Equal(b, big) {
+		t.Errorf("big file differs: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "a/hard")); err != nil || string(b) != "hello" {
+		t.Errorf("hard link: %q %v", b, err)
+	}
+	var s1 unix.Stat_t
 	must(unix.Stat(filepath.Join(dst, "a/b/file"), &s1))
-	must(unix.Stat(filepath.Join(dst, "a/hard"), &s2))
-	if s1.Ino != s2.Ino || s1.Uid != 42 || s1.Gid != 43 || s1.Mode&0o7777 != 0o604 {
-		t.Errorf("file meta: ino %d/%d uid %d gid %d mode %o", s1.Ino, s2.Ino, s1.Uid, s1.Gid, s1.Mode&0o7777)
+	if s1.Uid != 42 || s1.Gid != 43 || s1.Mode&0o7777 != 0o604 || s1.Mtim.Nano() != mtime.UnixNano() {
+		t.Errorf("file meta: uid %d gid %d mode %o mtime %v", s1.Uid, s1.Gid, s1.Mode&0o7777, time.Unix(0, s1.Mtim.Nano()))
 	}
 	if l, err := os.Readlink(filepath.Join(dst, "a/sym")); err != nil || l != "../outside/target" {
 		t.Errorf("symlink: %q %v", l, err)
@@ -76,25 +135,15 @@ func TestDeltaRoundTrip(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dst, "a")); err != nil || fi.Mode().Perm() != 0o750 {
 		t.Errorf("dir mode: %v", fi.Mode())
 	}
-}
-
-func tarOf(t *testing.T, hdrs ...*tar.Header) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, h := range hdrs {
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag == tar.TypeReg && h.Size > 0 {
-			tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
-		}
+	b, err := repo.ReadDeltaFile(ctx, "c", 1, "a/b/file")
+	if err != nil || string(b) != "hello" {
+		t.Errorf("ReadDeltaFile: %q %v", b, err)
 	}
-	tw.Close()
-	return buf.Bytes()
 }
 
-func TestUnpackDeltaRefusesUnsafe(t *testing.T) {
+// TestIngestRefusesUnsafeDelta: a captured delta with entries that would
+// escape the root or make devices is refused, and nothing is listed.
+func TestIngestRefusesUnsafeDelta(t *testing.T) {
 	dir := &tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}
 	tests := []struct {
 		name string
@@ -107,70 +156,212 @@ func TestUnpackDeltaRefusesUnsafe(t *testing.T) {
 		{"block device", []*tar.Header{{Name: "sda", Typeflag: tar.TypeBlock, Devmajor: 8}}},
 		{"hard link out", []*tar.Header{{Name: "l", Typeflag: tar.TypeLink, Linkname: "../../etc/shadow"}}},
 		{"hard link to absent", []*tar.Header{{Name: "l", Typeflag: tar.TypeLink, Linkname: "nothing"}}},
-		{"through symlink", []*tar.Header{{Name: "s", Typeflag: tar.TypeSymlink, Linkname: "/"}, {Name: "s/etc/x", Typeflag: tar.TypeReg, Size: 1}}},
-		{"missing parent", []*tar.Header{{Name: "no/such/dir/x", Typeflag: tar.TypeReg, Size: 1}}},
 		{"root", []*tar.Header{{Name: "./", Typeflag: tar.TypeDir}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b := tarOf(t, tc.hdrs...)
-			parent := t.TempDir()
-			dst := filepath.Join(parent, "root")
-			os.Mkdir(dst, 0o755)
-			err := image.UnpackDelta(bytes.NewReader(b), dst)
+			repo := newRepo(t)
+			err := repo.Ingest(context.Background(), stage(t, nil, tarOf(t, tc.hdrs...)), &image.Record{Container: "c", Seq: 1}, nil)
 			if !errors.Is(err, image.ErrUnsafeEntry) {
-				t.Fatalf("UnpackDelta = %v, want ErrUnsafeEntry", err)
+				t.Fatalf("Ingest = %v, want ErrUnsafeEntry", err)
 			}
-			ents, _ := os.ReadDir(parent)
-			if len(ents) != 1 {
-				t.Fatalf("something was written beside the root: %v", ents)
+			if recs, _ := repo.List("c"); len(recs) != 0 {
+				t.Fatal("a refused checkpoint is listed")
 			}
 		})
 	}
 }
 
-// FuzzUnpackDelta feeds arbitrary bytes as a fs delta: it must never panic
-// nor write outside the destination.
-func FuzzUnpackDelta(f *testing.F) {
-	f.Add(tarOfF(f, &tar.Header{Name: "a", Typeflag: tar.TypeReg, Size: 1}))
-	f.Add(tarOfF(f, &tar.Header{Name: "../a", Typeflag: tar.TypeReg, Size: 1}))
-	f.Add(tarOfF(f, &tar.Header{Name: "d/", Typeflag: tar.TypeDir}, &tar.Header{Name: "d/l", Typeflag: tar.TypeSymlink, Linkname: ".."}))
+// putRecord stores a hand-made manifest as checkpoint c:1.
+func putRecord(t testing.TB, repo image.Repo, nodes []store.Node) *image.Record {
+	t.Helper()
+	ctx := context.Background()
+	st, err := repo.OpenWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i, n := range nodes {
+		if n.Kind == store.KindFile && n.Size > 0 {
+			id, _, err := st.Put(ctx, bytes.Repeat([]byte("y"), int(n.Size)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodes[i].Chunks = []store.ID{id}
+		}
+	}
+	id, err := st.PutManifest(ctx, &store.Manifest{Nodes: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &image.Record{Container: "c", Seq: 1, Manifest: id}
+}
+
+// TestMaterializeRefusesUnsafe: a manifest (from a damaged or hostile
+// store) that holds devices, sockets or paths through its own symlinks is
+// refused, and nothing is written outside the destination.
+func TestMaterializeRefusesUnsafe(t *testing.T) {
+	fsd := store.Node{Path: image.FSDir, Kind: store.KindDir, Mode: 0o755}
+	tests := []struct {
+		name  string
+		nodes []store.Node
+	}{
+		{"char device", []store.Node{fsd, {Path: "fs/null", Kind: store.KindCharDev, Major: 1, Minor: 3}}},
+		{"block device", []store.Node{fsd, {Path: "fs/sda", Kind: store.KindBlockDev, Major: 8}}},
+		{"socket", []store.Node{fsd, {Path: "fs/sock", Kind: store.KindSocket}}},
+		{"through symlink", []store.Node{fsd, {Path: "fs/s", Kind: store.KindSymlink, Target: "/"}, {Path: "fs/s/escaped", Kind: store.KindFile, Size: 3}}},
+		{"missing parent", []store.Node{fsd, {Path: "fs/no/such/x", Kind: store.KindFile, Size: 3}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			repo := newRepo(t)
+			rec := putRecord(t, repo, tc.nodes)
+			parent := t.TempDir()
+			dst := filepath.Join(parent, "root")
+			os.Mkdir(dst, 0o755)
+			err := repo.Materialize(context.Background(), rec, t.TempDir(), dst, nil)
+			if !errors.Is(err, image.ErrUnsafeEntry) {
+				t.Fatalf("Materialize = %v, want ErrUnsafeEntry", err)
+			}
+			if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+				t.Fatalf("something was written beside the root: %v", ents)
+			}
+			if _, err := os.Stat("/escaped"); err == nil {
+				t.Fatal("wrote /escaped")
+			}
+		})
+	}
+}
+
+// TestRepoLifecycle: ingest, dedup of a second image, list, verify,
+// corruption naming every checkpoint that shares the chunk, remove.
+func TestRepoLifecycle(t *testing.T) {
+	repo := newRepo(t)
+	ctx := context.Background()
+	pages := randBytes(1 << 20)
+	delta := tarOf(t, &tar.Header{Name: "f", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644})
+	if n := repo.NextSeq("c"); n != 1 {
+		t.Fatalf("NextSeq = %d", n)
+	}
+	r1 := &image.Record{Container: "c", Seq: 1, Config: []byte(`{}`)}
+	if err := repo.Ingest(ctx, stage(t, map[string][]byte{"pages-1.img": pages, "core-1.img": []byte("core")}, delta), r1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r1.Logical != 1<<20+4+3 || r1.Files != 2 || r1.NewChunks == 0 {
+		t.Fatalf("record %+v", r1)
+	}
+	// A second image with one page changed writes one new page chunk.
+	pages2 := bytes.Clone(pages)
+	copy(pages2[8192:], randBytes(4096))
+	r2 := &image.Record{Container: "c", Seq: 2, Config: []byte(`{}`)}
+	if err := repo.Ingest(ctx, stage(t, map[string][]byte{"pages-1.img": pages2, "core-1.img": []byte("core")}, delta), r2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r2.NewChunks != 1 || r2.NewBytes != 4096 {
+		t.Fatalf("second image wrote %d chunks, %d bytes; want 1 page", r2.NewChunks, r2.NewBytes)
+	}
+	if err := repo.Ingest(ctx, stage(t, nil, delta), &image.Record{Container: "c", Seq: 2}, nil); err == nil {
+		t.Fatal("second ingest of c:2 succeeded")
+	}
+	if recs, errs := repo.List("c"); len(recs) != 2 || len(errs) != 0 {
+		t.Fatalf("List = %d, %v", len(recs), errs)
+	}
+	for _, seq := range []int{1, 2} {
+		if _, err := repo.Verify(ctx, "c", seq, true, nil); err != nil {
+			t.Fatalf("verify c:%d: %v", seq, err)
+		}
+	}
+	got := filepath.Join(t.TempDir(), "pages")
+	os.Mkdir(got, 0o700)
+	if err := repo.Materialize(ctx, r2, got, t.TempDir(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(got, "pages-1.img")); !bytes.Equal(b, pages2) {
+		t.Fatal("materialized pages differ")
+	}
+
+	// Damage a byte in every pack: the error names the chunk and both
+	// checkpoints (they share almost every page).
+	packs, _ := filepath.Glob(filepath.Join(repo.StoreDir, "packs", "*", "*"))
+	if len(packs) == 0 {
+		packs, _ = filepath.Glob(filepath.Join(repo.StoreDir, "*", "*"))
+	}
+	damaged := 0
+	for _, p := range packs {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Size() > 8192 && !strings.Contains(p, "index") {
+			b, _ := os.ReadFile(p)
+			b[100] ^= 0xff
+			os.WriteFile(p, b, 0o600)
+			damaged++
+		}
+	}
+	if damaged == 0 {
+		t.Fatalf("no pack found among %v", packs)
+	}
+	_, err := repo.Verify(ctx, "c", 1, true, nil)
+	var ce *image.CorruptError
+	if !errors.As(err, &ce) || !strings.Contains(ce.What, "chunk") {
+		t.Fatalf("verify of a damaged store: %v", err)
+	}
+	if len(ce.Affected) != 2 {
+		t.Errorf("affected = %v, want both checkpoints", ce.Affected)
+	}
+	if err := repo.Materialize(ctx, r1, t.TempDir(), t.TempDir(), nil); !errors.Is(err, image.ErrCorrupt) {
+		t.Errorf("materialize of damaged data: %v", err)
+	}
+
+	if err := repo.Remove("c", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Load("c", 1); !errors.Is(err, image.ErrNotFound) {
+		t.Fatalf("Load after Remove: %v", err)
+	}
+	if err := repo.SetPinned("c", 2, true); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := repo.Load("c", 2); !r.Pinned {
+		t.Fatal("pin not recorded")
+	}
+}
+
+// FuzzIngestDelta feeds arbitrary bytes as a captured fs delta: ingest
+// must fail cleanly or produce a checkpoint that materializes inside its
+// destination.
+func FuzzIngestDelta(f *testing.F) {
+	f.Add(tarOf(f, &tar.Header{Name: "a", Typeflag: tar.TypeReg, Size: 1}))
+	f.Add(tarOf(f, &tar.Header{Name: "../a", Typeflag: tar.TypeReg, Size: 1}))
+	f.Add(tarOf(f, &tar.Header{Name: "d/", Typeflag: tar.TypeDir}, &tar.Header{Name: "d/l", Typeflag: tar.TypeSymlink, Linkname: ".."}))
 	f.Add([]byte("not a tar"))
 	base := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
-		parent, err := os.MkdirTemp(base, "")
+		d, err := os.MkdirTemp(base, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer os.RemoveAll(parent)
+		defer os.RemoveAll(d)
+		repo := image.Repo{Dir: filepath.Join(d, "cat"), StoreDir: filepath.Join(d, "store"), Compression: store.CompressionFastest}
+		src := filepath.Join(d, "src")
+		os.MkdirAll(filepath.Join(src, image.CRIUDir), 0o700)
+		os.WriteFile(filepath.Join(src, image.DeltaName), b, 0o600)
+		rec := &image.Record{Container: "c", Seq: 1}
+		if err := repo.Ingest(context.Background(), src, rec, nil); err != nil {
+			return
+		}
+		parent := filepath.Join(d, "out")
 		dst := filepath.Join(parent, "root")
-		os.Mkdir(dst, 0o755)
-		_ = image.UnpackDelta(bytes.NewReader(b), dst)
-		ents, _ := os.ReadDir(parent)
-		if len(ents) != 1 {
+		os.MkdirAll(dst, 0o755)
+		_ = repo.Materialize(context.Background(), rec, filepath.Join(d, "criu"), dst, nil)
+		if ents, _ := os.ReadDir(parent); len(ents) != 1 {
 			t.Fatalf("wrote outside the root: %v", ents)
 		}
 	})
 }
 
-func tarOfF(f *testing.F, hdrs ...*tar.Header) []byte {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, h := range hdrs {
-		tw.WriteHeader(h)
-		if h.Typeflag == tar.TypeReg {
-			tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
-		}
-	}
-	tw.Close()
-	return buf.Bytes()
-}
-
-// FuzzManifest feeds arbitrary bytes as a manifest: Load must return a
-// manifest or ErrCorrupt, never panic.
-func FuzzManifest(f *testing.F) {
-	f.Add([]byte(`{"version":1,"container":"a","seq":1,"files":[{"path":"fs.tar","size":1,"blake3":"` + string(bytes.Repeat([]byte("0"), 64)) + `"}]}`))
-	f.Add([]byte(`{"version":1,"files":[{"path":"../x","size":-1}]}`))
+// FuzzRecord feeds arbitrary bytes as a catalog record: Load returns a
+// record or ErrCorrupt, never panics.
+func FuzzRecord(f *testing.F) {
+	f.Add([]byte(`{"version":2,"container":"a","seq":1,"manifest":"` + strings.Repeat("ab", 32) + `"}`))
+	f.Add([]byte(`{"version":2,"container":"b","seq":1}`))
 	f.Add([]byte(`{`))
 	base := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -179,72 +370,15 @@ func FuzzManifest(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer os.RemoveAll(d)
-		repo := image.Repo{Dir: d}
-		dir := repo.Path("a", 1)
-		os.MkdirAll(dir, 0o700)
-		os.WriteFile(filepath.Join(dir, image.ManifestName), b, 0o600)
-		m, err := repo.Load("a", 1)
+		repo := image.Repo{Dir: d, StoreDir: filepath.Join(d, "store")}
+		os.MkdirAll(filepath.Join(d, "a"), 0o700)
+		os.WriteFile(filepath.Join(d, "a", "1.json"), b, 0o600)
+		r, err := repo.Load("a", 1)
 		if err != nil && !errors.Is(err, image.ErrCorrupt) {
 			t.Fatalf("Load: %v", err)
 		}
-		if err == nil {
-			for _, f := range m.Files {
-				if f.Size < 0 || filepath.IsAbs(f.Path) {
-					t.Fatalf("accepted bad entry %+v", f)
-				}
-			}
-			// Verify of an accepted manifest must not panic either.
-			_, _ = repo.Verify(context.Background(), "a", 1)
+		if err == nil && (r.Container != "a" || r.Seq != 1 || r.Manifest.IsNull()) {
+			t.Fatalf("accepted bad record %+v", r)
 		}
 	})
-}
-
-func TestRepoWriteVerifyMaterialize(t *testing.T) {
-	repo := image.Repo{Dir: t.TempDir()}
-	src := t.TempDir()
-	os.MkdirAll(filepath.Join(src, image.CRIUDir), 0o700)
-	os.WriteFile(filepath.Join(src, image.CRIUDir, "pages-1.img"), bytes.Repeat([]byte{7}, 100_000), 0o600)
-	os.WriteFile(filepath.Join(src, image.DeltaName), tarOf(t, &tar.Header{Name: "f", Typeflag: tar.TypeReg, Size: 3}), 0o600)
-	ctx := context.Background()
-	if n := repo.NextSeq("c"); n != 1 {
-		t.Fatalf("NextSeq = %d", n)
-	}
-	m := &image.Manifest{Container: "c", Seq: 1, Config: []byte(`{}`)}
-	if err := repo.Write(ctx, src, m); err != nil {
-		t.Fatal(err)
-	}
-	if len(m.Files) != 2 || m.Size() != 100_000+int64(len(tarOf(t, &tar.Header{Name: "f", Typeflag: tar.TypeReg, Size: 3}))) {
-		t.Fatalf("files %+v", m.Files)
-	}
-	if err := repo.Write(ctx, src, &image.Manifest{Container: "c", Seq: 1}); err == nil {
-		t.Fatal("second write of c:1 succeeded")
-	}
-	if n := repo.NextSeq("c"); n != 2 {
-		t.Fatalf("NextSeq = %d", n)
-	}
-	if _, err := repo.Verify(ctx, "c", 1); err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(t.TempDir(), "x")
-	if _, err := repo.Materialize(ctx, "c", 1, dst); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(filepath.Join(dst, image.CRIUDir, "pages-1.img")); len(b) != 100_000 {
-		t.Fatalf("materialized %d bytes", len(b))
-	}
-	// An interrupted write (a .tmp dir) is never listed and is cleaned.
-	os.MkdirAll(repo.Path("c", 2)+".tmp", 0o700)
-	if ms, errs := repo.List("c"); len(ms) != 1 || len(errs) != 0 {
-		t.Fatalf("List = %d, %v", len(ms), errs)
-	}
-	repo.CleanTemp("c")
-	if _, err := os.Stat(repo.Path("c", 2) + ".tmp"); !os.IsNotExist(err) {
-		t.Fatal("CleanTemp left the .tmp dir")
-	}
-	if err := repo.Remove("c", 1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := repo.Load("c", 1); !errors.Is(err, image.ErrNotFound) {
-		t.Fatalf("Load after Remove: %v", err)
-	}
 }

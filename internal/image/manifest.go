@@ -5,63 +5,67 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"cairn/internal/store"
 )
 
-// FormatVersion is the version of the plain directory image format.
-const FormatVersion = 1
+// RecordVersion is the version of the catalog record format.
+const RecordVersion = 2
 
-// ManifestName is the manifest's file name inside an image directory.
-const ManifestName = "manifest.json"
+// Names inside a staged image directory (what a checkpoint captures before
+// it is ingested) and inside an image's store manifest.
+const (
+	CRIUDir   = "criu"   // CRIU's image files
+	DeltaName = "fs.tar" // the fs delta as captured, staging only
+	FSDir     = "fs"     // the fs delta as a tree, in the manifest
+)
 
-// DeltaName is the fs delta's file name inside an image directory.
-const DeltaName = "fs.tar"
-
-// CRIUDir is the directory of CRIU image files inside an image directory.
-const CRIUDir = "criu"
-
-// ErrCorrupt is returned when an image does not match its manifest: a file
-// missing, truncated, grown, or with another hash, or a manifest that does
-// not parse. Use errors.As with *CorruptError for the details.
+// ErrCorrupt is returned when an image cannot be read back intact: a
+// chunk, manifest or record that is damaged or missing. Use errors.As with
+// *CorruptError for the details.
 var ErrCorrupt = errors.New("checkpoint image corrupt")
 
 // ErrNotFound is returned for a checkpoint that does not exist.
 var ErrNotFound = errors.New("checkpoint not found")
 
-// CorruptError names the image and the file that failed verification.
+// CorruptError names the image, what failed, and every checkpoint that
+// shares the damaged data.
 type CorruptError struct {
-	Image  string // image directory
-	File   string // file inside it ("" for the manifest itself)
-	Reason string
+	Image    string   // container:seq
+	What     string   // "chunk ID", "manifest ID", "record", a file path
+	Reason   string   //
+	Affected []string // every checkpoint whose image uses the damaged data
+	Err      error    // the underlying store error, if any
 }
 
 func (e *CorruptError) Error() string {
-	if e.File == "" {
-		return fmt.Sprintf("checkpoint %s corrupt: manifest: %s", e.Image, e.Reason)
+	s := fmt.Sprintf("checkpoint %s corrupt: %s: %s", e.Image, e.What, e.Reason)
+	if len(e.Affected) > 0 {
+		s += fmt.Sprintf(" (affects checkpoints %v)", e.Affected)
 	}
-	return fmt.Sprintf("checkpoint %s corrupt: %s: %s", e.Image, e.File, e.Reason)
+	return s
 }
 
+// Is matches ErrCorrupt.
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 
-// File is one file of an image, as recorded in the manifest.
-type File struct {
-	Path   string `json:"path"` // slash-separated, relative to the image directory
-	Size   int64  `json:"size"`
-	BLAKE3 string `json:"blake3"` // hex BLAKE3-256 of the contents
-}
+// Unwrap returns the store's error.
+func (e *CorruptError) Unwrap() error { return e.Err }
 
-// Timing records where a checkpoint's time went, in nanoseconds.
+// Timing records where a checkpoint's time went.
 type Timing struct {
-	Stall   time.Duration `json:"stall_ns"`   // container frozen: pause .. resume
+	Stall   time.Duration `json:"stall_ns"`   // container frozen: freeze .. thaw
 	Capture time.Duration `json:"capture_ns"` // fs delta written to staging
 	Dump    time.Duration `json:"dump_ns"`    // CRIU dump via runc
-	Persist time.Duration `json:"persist_ns"` // staging -> image dir, hashed and fsynced
+	Persist time.Duration `json:"persist_ns"` // staging ingested into the store
 	Total   time.Duration `json:"total_ns"`
 }
 
-// Manifest describes one image. Config is the container's configuration as
-// the container package recorded it, kept opaque here.
-type Manifest struct {
+// Record is the catalog entry of one image: what was captured, when, with
+// which CRIU, the container's config, and the store manifest that holds the
+// image's files. The record is written last, after the manifest is durable,
+// so a listed checkpoint is always complete.
+type Record struct {
 	Version     int             `json:"version"`
 	Container   string          `json:"container"`
 	Seq         int             `json:"seq"`
@@ -69,20 +73,19 @@ type Manifest struct {
 	CRIUVersion string          `json:"criu_version"`
 	Kernel      string          `json:"kernel"`
 	Stopped     bool            `json:"stopped"` // the container was stopped after the dump
+	Pinned      bool            `json:"pinned"`  // kept by gc whatever the retention policy
 	Config      json.RawMessage `json:"config"`
 	Delta       DeltaStats      `json:"fs_delta"`
 	Timing      Timing          `json:"timing"`
-	Files       []File          `json:"files"`
+	Manifest    store.ID        `json:"manifest"`     // the image's files in the store
+	Logical     int64           `json:"logical_size"` // bytes of all files of the image
+	Files       int             `json:"files"`        // CRIU image files
+	NewChunks   int             `json:"new_chunks"`   // chunks this ingest wrote
+	NewBytes    int64           `json:"new_bytes"`    // raw bytes of those chunks
 }
 
-// Size is the sum of the image's file sizes.
-func (m *Manifest) Size() int64 {
-	var n int64
-	for _, f := range m.Files {
-		n += f.Size
-	}
-	return n
-}
+// Size is the logical size of the image: its files' bytes.
+func (r *Record) Size() int64 { return r.Logical }
 
 // Name is how users refer to the image: container:seq.
-func (m *Manifest) Name() string { return fmt.Sprintf("%s:%d", m.Container, m.Seq) }
+func (r *Record) Name() string { return fmt.Sprintf("%s:%d", r.Container, r.Seq) }

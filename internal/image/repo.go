@@ -5,38 +5,72 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
-	"github.com/zeebo/blake3"
+	"cairn/internal/store"
 )
 
-// Repo is a directory of images: Dir/<container>/<seq>/.
+// Repo is where a node keeps its images: a catalog of records
+// (Dir/<container>/<seq>.json) over a content-addressed store (StoreDir)
+// that holds every image's files as chunks, each stored once however many
+// images share it.
 type Repo struct {
-	Dir string
+	Dir         string // catalog
+	StoreDir    string // content-addressed store
+	Compression store.Compression
+	Logger      *slog.Logger
 }
+
+// Progress is called with the bytes done so far and the total (0 if
+// unknown). It may be nil.
+type Progress func(done, total int64)
 
 func (r Repo) containerDir(container string) string { return filepath.Join(r.Dir, container) }
 
-// Path is the directory of one image.
-func (r Repo) Path(container string, seq int) string {
-	return filepath.Join(r.containerDir(container), strconv.Itoa(seq))
+func (r Repo) recordPath(container string, seq int) string {
+	return filepath.Join(r.containerDir(container), strconv.Itoa(seq)+".json")
 }
 
-// List returns the manifests of a container's complete images, oldest
-// first. Temporary (incomplete) directories are ignored; an image whose
-// manifest does not parse is returned with only Container and Seq set and
-// reported in the error slice.
-func (r Repo) List(container string) ([]*Manifest, []error) {
+// OpenWriter opens the store for writing, waiting while another cairn
+// process writes to it.
+func (r Repo) OpenWriter(ctx context.Context) (*store.Store, error) {
+	for {
+		st, err := store.Open(r.StoreDir, store.Options{Compression: r.Compression, Logger: r.Logger})
+		if !errors.Is(err, store.ErrLocked) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the store lock: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// OpenReader opens the store read-only.
+func (r Repo) OpenReader() (*store.Store, error) {
+	if _, err := os.Stat(r.StoreDir); err != nil {
+		return nil, fmt.Errorf("%w: no store at %s", ErrNotFound, r.StoreDir)
+	}
+	return store.Open(r.StoreDir, store.Options{ReadOnly: true, Logger: r.Logger})
+}
+
+// List returns a container's records, oldest first. A record that does not
+// parse is reported in the error slice and left out.
+func (r Repo) List(container string) ([]*Record, []error) {
 	ents, err := os.ReadDir(r.containerDir(container))
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -44,22 +78,46 @@ func (r Repo) List(container string) ([]*Manifest, []error) {
 		}
 		return nil, []error{err}
 	}
-	var ms []*Manifest
+	var recs []*Record
 	var errs []error
 	for _, e := range ents {
-		seq, err := strconv.Atoi(e.Name())
-		if err != nil || !e.IsDir() {
+		seq, ok := seqOf(e.Name())
+		if !ok {
 			continue
 		}
-		m, err := r.Load(container, seq)
+		rec, err := r.Load(container, seq)
 		if err != nil {
 			errs = append(errs, err)
-			m = &Manifest{Container: container, Seq: seq}
+			continue
 		}
-		ms = append(ms, m)
+		recs = append(recs, rec)
 	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].Seq < ms[j].Seq })
-	return ms, errs
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+	return recs, errs
+}
+
+func seqOf(name string) (int, bool) {
+	s, ok := strings.CutSuffix(name, ".json")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n > 0
+}
+
+// All returns the records of every container, by container then seq.
+func (r Repo) All() ([]*Record, []error) {
+	names, err := r.Containers()
+	if err != nil {
+		return nil, []error{err}
+	}
+	var all []*Record
+	var errs []error
+	for _, n := range names {
+		recs, e := r.List(n)
+		all, errs = append(all, recs...), append(errs, e...)
+	}
+	return all, errs
 }
 
 // Containers lists the containers that have images.
@@ -77,15 +135,13 @@ func (r Repo) Containers() ([]string, error) {
 	return names, nil
 }
 
-// Latest returns the newest image of a container.
-func (r Repo) Latest(container string) (*Manifest, error) {
-	ms, _ := r.List(container)
-	for i := len(ms) - 1; i >= 0; i-- {
-		if ms[i].Version != 0 {
-			return ms[i], nil
-		}
+// Latest returns the newest record of a container.
+func (r Repo) Latest(container string) (*Record, error) {
+	recs, _ := r.List(container)
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%w: container %s has no checkpoint", ErrNotFound, container)
 	}
-	return nil, fmt.Errorf("%w: container %s has no checkpoint", ErrNotFound, container)
+	return recs[len(recs)-1], nil
 }
 
 // NextSeq returns the number the next image of container gets.
@@ -93,7 +149,7 @@ func (r Repo) NextSeq(container string) int {
 	ents, _ := os.ReadDir(r.containerDir(container))
 	next := 1
 	for _, e := range ents {
-		name := strings.TrimSuffix(e.Name(), ".tmp")
+		name := e.Name()
 		if i := strings.IndexByte(name, '.'); i >= 0 {
 			name = name[:i]
 		}
@@ -104,62 +160,72 @@ func (r Repo) NextSeq(container string) int {
 	return next
 }
 
-// Load reads and checks an image's manifest.
-func (r Repo) Load(container string, seq int) (*Manifest, error) {
-	dir := r.Path(container, seq)
-	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+// Load reads one record.
+func (r Repo) Load(container string, seq int) (*Record, error) {
+	name := fmt.Sprintf("%s:%d", container, seq)
+	b, err := os.ReadFile(r.recordPath(container, seq))
 	if err != nil {
 		if os.IsNotExist(err) {
-			if _, serr := os.Stat(dir); serr != nil {
-				return nil, fmt.Errorf("%w: %s:%d", ErrNotFound, container, seq)
-			}
-			return nil, &CorruptError{Image: dir, Reason: "missing"}
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
 		return nil, err
 	}
-	return decodeManifest(dir, b)
-}
-
-func decodeManifest(dir string, b []byte) (*Manifest, error) {
-	var m Manifest
+	var rec Record
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return nil, &CorruptError{Image: dir, Reason: err.Error()}
+	if err := dec.Decode(&rec); err != nil {
+		return nil, &CorruptError{Image: name, What: "record", Reason: err.Error()}
 	}
-	if m.Version != FormatVersion {
-		return nil, &CorruptError{Image: dir, Reason: fmt.Sprintf("format version %d, this cairn reads %d", m.Version, FormatVersion)}
+	if rec.Version != RecordVersion || rec.Container != container || rec.Seq != seq || rec.Manifest.IsNull() {
+		return nil, &CorruptError{Image: name, What: "record", Reason: fmt.Sprintf("version %d, names %s, manifest %s", rec.Version, rec.Name(), rec.Manifest.Short())}
 	}
-	seen := map[string]bool{}
-	for _, f := range m.Files {
-		if _, err := cleanName(f.Path); err != nil || f.Size < 0 || len(f.BLAKE3) != 64 || seen[f.Path] {
-			return nil, &CorruptError{Image: dir, Reason: fmt.Sprintf("bad file entry %+v", f)}
-		}
-		seen[f.Path] = true
-	}
-	if !seen[DeltaName] {
-		return nil, &CorruptError{Image: dir, Reason: "no fs delta listed"}
-	}
-	return &m, nil
+	return &rec, nil
 }
 
-// Remove deletes an image.
-func (r Repo) Remove(container string, seq int) error {
-	dir := r.Path(container, seq)
-	if _, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("%w: %s:%d", ErrNotFound, container, seq)
-	}
-	// Rename first so a half-deleted image is never listed.
-	tmp := dir + ".rm.tmp"
-	if err := os.Rename(dir, tmp); err != nil {
+func (r Repo) saveRecord(rec *Record) error {
+	rec.Version = RecordVersion
+	if err := os.MkdirAll(r.containerDir(rec.Container), 0o700); err != nil {
 		return err
 	}
-	err := os.RemoveAll(tmp)
-	_ = os.Remove(r.containerDir(container)) // only if empty
-	return err
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	p := r.recordPath(rec.Container, rec.Seq)
+	if err := writeFileSync(p+".tmp", b); err != nil {
+		return err
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return err
+	}
+	return syncDir(r.containerDir(rec.Container))
 }
 
-// CleanTemp removes leftovers of interrupted writes and removals.
+// SetPinned pins (or unpins) a checkpoint: gc keeps pinned checkpoints
+// whatever the retention policy.
+func (r Repo) SetPinned(container string, seq int, pinned bool) error {
+	rec, err := r.Load(container, seq)
+	if err != nil {
+		return err
+	}
+	rec.Pinned = pinned
+	return r.saveRecord(rec)
+}
+
+// Remove deletes a checkpoint's record. Its data stays in the store until
+// gc finds no other checkpoint uses it.
+func (r Repo) Remove(container string, seq int) error {
+	if _, err := os.Stat(r.recordPath(container, seq)); err != nil {
+		return fmt.Errorf("%w: %s:%d", ErrNotFound, container, seq)
+	}
+	if err := os.Remove(r.recordPath(container, seq)); err != nil {
+		return err
+	}
+	_ = os.Remove(r.containerDir(container)) // only if empty
+	return syncDir(r.Dir)
+}
+
+// CleanTemp removes records an interrupted write left half-written.
 func (r Repo) CleanTemp(container string) {
 	ents, _ := os.ReadDir(r.containerDir(container))
 	for _, e := range ents {
@@ -169,95 +235,449 @@ func (r Repo) CleanTemp(container string) {
 	}
 }
 
-// Write persists the staged image in src (a CRIU image directory CRIUDir and
-// a DeltaName file) as the image m.Container:m.Seq: every file is copied,
-// hashed and fsynced into a temporary directory, the manifest is written
-// last, and the directory is renamed into place. On error nothing is
-// listed. m.Files is filled in.
-func (r Repo) Write(ctx context.Context, src string, m *Manifest) error {
-	m.Version = FormatVersion
-	final := r.Path(m.Container, m.Seq)
-	tmp := final + ".tmp"
-	if err := os.MkdirAll(r.containerDir(m.Container), 0o700); err != nil {
-		return err
-	}
-	if _, err := os.Stat(final); err == nil {
-		return fmt.Errorf("checkpoint %s already exists", m.Name())
-	}
-	_ = os.RemoveAll(tmp)
-	ok := false
-	defer func() {
-		if !ok {
-			_ = os.RemoveAll(tmp)
-		}
-	}()
-	m.Files = m.Files[:0]
-	buf := make([]byte, 1<<20)
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		dst := filepath.Join(tmp, rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o700)
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("staged image holds non-regular file %s", rel)
-		}
-		f, err := copyHashed(p, dst, buf)
-		if err != nil {
-			return err
-		}
-		f.Path = filepath.ToSlash(rel)
-		m.Files = append(m.Files, f)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("write checkpoint %s: %w", m.Name(), err)
-	}
-	b, err := json.MarshalIndent(m, "", "  ")
+// Ingest stores the staged image in src (CRIU's files under CRIUDir and
+// the fs delta as the tar DeltaName) as checkpoint rec.Container:rec.Seq:
+// every file is cut into chunks that are put into the store (only chunks
+// it lacks are written), the image's manifest is written once they are
+// durable, and the record last. On error no checkpoint is listed.
+func (r Repo) Ingest(ctx context.Context, src string, rec *Record, progress Progress) error {
+	st, err := r.OpenWriter(ctx)
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(tmp, ManifestName), b); err != nil {
+	defer st.Close()
+	if _, err := os.Stat(r.recordPath(rec.Container, rec.Seq)); err == nil {
+		return fmt.Errorf("checkpoint %s already exists", rec.Name())
+	}
+	var stats ingestStats
+	total := dirBytes(src)
+	stopProgress := startProgress(progress, &stats.bytes, total)
+	defer stopProgress()
+
+	now := time.Now()
+	nodes := []store.Node{{Path: CRIUDir, Kind: store.KindDir, Mode: 0o700, MTime: now}}
+	criuDir := filepath.Join(src, CRIUDir)
+	ents, err := os.ReadDir(criuDir)
+	if err != nil {
 		return err
 	}
-	if err := syncDirs(tmp); err != nil {
+	rec.Files = 0
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			return fmt.Errorf("staged CRIU image holds non-regular file %s", e.Name())
+		}
+		name := CRIUDir + "/" + e.Name()
+		ids, n, err := ingestFile(ctx, st, filepath.Join(criuDir, e.Name()), name, &stats)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, store.Node{Path: name, Kind: store.KindFile, Mode: 0o600, MTime: now, Size: n, Chunks: ids})
+		rec.Files++
+	}
+	fsNodes, err := ingestDelta(ctx, st, filepath.Join(src, DeltaName), &stats)
+	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		return err
+	nodes = append(nodes, fsNodes...)
+	m := &store.Manifest{
+		Labels: map[string]string{"cairn.container": rec.Container, "cairn.seq": strconv.Itoa(rec.Seq)},
+		Nodes:  nodes,
 	}
-	ok = true
-	return syncDir(r.containerDir(m.Container))
+	id, err := st.PutManifest(ctx, m)
+	if err != nil {
+		return fmt.Errorf("write checkpoint %s: %w", rec.Name(), err)
+	}
+	rec.Manifest = id
+	rec.Logical = 0
+	for _, n := range nodes {
+		rec.Logical += int64(n.Size)
+	}
+	rec.NewChunks, rec.NewBytes = int(stats.newChunks.Load()), stats.newBytes.Load()
+	if err := r.saveRecord(rec); err != nil {
+		return fmt.Errorf("write checkpoint %s: %w", rec.Name(), err)
+	}
+	return nil
 }
 
-func copyHashed(src, dst string, buf []byte) (File, error) {
-	in, err := os.Open(src)
+// ingestDelta turns the captured fs delta tar into manifest nodes under
+// FSDir, refusing entries restore would refuse.
+func ingestDelta(ctx context.Context, st *store.Store, tarPath string, stats *ingestStats) ([]store.Node, error) {
+	f, err := os.Open(tarPath)
 	if err != nil {
-		return File{}, err
+		return nil, err
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	defer f.Close()
+	nodes := []store.Node{{Path: FSDir, Kind: store.KindDir, Mode: 0o755, MTime: time.Now()}}
+	files := map[string]int{} // tar name -> node index, for hard links
+	tr := tar.NewReader(bufio.NewReaderSize(f, 1<<20))
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nodes, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read fs delta: %w", err)
+		}
+		if err := checkHeader(hdr); err != nil {
+			return nil, err
+		}
+		name, _ := cleanName(hdr.Name)
+		n := store.Node{
+			Path: FSDir + "/" + name, Mode: uint32(hdr.Mode & 0o7777),
+			UID: uint32(hdr.Uid), GID: uint32(hdr.Gid), MTime: hdr.ModTime,
+		}
+		for k, v := range hdr.PAXRecords {
+			if x, ok := strings.CutPrefix(k, xattrPrefix); ok {
+				n.Xattrs = append(n.Xattrs, store.Xattr{Name: x, Value: []byte(v)})
+			}
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			n.Kind = store.KindDir
+		case tar.TypeReg:
+			n.Kind = store.KindFile
+			if n.Chunks, n.Size, err = putStream(ctx, st, tr, ParamsFor(name), stats); err != nil {
+				return nil, fmt.Errorf("ingest %s: %w", name, err)
+			}
+			files[name] = len(nodes)
+		case tar.TypeLink:
+			// Stored as a copy: dedup makes it free, but the link itself
+			// is not kept (see docs/format.md).
+			target, _ := cleanName(hdr.Linkname)
+			i, ok := files[target]
+			if !ok {
+				return nil, fmt.Errorf("%w: hard link %q to %q, which is not a file in the delta", ErrUnsafeEntry, name, target)
+			}
+			n.Kind, n.Size, n.Chunks = store.KindFile, nodes[i].Size, nodes[i].Chunks
+		case tar.TypeSymlink:
+			n.Kind, n.Target = store.KindSymlink, hdr.Linkname
+		case tar.TypeFifo:
+			n.Kind = store.KindFIFO
+		case tar.TypeChar: // checkHeader allows only 0:0, a whiteout
+			n.Kind = store.KindWhiteout
+		}
+		nodes = append(nodes, n)
+	}
+}
+
+// Materialize writes an image out for a restore: CRIU's files into
+// criuDst and the fs delta as a tree into fsDst (both must exist). Every
+// chunk is verified against its id as it is read, so what lands is exactly
+// what was checkpointed, or it fails with a *CorruptError that names the
+// damaged data and every checkpoint that uses it. Nothing outside criuDst
+// and fsDst is written.
+func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst string, progress Progress) error {
+	st, err := r.openReaderRepairing(ctx, rec)
 	if err != nil {
-		return File{}, err
+		return err
 	}
-	h := blake3.New()
-	n, err := io.CopyBuffer(io.MultiWriter(out, h), in, buf)
+	defer st.Close()
+	m, err := r.loadManifest(ctx, st, rec)
+	if err != nil {
+		return err
+	}
+	var done atomic.Int64
+	stop := startProgress(progress, &done, rec.Logical)
+	defer stop()
+	var fsNodes []store.Node
+	for _, n := range m.Nodes {
+		switch {
+		case n.Path == CRIUDir || n.Path == FSDir:
+		case strings.HasPrefix(n.Path, CRIUDir+"/"):
+			if n.Kind != store.KindFile || strings.Contains(n.Path[len(CRIUDir)+1:], "/") {
+				return &CorruptError{Image: rec.Name(), What: n.Path, Reason: "not a plain CRIU image file"}
+			}
+			if err := r.writeFile(ctx, st, rec, n, filepath.Join(criuDst, n.Path[len(CRIUDir)+1:]), &done); err != nil {
+				return err
+			}
+		case strings.HasPrefix(n.Path, FSDir+"/"):
+			fsNodes = append(fsNodes, n)
+		default:
+			return &CorruptError{Image: rec.Name(), What: n.Path, Reason: "outside criu/ and fs/"}
+		}
+	}
+	return r.materializeFS(ctx, st, rec, fsNodes, fsDst, &done)
+}
+
+// openReaderRepairing opens the store read-only. A reader does no
+// recovery: if it cannot open, or the image's chunks are not all in the
+// index (index files lost, or packs a crash left unindexed), the store is
+// opened once as a writer, which re-indexes every pack from its header.
+func (r Repo) openReaderRepairing(ctx context.Context, rec *Record) (*store.Store, error) {
+	st, err := r.OpenReader()
+	if errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
 	if err == nil {
-		err = out.Sync()
+		m, merr := r.loadManifest(ctx, st, rec)
+		if merr != nil || hasAll(st, m) {
+			return st, nil // a bad manifest is reported by the caller
+		}
+		st.Close()
 	}
-	if cerr := out.Close(); err == nil {
+	if r.Logger != nil {
+		r.Logger.Warn("store index incomplete; re-indexing packs", "ckpt", rec.Name())
+	}
+	w, err := r.OpenWriter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return r.OpenReader()
+}
+
+func hasAll(st *store.Store, m *store.Manifest) bool {
+	for _, id := range m.ChunkIDs() {
+		if !st.Has(id) {
+			return false
+		}
+	}
+	return true
+}
+
+func (r Repo) loadManifest(ctx context.Context, st *store.Store, rec *Record) (*store.Manifest, error) {
+	m, err := st.LoadManifest(ctx, rec.Manifest)
+	if err != nil {
+		if errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrNotFound) {
+			return nil, &CorruptError{Image: rec.Name(), What: "manifest " + rec.Manifest.String(), Reason: err.Error(), Err: err}
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+func (r Repo) writeFile(ctx context.Context, st *store.Store, rec *Record, n store.Node, dst string, done *atomic.Int64) error {
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	k, err := writeChunks(ctx, st, n.Chunks, bw, done)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return File{}, fmt.Errorf("copy %s: %w", src, err)
+		return r.corrupt(ctx, rec, err)
 	}
-	return File{Size: n, BLAKE3: hex.EncodeToString(h.Sum(nil))}, nil
+	if uint64(k) != n.Size {
+		return &CorruptError{Image: rec.Name(), What: n.Path, Reason: fmt.Sprintf("%d bytes, manifest says %d", k, n.Size)}
+	}
+	return nil
+}
+
+// corrupt names every checkpoint affected by a damaged chunk.
+func (r Repo) corrupt(ctx context.Context, rec *Record, err error) error {
+	err = storeErr(rec.Name(), err)
+	var ce *CorruptError
+	var sce *store.CorruptError
+	if errors.As(err, &ce) && errors.As(err, &sce) {
+		ce.Affected = r.usersOf(ctx, sce.ID)
+	}
+	return err
+}
+
+// usersOf returns the checkpoints whose images use the chunk id.
+func (r Repo) usersOf(ctx context.Context, id store.ID) []string {
+	st, err := r.OpenReader()
+	if err != nil {
+		return nil
+	}
+	defer st.Close()
+	recs, _ := r.All()
+	var names []string
+	for _, rec := range recs {
+		m, err := st.LoadManifest(ctx, rec.Manifest)
+		if err != nil {
+			continue
+		}
+		for _, c := range m.ChunkIDs() {
+			if c == id {
+				names = append(names, rec.Name())
+				break
+			}
+		}
+	}
+	return names
+}
+
+// materializeFS creates the fs delta's tree in dst. Device nodes (other
+// than whiteouts) and sockets are refused, and no path is ever resolved
+// through a symlink the tree made, so nothing is written outside dst.
+func (r Repo) materializeFS(ctx context.Context, st *store.Store, rec *Record, nodes []store.Node, dst string, done *atomic.Int64) error {
+	type dirMeta struct {
+		p string
+		n store.Node
+	}
+	var dirs []dirMeta
+	for _, n := range nodes { // sorted by path: parents first
+		name := n.Path[len(FSDir)+1:]
+		if _, err := cleanName(name); err != nil {
+			return err
+		}
+		if err := checkParents(dst, name); err != nil {
+			return err
+		}
+		p := filepath.Join(dst, filepath.FromSlash(name))
+		switch n.Kind {
+		case store.KindDir:
+			if err := os.Mkdir(p, 0o700); err != nil {
+				return err
+			}
+			dirs = append(dirs, dirMeta{p, n})
+			continue
+		case store.KindFile:
+			if err := r.writeFile(ctx, st, rec, n, p, done); err != nil {
+				return err
+			}
+		case store.KindSymlink:
+			if err := os.Symlink(n.Target, p); err != nil {
+				return err
+			}
+		case store.KindFIFO:
+			if err := mkfifo(p, n.Mode); err != nil {
+				return err
+			}
+		case store.KindWhiteout:
+			if err := mkWhiteout(p, n.Mode); err != nil {
+				return fmt.Errorf("make whiteout %s: %w", name, err)
+			}
+		default:
+			return fmt.Errorf("%w: %q is a %s", ErrUnsafeEntry, name, kindName(n.Kind))
+		}
+		if err := applyNodeMeta(p, n); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := applyNodeMeta(dirs[i].p, dirs[i].n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func kindName(k store.Kind) string {
+	switch k {
+	case store.KindCharDev:
+		return "character device"
+	case store.KindBlockDev:
+		return "block device"
+	case store.KindSocket:
+		return "socket"
+	}
+	return fmt.Sprintf("file of kind %d", k)
+}
+
+// Verify checks a checkpoint: its record, its manifest, and that every
+// chunk it uses is in the store; with readData, every chunk is read and
+// checked against its id.
+func (r Repo) Verify(ctx context.Context, container string, seq int, readData bool, progress Progress) (*Record, error) {
+	rec, err := r.Load(container, seq)
+	if err != nil {
+		return nil, err
+	}
+	st, err := r.OpenReader()
+	if err != nil {
+		return rec, err
+	}
+	defer st.Close()
+	m, err := r.loadManifest(ctx, st, rec)
+	if err != nil {
+		return rec, err
+	}
+	var done atomic.Int64
+	stop := startProgress(progress, &done, rec.Logical)
+	defer stop()
+	for _, n := range m.Nodes {
+		if !readData {
+			for _, id := range n.Chunks {
+				if !st.Has(id) {
+					return rec, r.corrupt(ctx, rec, fmt.Errorf("chunk %s: %w", id, store.ErrNotFound))
+				}
+			}
+			continue
+		}
+		k, err := writeChunks(ctx, st, n.Chunks, io.Discard, &done)
+		if err != nil {
+			return rec, r.corrupt(ctx, rec, err)
+		}
+		if uint64(k) != n.Size {
+			return rec, &CorruptError{Image: rec.Name(), What: n.Path, Reason: fmt.Sprintf("%d bytes, manifest says %d", k, n.Size)}
+		}
+	}
+	return rec, nil
+}
+
+// ReadDeltaFile returns the contents of one regular file of an image's fs
+// delta (path relative to the container root, slash-separated).
+func (r Repo) ReadDeltaFile(ctx context.Context, container string, seq int, name string) ([]byte, error) {
+	rec, err := r.Load(container, seq)
+	if err != nil {
+		return nil, err
+	}
+	st, err := r.OpenReader()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	m, err := r.loadManifest(ctx, st, rec)
+	if err != nil {
+		return nil, err
+	}
+	want := path.Join(FSDir, name)
+	for _, n := range m.Nodes {
+		if n.Path == want && n.Kind == store.KindFile {
+			var buf bytes.Buffer
+			if _, err := writeChunks(ctx, st, n.Chunks, &buf, nil); err != nil {
+				return nil, r.corrupt(ctx, rec, err)
+			}
+			return buf.Bytes(), nil
+		}
+	}
+	return nil, fmt.Errorf("%s not in the fs delta of %s: %w", name, rec.Name(), os.ErrNotExist)
+}
+
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// startProgress calls p every 100 ms with the count until stop is called,
+// and once more at the end.
+func startProgress(p Progress, done *atomic.Int64, total int64) (stop func()) {
+	if p == nil {
+		return func() {}
+	}
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				p(done.Load(), total)
+				return
+			case <-t.C:
+				p(done.Load(), total)
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
 }
 
 func writeFileSync(p string, b []byte) error {
@@ -284,127 +704,5 @@ func syncDir(p string) error {
 	return d.Sync()
 }
 
-func syncDirs(root string) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return err
-		}
-		return syncDir(p)
-	})
-}
-
-// Materialize copies an image's files into dst (which must exist), checking
-// each file's size and hash as it goes, so that what lands in dst is exactly
-// what was checkpointed: CRIU then reads only verified bytes. A mismatch
-// returns a *CorruptError naming the file. The manifest is returned.
-func (r Repo) Materialize(ctx context.Context, container string, seq int, dst string) (*Manifest, error) {
-	m, err := r.Load(container, seq)
-	if err != nil {
-		return nil, err
-	}
-	return m, r.verify(ctx, m, dst)
-}
-
-// Verify reads every file of an image and checks it against the manifest.
-func (r Repo) Verify(ctx context.Context, container string, seq int) (*Manifest, error) {
-	m, err := r.Load(container, seq)
-	if err != nil {
-		return nil, err
-	}
-	return m, r.verify(ctx, m, "")
-}
-
-func (r Repo) verify(ctx context.Context, m *Manifest, dst string) error {
-	dir := r.Path(m.Container, m.Seq)
-	buf := make([]byte, 1<<20)
-	listed := map[string]bool{ManifestName: true}
-	for _, f := range m.Files {
-		listed[f.Path] = true
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := verifyFile(dir, f, dst, buf); err != nil {
-			return err
-		}
-	}
-	// Files the manifest does not list mean someone changed the image.
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if !listed[filepath.ToSlash(rel)] {
-			return &CorruptError{Image: dir, File: rel, Reason: "not in the manifest"}
-		}
-		return nil
-	})
-}
-
-func verifyFile(dir string, f File, dst string, buf []byte) error {
-	corrupt := func(format string, a ...any) error {
-		return &CorruptError{Image: dir, File: f.Path, Reason: fmt.Sprintf(format, a...)}
-	}
-	in, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
-	if err != nil {
-		if os.IsNotExist(err) {
-			return corrupt("missing")
-		}
-		return err
-	}
-	defer in.Close()
-	var w io.Writer = io.Discard
-	if dst != "" {
-		p := filepath.Join(dst, filepath.FromSlash(f.Path))
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return err
-		}
-		out, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
-			return err
-		}
-		defer out.Close()
-		w = out
-	}
-	h := blake3.New()
-	// Read one byte past the recorded size to notice a grown file.
-	n, err := io.CopyBuffer(io.MultiWriter(w, h), io.LimitReader(in, f.Size+1), buf)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", f.Path, err)
-	}
-	switch {
-	case n < f.Size:
-		return corrupt("truncated: %d of %d bytes", n, f.Size)
-	case n > f.Size:
-		return corrupt("longer than the %d bytes recorded", f.Size)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != f.BLAKE3 {
-		return corrupt("BLAKE3 %s, manifest says %s", got[:16], f.BLAKE3[:16])
-	}
-	return nil
-}
-
 // IsCorrupt reports whether err says an image is corrupt.
 func IsCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }
-
-// ReadDeltaFile returns the contents of one regular file of an image's fs
-// delta (path relative to the container root, slash-separated).
-func (r Repo) ReadDeltaFile(container string, seq int, name string) ([]byte, error) {
-	f, err := os.Open(filepath.Join(r.Path(container, seq), DeltaName))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	tr := tar.NewReader(bufio.NewReader(f))
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil, fmt.Errorf("%s not in the fs delta of %s:%d: %w", name, container, seq, os.ErrNotExist)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if c, err := cleanName(hdr.Name); err == nil && c == name && hdr.Typeflag == tar.TypeReg {
-			return io.ReadAll(tr)
-		}
-	}
-}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"cairn/internal/image"
+)
+
+// progressBar returns an image.Progress that draws a bar with the rate on
+// stderr when stderr is a terminal, and nil (no output) otherwise or when
+// quiet: scripts and --json get clean output.
+func progressBar(label string, quiet bool) (p image.Progress, done func()) {
+	if quiet || !isTerminal(os.Stderr) {
+		return nil, func() {}
+	}
+	var mu sync.Mutex
+	start := time.Now()
+	drawn := false
+	p = func(n, total int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		el := time.Since(start).Seconds()
+		rate := ""
+		if el > 0.05 {
+			rate = humanBytes(int64(float64(n)/el)) + "/s"
+		}
+		bar := ""
+		if total > 0 {
+			const width = 30
+			frac := min(float64(n)/float64(total), 1)
+			fill := int(frac * width)
+			bar = fmt.Sprintf("[%s%s] %3.0f%% ", strings.Repeat("=", fill), strings.Repeat(" ", width-fill), frac*100)
+		}
+		fmt.Fprintf(os.Stderr, "\r\033[K%s %s%s %s", label, bar, humanBytes(n), rate)
+		drawn = true
+	}
+	return p, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if drawn {
+			fmt.Fprint(os.Stderr, "\r\033[K")
+		}
+	}
+}
