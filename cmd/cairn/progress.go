@@ -14,6 +14,12 @@ import (
 // stderr when stderr is a terminal, and nil (no output) otherwise or when
 // quiet: scripts and --json get clean output.
 func progressBar(label string, quiet bool) (p image.Progress, done func()) {
+	return progressBarOf(label, quiet, "")
+}
+
+// progressBarOf is progressBar for counts of unit ("chunks") instead of
+// bytes.
+func progressBarOf(label string, quiet bool, unit string) (p image.Progress, done func()) {
 	if quiet || !isTerminal(os.Stderr) {
 		return nil, func() {}
 	}
@@ -24,9 +30,15 @@ func progressBar(label string, quiet bool) (p image.Progress, done func()) {
 		mu.Lock()
 		defer mu.Unlock()
 		el := time.Since(start).Seconds()
-		rate := ""
+		rate, amount := "", humanBytes(n)
 		if el > 0.05 {
 			rate = humanBytes(int64(float64(n)/el)) + "/s"
+		}
+		if unit != "" {
+			amount = fmt.Sprintf("%d/%d %s", n, total, unit)
+			if el > 0.05 {
+				rate = fmt.Sprintf("%.0f %s/s", float64(n)/el, unit)
+			}
 		}
 		bar := ""
 		if total > 0 {
@@ -35,7 +47,7 @@ func progressBar(label string, quiet bool) (p image.Progress, done func()) {
 			fill := int(frac * width)
 			bar = fmt.Sprintf("[%s%s] %3.0f%% ", strings.Repeat("=", fill), strings.Repeat(" ", width-fill), frac*100)
 		}
-		fmt.Fprintf(os.Stderr, "\r\033[K%s %s%s %s", label, bar, humanBytes(n), rate)
+		fmt.Fprintf(os.Stderr, "\r\033[K%s %s%s %s", label, bar, amount, rate)
 		drawn = true
 	}
 	return p, func() {

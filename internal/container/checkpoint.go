@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,7 +62,8 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
 		return nil, fmt.Errorf("staging dir: %w", err)
 	}
-	staging, err := os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("%s-%d-", name, seq))
+	m.cleanStaging()
+	staging, err := os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("%s-%d-pid%d-", name, seq, os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("staging dir: %w", err)
 	}
@@ -85,8 +87,15 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 	var timing image.Timing
 	start := time.Now()
 	wasPaused := in.Status == "paused"
+	marker := filepath.Join(m.dir(name), freezeMarker)
 	if !wasPaused {
+		// Say who froze the container, so that if this process dies before
+		// thawing it, the next cairn command thaws it (recoverFreeze).
+		if err := os.WriteFile(marker, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			return nil, err
+		}
 		if err := fz.set(ctx, true); err != nil {
+			os.Remove(marker)
 			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
 		}
 	}
@@ -96,6 +105,7 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 			if err := fz.set(context.WithoutCancel(ctx), false); err != nil {
 				log.Warn("resume after checkpoint", "err", err)
 			}
+			os.Remove(marker)
 		}
 		frozen = false
 	}
@@ -138,6 +148,7 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 	}
 	if opts.Stop {
 		frozen = false // runc removed the container after the dump
+		os.Remove(marker)
 	} else {
 		resume()
 	}
@@ -241,7 +252,8 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
 		return nil, fmt.Errorf("staging dir: %w", err)
 	}
-	staging, err := os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-", target, seq))
+	m.cleanStaging()
+	staging, err := os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-pid%d-", target, seq, os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
@@ -343,4 +355,68 @@ func ParseCheckpointRef(ref, defaultName string) (string, int, error) {
 		return "", 0, fmt.Errorf("bad checkpoint %q: want NUMBER or NAME:NUMBER", ref)
 	}
 	return name, seq, nil
+}
+
+// freezeMarker is the file in a container's dir that names the process that
+// froze it for a checkpoint.
+const freezeMarker = "frozen-by"
+
+// recoverFreeze thaws a container that a checkpoint froze and never thawed
+// because the cairn process running it died. It waits for CRIU (which may
+// still be dumping, orphaned) to let go of the container's init first.
+func (m *Manager) recoverFreeze(st *State, initPID int) {
+	marker := filepath.Join(m.dir(st.Config.Name), freezeMarker)
+	b, err := os.ReadFile(marker)
+	if err != nil {
+		return
+	}
+	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid != os.Getpid() && isShim(pid) {
+		return // the checkpoint is still running
+	}
+	if initPID > 0 && tracerPID(initPID) != 0 {
+		return // an orphaned CRIU still holds the process
+	}
+	fz, err := freezerFor(st.CgroupsPath)
+	if err == nil {
+		err = fz.set(context.Background(), false)
+	}
+	if err != nil {
+		m.log.Warn("thaw after an interrupted checkpoint", "container", st.Config.Name, "err", err)
+		return
+	}
+	m.log.Warn("thawed a container an interrupted checkpoint left frozen", "container", st.Config.Name)
+	os.Remove(marker)
+}
+
+// tracerPID returns the pid of the process ptrace-attached to pid, or 0.
+func tracerPID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "TracerPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// cleanStaging removes staging dirs that checkpoints of processes that no
+// longer exist left behind: they may hold a whole memory image in tmpfs.
+func (m *Manager) cleanStaging() {
+	ents, _ := os.ReadDir(m.opts.StagingDir)
+	for _, e := range ents {
+		i := strings.Index(e.Name(), "-pid")
+		if i < 0 {
+			continue
+		}
+		rest := e.Name()[i+4:]
+		if j := strings.IndexByte(rest, '-'); j > 0 {
+			if pid, err := strconv.Atoi(rest[:j]); err == nil && pid != os.Getpid() && !isShim(pid) {
+				os.RemoveAll(filepath.Join(m.opts.StagingDir, e.Name()))
+			}
+		}
+	}
 }

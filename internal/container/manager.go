@@ -460,6 +460,10 @@ func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
 	dir := m.dir(name)
 	in := &Info{State: *st, Name: name, Dir: dir, RootFS: filepath.Join(dir, "rootfs"), Log: filepath.Join(dir, "container.log")}
 	rs, err := m.runc.state(ctx, m.runcID(name))
+	if err == nil && rs.Status == "paused" {
+		m.recoverFreeze(st, rs.Pid)
+		rs, err = m.runc.state(ctx, m.runcID(name))
+	}
 	switch {
 	case err == nil && rs.Status != "stopped":
 		in.Status, in.Pid = rs.Status, rs.Pid

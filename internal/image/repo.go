@@ -372,6 +372,13 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 		return err
 	}
 	defer st.Close()
+	// Hold a read session: a concurrent gc waits for it before it deletes
+	// any pack.
+	release, err := st.ReadSession(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	m, err := r.loadManifest(ctx, st, rec)
 	if err != nil {
 		return err
@@ -586,6 +593,11 @@ func (r Repo) Verify(ctx context.Context, container string, seq int, readData bo
 		return rec, err
 	}
 	defer st.Close()
+	release, err := st.ReadSession(ctx)
+	if err != nil {
+		return rec, err
+	}
+	defer release()
 	m, err := r.loadManifest(ctx, st, rec)
 	if err != nil {
 		return rec, err

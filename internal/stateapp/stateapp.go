@@ -2,6 +2,7 @@ package stateapp
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -12,7 +13,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -49,7 +52,7 @@ func Main(args []string) int {
 	interval := fs.Duration("interval", 10*time.Millisecond, "time between counts")
 	memMiB := fs.Int("mem", 0, "MiB of memory to hold and keep dirtying (random data)")
 	dirtyPct := fs.Int("dirty", 10, "percent of -mem pages rewritten each -dirty-every")
-	dirtyEvery := fs.Duration("dirty-every", time.Second, "how often to rewrite -dirty percent of -mem")
+	dirtyEvery := fs.Duration("dirty-every", time.Second, "how often to rewrite -dirty percent of -mem (0: only on SIGUSR1)")
 	noStream := fs.Bool("no-stream", false, "do not start the TCP stream")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -194,7 +197,10 @@ func receive(hp string) int {
 }
 
 // holdMemory allocates mib MiB of random data and rewrites pct percent of
-// its 4 KiB pages every period, so successive checkpoints differ by that.
+// its 4 KiB pages (distinct ones) every period, and whenever it gets
+// SIGUSR1, printing "dirtied pages=K". On SIGUSR2 it prints
+// "memsum=HEX", the SHA-256 of the buffer, so a test can compare the
+// memory of a restored process with the checkpointed one.
 func holdMemory(mib, pct int, period time.Duration) {
 	const page = 4096
 	mem := make([]byte, mib<<20)
@@ -202,11 +208,29 @@ func holdMemory(mib, pct int, period time.Duration) {
 	fillRandom(r, mem)
 	fmt.Printf("mem=%dMiB ready\n", mib)
 	pages := len(mem) / page
-	for {
-		time.Sleep(period)
-		for i := 0; i < pages*pct/100; i++ {
-			p := r.IntN(pages)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+	var tick <-chan time.Time
+	if period > 0 {
+		tick = time.Tick(period)
+	}
+	dirty := func() {
+		k := pages * pct / 100
+		for _, p := range r.Perm(pages)[:k] {
 			fillRandom(r, mem[p*page:(p+1)*page])
+		}
+		fmt.Printf("dirtied pages=%d\n", k)
+	}
+	for {
+		select {
+		case <-tick:
+			dirty()
+		case sig := <-sigs:
+			if sig == syscall.SIGUSR1 {
+				dirty()
+			} else {
+				fmt.Printf("memsum=%x\n", sha256.Sum256(mem))
+			}
 		}
 	}
 }

@@ -38,16 +38,56 @@
 // lists: valid ones are indexed again, ones without a valid trailer are
 // removed.
 //
+// # Lifecycle
+//
+// RemoveManifest deletes one manifest; GC deletes every manifest not in its
+// keep list and reclaims the chunks no kept manifest references by
+// repacking: the live chunks of packs that hold dead ones are copied,
+// verified, into new packs; the new packs and one index file listing every
+// remaining pack are made durable; then the old index files are deleted,
+// and only then the old packs. A crash at any step leaves a store whose
+// kept manifests are complete (unreclaimed space is reclaimed by the next
+// GC). Check verifies packs, index and manifests and names, for every bad
+// chunk, the manifests that use it. Export and Import move a set of
+// manifests and their chunks between stores as one self-contained file.
+//
 // # Locking
 //
 // A writer holds an exclusive flock(2) on the file "lock" in the store
 // directory from Open to Close, so there is at most one writer per store;
-// a second writer gets ErrLocked. Readers (Options.ReadOnly) take no lock:
-// every file they can see under its final name is complete and immutable,
-// so they can read while a writer adds to the store. A reader sees the
-// chunks and manifests that were durable when it opened the store, plus
-// manifests written later. flock does not work over some network file
-// systems; the store is meant for a local disk.
+// a second writer gets ErrLocked. Readers (Options.ReadOnly) do not take
+// that lock: every file they can see under its final name is complete and
+// immutable, so they can read while a writer adds to the store. A reader
+// sees the chunks and manifests that were durable when it opened the
+// store, plus manifests written later. flock does not work over some
+// network file systems; the store is meant for a local disk.
+//
+// GC is the only operation that deletes packs and index files, and it
+// coordinates with readers through a second file, "readers":
+//
+//   - A read session (ReadSession, and internally Check, Export, a reader's
+//     Open and a reader's index reload) holds a shared flock on "readers"
+//     until it is released.
+//   - GC takes an exclusive flock on "readers" after its new packs and index
+//     file are durable and the writer's in-memory index points at them, and
+//     holds it only while it deletes the old index files and packs. It
+//     polls for the lock until its context is done; if the context ends
+//     first, GC returns its error with nothing deleted and the store
+//     consistent.
+//
+// So no pack or index file disappears during a read session, and a reader
+// never loads a half-deleted set of index files. A reader whose index
+// predates a GC (opened before it, without a session) finds a pack gone
+// when it reads: Get then reloads the index files under the shared lock
+// and retries once; the chunk is in its new pack, or ErrNotFound if GC
+// reclaimed it because no kept manifest uses it.
+//
+// Within the writer's process, Get never blocks on GC: GC swaps the
+// in-memory index before deleting a pack, and a Get that loses the race
+// looks the chunk up again. Writes (Put, Flush, PutManifest, RemoveManifest,
+// Import) wait while GC or RebuildIndex runs; GC waits for writes in
+// progress. A read session open in the writer's own process also holds
+// GC off: do not call GC on a goroutine that holds a session.
 //
 // The byte layouts are specified in docs/format.md.
 package store

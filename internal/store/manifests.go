@@ -22,6 +22,8 @@ func (s *Store) PutManifest(ctx context.Context, m *Manifest) (ID, error) {
 	if s.opts.ReadOnly {
 		return ID{}, fmt.Errorf("put manifest: %w", ErrReadOnly)
 	}
+	s.gcLock.RLock() // GC must not run between the check and the write
+	defer s.gcLock.RUnlock()
 	b, err := m.MarshalBinary()
 	if err != nil {
 		return ID{}, fmt.Errorf("put manifest: %w", err)
@@ -41,7 +43,8 @@ func (s *Store) PutManifest(ctx context.Context, m *Manifest) (ID, error) {
 }
 
 // checkDurable flushes and checks, under the write lock, that every chunk
-// of m is in the index: after the flush, every chunk there is durable.
+// of m is in the index: after the flush, every chunk there is durable. The
+// caller holds gcLock.
 func (s *Store) checkDurable(m *Manifest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -34,6 +34,11 @@ func (s *Store) initDir() error {
 	if s.lockFd, err = lockDir(s.dir); err != nil {
 		return err
 	}
+	f, err := openReaders(s.dir) // create it for readers that cannot
+	if err != nil {
+		return err
+	}
+	_ = f.Close()
 	for _, d := range []string{packsDir, indexDir, manifestsDir, tmpDir} {
 		if _, err := mkdir(s.path(d)); err != nil {
 			return err
@@ -219,6 +224,8 @@ func (s *Store) RebuildIndex(ctx context.Context) error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("rebuild index: %w", ErrReadOnly)
 	}
+	s.gcLock.Lock()
+	defer s.gcLock.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -3,8 +3,10 @@ package store
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -75,6 +77,11 @@ type Store struct {
 	idx    *index.Index
 	lockFd *os.File // nil for readers
 
+	// gcLock is held shared by every write (Put, Flush, PutManifest,
+	// RemoveManifest, Import) and exclusively by GC and RebuildIndex, so
+	// that they never run concurrently with a write. Reads do not take it.
+	gcLock sync.RWMutex
+
 	mu      sync.Mutex // guards the fields below and serialises writes
 	cur     *openPack
 	unsaved []index.PackEntries // finished packs not yet in an index file
@@ -122,6 +129,14 @@ func (s *Store) open() error {
 	if s.codec, err = newCodec(s.opts.Compression); err != nil {
 		return err
 	}
+	if s.opts.ReadOnly {
+		// Keep GC from deleting index files and packs while they are read.
+		f, err := lockReaders(context.Background(), s.dir, lockShared)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+	}
 	return s.recover()
 }
 
@@ -164,31 +179,47 @@ func (s *Store) Put(ctx context.Context, data []byte) (ID, bool, error) {
 	}
 	blob, comp := s.codec.compress(data)
 
+	s.gcLock.RLock()
+	defer s.gcLock.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	stored, err := s.addBlobLocked(id, blob, len(data), comp)
+	if err != nil {
+		return id, false, fmt.Errorf("put chunk %s: %w", id, err)
+	}
+	return id, stored, nil
+}
+
+// addBlobLocked appends the blob of chunk id to the open pack unless the
+// store has the chunk, and reports whether it did. The caller holds gcLock
+// shared and mu.
+func (s *Store) addBlobLocked(id ID, blob []byte, rawLength int, comp pack.Compression) (bool, error) {
 	if s.closed {
-		return id, false, fmt.Errorf("put chunk %s: %w", id, ErrClosed)
+		return false, ErrClosed
 	}
 	if s.idx.Has(id) || s.pendingLocked(id) {
-		return id, false, nil // put concurrently
+		return false, nil // put concurrently
 	}
 	if s.cur == nil {
-		if err := s.startPack(); err != nil {
-			return id, false, fmt.Errorf("put chunk %s: %w", id, err)
+		p, err := s.newPack()
+		if err != nil {
+			return false, err
 		}
+		s.cur = p
 	}
-	e, err := s.cur.w.Add(id, blob, len(data), comp)
+	e, err := s.cur.w.Add(id, blob, rawLength, comp)
 	if err != nil {
-		s.abortPack()
-		return id, false, fmt.Errorf("put chunk %s: %w", id, err)
+		s.cur.abort()
+		s.cur = nil
+		return false, err
 	}
 	s.cur.pending[id] = e
 	if s.cur.w.Size() >= uint64(s.opts.PackSize) {
 		if err := s.finishPack(); err != nil {
-			return id, false, fmt.Errorf("put chunk %s: %w", id, err)
+			return false, err
 		}
 	}
-	return id, true, nil
+	return true, nil
 }
 
 // Get returns the chunk id, always verified against its hash. It returns an
@@ -203,16 +234,41 @@ func (s *Store) Get(ctx context.Context, id ID) ([]byte, error) {
 	if ok || err != nil {
 		return data, err
 	}
+	_, _, data, err = s.fetch(ctx, id)
+	return data, err
+}
+
+// fetch reads chunk id from its pack and returns its location, its blob as
+// stored and its verified bytes. If the pack has vanished, GC has moved the
+// chunk: fetch looks it up again (a reader reloads the index files first)
+// and retries once.
+func (s *Store) fetch(ctx context.Context, id ID) (loc index.Location, blob, data []byte, err error) {
 	loc, ok := s.idx.Lookup(id)
 	if !ok {
-		return nil, fmt.Errorf("get chunk %s: %w", id, ErrNotFound)
+		return loc, nil, nil, fmt.Errorf("get chunk %s: %w", id, ErrNotFound)
 	}
 	f, err := os.Open(s.packPath(loc.Pack))
+	if errors.Is(err, fs.ErrNotExist) {
+		if s.opts.ReadOnly {
+			if rerr := s.reloadIndex(ctx); rerr != nil {
+				return loc, nil, nil, fmt.Errorf("get chunk %s: %w", id, rerr)
+			}
+		}
+		moved, ok := s.idx.Lookup(id)
+		if !ok {
+			return loc, nil, nil, fmt.Errorf("get chunk %s: %w", id, ErrNotFound)
+		}
+		if moved.Pack != loc.Pack {
+			loc = moved
+			f, err = os.Open(s.packPath(loc.Pack))
+		}
+	}
 	if err != nil {
-		return nil, &CorruptError{ID: id, Pack: loc.Pack, Offset: loc.Offset, Err: err}
+		return loc, nil, nil, &CorruptError{ID: id, Pack: loc.Pack, Offset: loc.Offset, Err: err}
 	}
 	defer f.Close()
-	return s.load(f, id, loc)
+	blob, data, err = s.load(f, id, loc)
+	return loc, blob, data, err
 }
 
 // getPending reads a chunk that is still in the open pack.
@@ -232,27 +288,28 @@ func (s *Store) getPending(id ID) ([]byte, bool, error) {
 	if err := s.cur.bw.Flush(); err != nil {
 		return nil, false, fmt.Errorf("get chunk %s: flush open pack: %w", id, err)
 	}
-	data, err := s.load(s.cur.f, id, index.Location{Entry: e})
+	_, data, err := s.load(s.cur.f, id, index.Location{Entry: e})
 	return data, true, err
 }
 
-// load reads, decompresses and verifies the blob at loc.
-func (s *Store) load(r io.ReaderAt, id ID, loc index.Location) ([]byte, error) {
+// load reads, decompresses and verifies the blob at loc, and returns the
+// blob and the chunk.
+func (s *Store) load(r io.ReaderAt, id ID, loc index.Location) (blob, data []byte, err error) {
 	corrupt := func(err error) error {
 		return &CorruptError{ID: id, Pack: loc.Pack, Offset: loc.Offset, Err: err}
 	}
-	blob, err := pack.Load(r, loc.Entry, nil)
+	blob, err = pack.Load(r, loc.Entry, nil)
 	if err != nil {
-		return nil, corrupt(err)
+		return nil, nil, corrupt(err)
 	}
-	data, err := s.codec.decompress(blob, loc.RawLength, loc.Compression)
+	data, err = s.codec.decompress(blob, loc.RawLength, loc.Compression)
 	if err != nil {
-		return nil, corrupt(err)
+		return nil, nil, corrupt(err)
 	}
 	if got := Hash(data); got != id {
-		return nil, corrupt(fmt.Errorf("content hashes to %s", got))
+		return nil, nil, corrupt(fmt.Errorf("content hashes to %s", got))
 	}
-	return data, nil
+	return blob, data, nil
 }
 
 // Flush finishes the open pack and writes an index file for every pack not
@@ -265,6 +322,8 @@ func (s *Store) Flush(ctx context.Context) error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("flush: %w", ErrReadOnly)
 	}
+	s.gcLock.RLock()
+	defer s.gcLock.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -302,6 +361,8 @@ func (s *Store) writeIndex(packs []index.PackEntries) error {
 // Close flushes a writer's store and releases its lock. Using the Store
 // after Close returns ErrClosed; a second Close returns nil.
 func (s *Store) Close() error {
+	s.gcLock.Lock() // wait for a running GC
+	defer s.gcLock.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -311,7 +372,8 @@ func (s *Store) Close() error {
 	if !s.opts.ReadOnly {
 		err = s.flushLocked()
 		if s.cur != nil {
-			s.abortPack()
+			s.cur.abort()
+			s.cur = nil
 		}
 	}
 	s.closed = true
@@ -330,70 +392,77 @@ func (s *Store) Close() error {
 // Dir returns the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
-// startPack opens a new pack under tmp/.
-func (s *Store) startPack() error {
+// newPack creates a pack under tmp/.
+func (s *Store) newPack() (*openPack, error) {
 	f, err := os.CreateTemp(s.path(tmpDir), "pack-")
 	if err != nil {
-		return fmt.Errorf("create pack: %w", err)
+		return nil, fmt.Errorf("create pack: %w", err)
 	}
 	p := &openPack{f: f, bw: bufio.NewWriterSize(f, 1<<20), hash: blake3.New(), pending: make(map[ID]pack.Entry)}
 	p.w = pack.NewWriter(io.MultiWriter(p.bw, p.hash))
-	s.cur = p
+	return p, nil
+}
+
+// abort discards the pack and the chunks in it.
+func (p *openPack) abort() {
+	_ = p.f.Close()
+	_ = os.Remove(p.f.Name())
+}
+
+// finishPack commits the open pack and adds it to the in-memory index. The
+// pack is then durable, but not yet in an index file.
+func (s *Store) finishPack() error {
+	id, entries, err := s.commitPack(s.cur)
+	s.cur = nil
+	if err != nil {
+		return err
+	}
+	s.idx.AddPack(id, entries)
+	s.unsaved = append(s.unsaved, index.PackEntries{Pack: id, Entries: entries})
 	return nil
 }
 
-// abortPack discards the open pack and the chunks in it.
-func (s *Store) abortPack() {
-	_ = s.cur.f.Close()
-	_ = os.Remove(s.cur.f.Name())
-	s.cur = nil
-}
-
-// finishPack writes the open pack's header, fsyncs it, moves it to its final
-// name and adds it to the in-memory index. The pack is then durable, but not
-// yet in an index file.
-func (s *Store) finishPack() (err error) {
-	p := s.cur
+// commitPack writes p's header, fsyncs it, and moves it to its final name,
+// fsyncing the directory. It returns the pack's id and entries. On error, p
+// is discarded.
+func (s *Store) commitPack(p *openPack) (_ ID, _ []pack.Entry, err error) {
 	defer func() {
 		if err != nil {
-			s.abortPack()
+			p.abort()
 		}
 	}()
 	entries, err := p.w.Finish()
 	if err != nil {
-		return fmt.Errorf("finish pack: %w", err)
+		return ID{}, nil, fmt.Errorf("finish pack: %w", err)
 	}
 	if err := p.bw.Flush(); err != nil {
-		return fmt.Errorf("finish pack: %w", err)
+		return ID{}, nil, fmt.Errorf("finish pack: %w", err)
 	}
 	if err := p.f.Sync(); err != nil {
-		return fmt.Errorf("finish pack: %w", err)
+		return ID{}, nil, fmt.Errorf("finish pack: %w", err)
 	}
 	var id ID
 	p.hash.Sum(id[:0])
 	dir := filepath.Dir(s.packPath(id))
 	created, err := mkdir(dir)
 	if err != nil {
-		return fmt.Errorf("finish pack %s: %w", id, err)
+		return id, nil, fmt.Errorf("finish pack %s: %w", id, err)
 	}
 	if created {
 		if err := syncDir(s.path(packsDir)); err != nil {
-			return fmt.Errorf("finish pack %s: %w", id, err)
+			return id, nil, fmt.Errorf("finish pack %s: %w", id, err)
 		}
 	}
 	if err := os.Rename(p.f.Name(), s.packPath(id)); err != nil {
-		return fmt.Errorf("finish pack %s: %w", id, err)
+		return id, nil, fmt.Errorf("finish pack %s: %w", id, err)
 	}
 	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("finish pack %s: %w", id, err)
+		return id, nil, fmt.Errorf("finish pack %s: %w", id, err)
 	}
 	if err := p.f.Close(); err != nil {
-		return fmt.Errorf("finish pack %s: %w", id, err)
+		return id, nil, fmt.Errorf("finish pack %s: %w", id, err)
 	}
-	s.idx.AddPack(id, entries)
-	s.unsaved = append(s.unsaved, index.PackEntries{Pack: id, Entries: entries})
-	s.cur = nil
-	return nil
+	return id, entries, nil
 }
 
 func (s *Store) path(elem ...string) string {

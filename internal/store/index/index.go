@@ -110,3 +110,34 @@ func cmpID(a, b [32]byte) int {
 	}
 	return 0
 }
+
+// Replace discards the index's contents and records packs instead, as
+// AddPack would one by one, in a single step: a concurrent Lookup sees
+// either the old contents or the new ones.
+func (x *Index) Replace(packs []PackEntries) {
+	byID := make(map[[32]byte]Location)
+	ids := make(map[[32]byte]struct{}, len(packs))
+	for _, p := range packs {
+		ids[p.Pack] = struct{}{}
+		for _, e := range p.Entries {
+			if _, ok := byID[e.ID]; !ok {
+				byID[e.ID] = Location{Pack: p.Pack, Entry: e}
+			}
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.byID, x.packs = byID, ids
+}
+
+// Totals returns the sum of the stored and of the raw lengths of the
+// chunks in the index, each chunk counted once.
+func (x *Index) Totals() (stored, raw uint64) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, loc := range x.byID {
+		stored += uint64(loc.Length)
+		raw += uint64(loc.RawLength)
+	}
+	return stored, raw
+}

@@ -204,3 +204,39 @@ func TestIndex(t *testing.T) {
 		t.Errorf("after duplicate: HasPack = %v, Len = %d", x.HasPack(dup), x.Len())
 	}
 }
+
+func TestReplaceTotals(t *testing.T) {
+	x := index.New()
+	old := testPacks(1, 3)
+	for _, p := range old {
+		x.AddPack(p.Pack, p.Entries)
+	}
+	packs := testPacks(2, 4)
+	x.Replace(packs)
+	var stored, raw uint64
+	n := 0
+	for _, p := range packs {
+		if !x.HasPack(p.Pack) {
+			t.Errorf("pack %x missing after Replace", p.Pack[:4])
+		}
+		for _, e := range p.Entries {
+			n++
+			stored += uint64(e.Length)
+			raw += uint64(e.RawLength)
+			if loc, ok := x.Lookup(e.ID); !ok || loc.Pack != p.Pack || loc.Entry != e {
+				t.Errorf("Lookup(%x) = %+v, %v", e.ID[:4], loc, ok)
+			}
+		}
+	}
+	for _, p := range old {
+		if x.HasPack(p.Pack) {
+			t.Errorf("old pack %x still there after Replace", p.Pack[:4])
+		}
+	}
+	if x.Len() != n {
+		t.Errorf("Len = %d, want %d", x.Len(), n)
+	}
+	if s, r := x.Totals(); s != stored || r != raw {
+		t.Errorf("Totals = %d, %d; want %d, %d", s, r, stored, raw)
+	}
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"cairn/internal/container"
+)
+
+func newGCCmd() *cobra.Command {
+	var keep int
+	var dryRun, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "gc [--keep N] [--dry-run]",
+		Short: "Delete old checkpoints and reclaim the space no checkpoint uses",
+		Long: `Apply the retention policy: keep the newest N checkpoints of every container
+(default 3) plus every pinned one (cairn checkpoint pin), delete the others,
+and reclaim the chunks no remaining checkpoint uses by repacking the store.
+Restores may run while gc does: gc waits for them before deleting any pack.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := manager()
+			if err != nil {
+				return err
+			}
+			prog, done := progressBarOf("repacking", asJSON, "packs")
+			res, err := m.Repo().GC(cmd.Context(), keep, dryRun, prog)
+			done()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			w := cmd.OutOrStdout()
+			verb := "removed"
+			if dryRun {
+				verb = "would remove"
+			}
+			for _, n := range res.Removed {
+				fmt.Fprintf(w, "%s %s\n", verb, n)
+			}
+			if !dryRun {
+				s := res.Store
+				fmt.Fprintf(w, "kept %d checkpoints; store %s -> %s (%d chunks, %d manifests reclaimed; %d packs rewritten, %d deleted)\n",
+					len(res.Kept), humanBytes(s.BytesBefore), humanBytes(s.BytesAfter), s.ChunksRemoved, s.ManifestsRemoved, s.PacksRewritten, s.PacksDeleted)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&keep, "keep", 3, "checkpoints to keep per container, newest first (pinned ones are kept too)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only say what would be removed")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newDuCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "du",
+		Short: "Show the space checkpoints take: logical, unique and stored bytes",
+		Long: `For every checkpoint: its logical size (its files' bytes), the bytes of the
+chunks it added that no earlier checkpoint uses (unique), and what they take
+on disk after compression (stored). Then the store's totals with the
+deduplication and compression ratios.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := manager()
+			if err != nil {
+				return err
+			}
+			du, err := m.Repo().DiskUsage(cmd.Context())
+			if asJSON {
+				if perr := printJSON(cmd.OutOrStdout(), du); perr != nil {
+					return perr
+				}
+				return err
+			}
+			tw := newTable(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "CHECKPOINT\tLOGICAL\tUNIQUE\tSTORED")
+			for _, u := range du.Checkpoints {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Checkpoint, humanBytes(u.Logical), humanBytes(u.Unique), humanBytes(u.Stored))
+			}
+			fmt.Fprintf(tw, "total\t%s\t%s\t%s\n", humanBytes(du.Logical), humanBytes(du.Store.RawBytes), humanBytes(du.Store.StoredBytes))
+			if ferr := tw.Flush(); ferr != nil {
+				return ferr
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "dedup %.2fx, compression %.2fx, %d chunks in %d packs\n",
+				du.DedupRatio, du.CompressionRatio, du.Store.Chunks, du.Store.Packs)
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newExportCmd() *cobra.Command {
+	var out string
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "export NAME:SEQ -o FILE",
+		Short: "Write one checkpoint as a single self-contained file",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return usageError{errors.New("-o FILE is required")}
+			}
+			name, seq, err := container.ParseCheckpointRef(args[0], "")
+			if err != nil || name == "" {
+				return usageError{fmt.Errorf("bad checkpoint %q: want NAME:SEQ", args[0])}
+			}
+			m, err := manager()
+			if err != nil {
+				return err
+			}
+			// Write to a temporary name and rename, so a failed export
+			// never leaves a file that looks complete.
+			tmp, err := os.CreateTemp(filepath.Dir(out), ".cairn-export-")
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp.Name())
+			prog, done := progressBarOf("exporting "+args[0], quiet, "chunks")
+			rec, err := m.Repo().Export(cmd.Context(), name, seq, tmp, prog)
+			done()
+			if err == nil {
+				err = tmp.Sync()
+			}
+			if cerr := tmp.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			if err := os.Rename(tmp.Name(), out); err != nil {
+				return err
+			}
+			fi, _ := os.Stat(out)
+			fmt.Fprintf(cmd.OutOrStdout(), "exported %s (%s) to %s (%s)\n", rec.Name(), humanBytes(rec.Logical), out, humanBytes(fi.Size()))
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write (required)")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	return cmd
+}
+
+func newImportCmd() *cobra.Command {
+	var as string
+	var quiet, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "import FILE [--as NAME]",
+		Short: "Add a checkpoint from an export file (verified before it is listed)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if as != "" {
+				if err := container.ValidName(as); err != nil {
+					return usageError{err}
+				}
+			}
+			m, err := manager()
+			if err != nil {
+				return err
+			}
+			f, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			prog, done := progressBarOf("importing", quiet || asJSON, "chunks")
+			rec, err := m.Repo().Import(cmd.Context(), f, as, prog)
+			done()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), rec)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "imported %s (%s); restore it with: cairn restore %s --from %d\n",
+				rec.Name(), humanBytes(rec.Logical), rec.Container, rec.Seq)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&as, "as", "", "list the checkpoint under this container name")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the imported checkpoint's record as JSON")
+	return cmd
+}

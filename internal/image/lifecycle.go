@@ -1,0 +1,199 @@
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"cairn/internal/store"
+)
+
+// GCResult says what Repo.GC removed.
+type GCResult struct {
+	Removed []string      `json:"removed"` // checkpoints whose records were deleted
+	Kept    []string      `json:"kept"`
+	Store   store.GCStats `json:"store"`
+	DryRun  bool          `json:"dry_run"`
+	Before  store.Stats   `json:"before"`
+	After   store.Stats   `json:"after"`
+}
+
+// GC applies the retention policy, keeping the newest keep checkpoints of
+// every container plus every pinned one, deletes the other records, and
+// then reclaims every chunk and manifest that no remaining checkpoint uses
+// (including what interrupted checkpoints left behind). With dryRun it
+// only reports what it would remove.
+func (r Repo) GC(ctx context.Context, keep int, dryRun bool, progress Progress) (GCResult, error) {
+	var res GCResult
+	res.DryRun = dryRun
+	if keep < 1 {
+		return res, fmt.Errorf("keep %d: at least the newest checkpoint of each container is kept", keep)
+	}
+	recs, errs := r.All()
+	if len(errs) > 0 {
+		// A record that does not parse may name data still needed: refuse
+		// rather than reclaim it.
+		return res, fmt.Errorf("gc refused, the catalog has unreadable records: %w", errors.Join(errs...))
+	}
+	byContainer := map[string][]*Record{}
+	for _, rec := range recs {
+		byContainer[rec.Container] = append(byContainer[rec.Container], rec)
+	}
+	var keepIDs []store.ID
+	for _, list := range byContainer {
+		sort.Slice(list, func(i, j int) bool { return list[i].Seq < list[j].Seq })
+		for i, rec := range list {
+			if i >= len(list)-keep || rec.Pinned {
+				res.Kept = append(res.Kept, rec.Name())
+				keepIDs = append(keepIDs, rec.Manifest)
+				continue
+			}
+			res.Removed = append(res.Removed, rec.Name())
+			if !dryRun {
+				if err := r.Remove(rec.Container, rec.Seq); err != nil {
+					return res, err
+				}
+			}
+		}
+	}
+	sort.Strings(res.Kept)
+	sort.Strings(res.Removed)
+	if dryRun {
+		return res, nil
+	}
+	st, err := r.OpenWriter(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer st.Close()
+	res.Before = st.Stats()
+	res.Store, err = st.GC(ctx, keepIDs, store.GCOptions{Progress: progress})
+	if err != nil {
+		return res, fmt.Errorf("gc: %w", err)
+	}
+	res.After = st.Stats()
+	return res, nil
+}
+
+// Usage is one checkpoint's line of `cairn du`.
+type Usage struct {
+	Checkpoint string `json:"checkpoint"`
+	Logical    int64  `json:"logical_bytes"` // the image's size as files
+	Unique     int64  `json:"unique_bytes"`  // raw bytes of chunks no earlier listed checkpoint uses
+	Stored     int64  `json:"stored_bytes"`  // stored (compressed) bytes of those chunks
+}
+
+// DiskUsage is what `cairn du` shows.
+type DiskUsage struct {
+	Checkpoints []Usage     `json:"checkpoints"`
+	Store       store.Stats `json:"store"`
+	Logical     int64       `json:"logical_bytes"` // sum over checkpoints
+	// DedupRatio is logical bytes over the raw bytes actually kept;
+	// CompressionRatio is raw over stored bytes.
+	DedupRatio       float64 `json:"dedup_ratio"`
+	CompressionRatio float64 `json:"compression_ratio"`
+}
+
+// DiskUsage accounts for every checkpoint, in catalog order: each is
+// charged for the chunks no checkpoint before it uses.
+func (r Repo) DiskUsage(ctx context.Context) (DiskUsage, error) {
+	var du DiskUsage
+	recs, errs := r.All()
+	if len(recs) == 0 {
+		return du, errors.Join(errs...)
+	}
+	st, err := r.OpenReader()
+	if err != nil {
+		return du, err
+	}
+	defer st.Close()
+	seen := map[store.ID]bool{}
+	for _, rec := range recs {
+		u := Usage{Checkpoint: rec.Name(), Logical: rec.Logical}
+		m, err := r.loadManifest(ctx, st, rec)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, id := range m.ChunkIDs() {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			if stored, raw, ok := st.ChunkSize(id); ok {
+				u.Unique += raw
+				u.Stored += stored
+			}
+		}
+		du.Checkpoints = append(du.Checkpoints, u)
+		du.Logical += u.Logical
+	}
+	du.Store = st.Stats()
+	if du.Store.RawBytes > 0 {
+		du.DedupRatio = float64(du.Logical) / float64(du.Store.RawBytes)
+	}
+	if du.Store.StoredBytes > 0 {
+		du.CompressionRatio = float64(du.Store.RawBytes) / float64(du.Store.StoredBytes)
+	}
+	return du, errors.Join(errs...)
+}
+
+// Export writes one checkpoint as a single self-contained file: its record
+// and every chunk of its image.
+func (r Repo) Export(ctx context.Context, container string, seq int, w io.Writer, progress Progress) (*Record, error) {
+	rec, err := r.Load(container, seq)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	st, err := r.OpenReader()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	if err := st.Export(ctx, w, []store.ID{rec.Manifest}, meta, store.ExportOptions{Progress: progress}); err != nil {
+		return nil, r.corrupt(ctx, rec, err)
+	}
+	return rec, nil
+}
+
+// Import reads an export file, verifying every chunk and the manifest
+// before the checkpoint becomes visible, and lists it as the next
+// checkpoint of its container (or of as, if given). A damaged file
+// changes nothing that is listed.
+func (r Repo) Import(ctx context.Context, rd io.Reader, as string, progress Progress) (*Record, error) {
+	st, err := r.OpenWriter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	ids, meta, err := st.Import(ctx, rd, store.ImportOptions{Progress: progress})
+	if errors.Is(err, store.ErrCorrupt) {
+		return nil, &CorruptError{Image: "import", What: "export file", Reason: err.Error(), Err: err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec Record
+	if err := json.Unmarshal(meta, &rec); err != nil || len(ids) != 1 || rec.Manifest != ids[0] {
+		return nil, &CorruptError{Image: "import", What: "record", Reason: fmt.Sprintf("export file does not describe one checkpoint (%v)", err)}
+	}
+	if as != "" {
+		rec.Container = as
+	}
+	if rec.Container == "" {
+		return nil, &CorruptError{Image: "import", What: "record", Reason: "no container name"}
+	}
+	rec.Seq = r.NextSeq(rec.Container)
+	rec.Pinned = false
+	if err := r.saveRecord(&rec); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}

@@ -1,0 +1,371 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/zeebo/blake3"
+
+	"cairn/internal/store/pack"
+)
+
+// Export file format constants; see docs/format.md, "Export file".
+const (
+	// ExportMagic starts every export file: "CAIRNEX" and the format
+	// version 1.
+	ExportMagic = "CAIRNEX\x01"
+	// MaxExportMetaSize is the largest meta an export file may carry.
+	MaxExportMetaSize = 16 << 20
+	// MaxManifestSize is the largest encoded manifest an export file may
+	// carry.
+	MaxManifestSize = 1 << 30
+
+	exportChunkHeaderSize = IDSize + 4 + 4 + 1 + 3
+)
+
+// ExportOptions configure Export.
+type ExportOptions struct {
+	// Progress, if set, is called on Export's goroutine after each chunk
+	// written, with the number of chunks done and the total.
+	Progress func(done, total int64)
+}
+
+// ImportOptions configure Import.
+type ImportOptions struct {
+	// Progress, if set, is called on Import's goroutine after each chunk
+	// read, with the number of chunks done and the total.
+	Progress func(done, total int64)
+}
+
+// Export writes the manifests, meta and every chunk the manifests reference
+// to w as one self-contained export file (docs/format.md, "Export file").
+// Manifests are written in the order given, duplicates dropped; chunks once
+// each, in order of first reference, as stored (compressed) and verified
+// against their IDs on the way. meta is opaque to the store (cairn puts the
+// checkpoint's description there) and at most MaxExportMetaSize bytes.
+// Export holds a read session while it runs. On error, what was written to
+// w is not a valid export file.
+func (s *Store) Export(ctx context.Context, w io.Writer, manifests []ID, meta []byte, opts ExportOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(meta) > MaxExportMetaSize {
+		return fmt.Errorf("export: meta of %d bytes is above the %d byte limit", len(meta), MaxExportMetaSize)
+	}
+	release, err := s.ReadSession(ctx)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	defer release()
+
+	seen := make(map[ID]bool)
+	var encoded [][]byte
+	var chunks []ID
+	seenChunk := make(map[ID]bool)
+	for _, id := range manifests {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		m, err := s.LoadManifest(ctx, id)
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		b, err := m.MarshalBinary()
+		if err != nil {
+			return fmt.Errorf("export manifest %s: %w", id, err)
+		}
+		encoded = append(encoded, b)
+		for _, c := range m.ChunkIDs() {
+			if !seenChunk[c] {
+				seenChunk[c] = true
+				chunks = append(chunks, c)
+			}
+		}
+	}
+
+	bw := bufio.NewWriterSize(w, 1<<20)
+	h := blake3.New()
+	out := io.MultiWriter(bw, h)
+	var b []byte
+	b = append(b, ExportMagic...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(meta)))
+	b = append(b, meta...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(encoded)))
+	for _, m := range encoded {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(m)))
+		b = append(b, m...)
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(chunks)))
+	if _, err := out.Write(b); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	for i, c := range chunks {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		loc, blob, _, err := s.fetch(ctx, c)
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		hdr := make([]byte, 0, exportChunkHeaderSize)
+		hdr = append(hdr, c[:]...)
+		hdr = binary.LittleEndian.AppendUint32(hdr, loc.Length)
+		hdr = binary.LittleEndian.AppendUint32(hdr, loc.RawLength)
+		hdr = append(hdr, byte(loc.Compression), 0, 0, 0)
+		if _, err := out.Write(hdr); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		if _, err := out.Write(blob); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		if opts.Progress != nil {
+			opts.Progress(int64(i+1), int64(len(chunks)))
+		}
+	}
+	sum := h.Sum(nil)
+	if _, err := bw.Write(sum); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	return nil
+}
+
+// Import reads an export file from r, stores its chunks and then its
+// manifests, and returns the manifests' IDs in file order and the meta.
+//
+// Every chunk is verified against its ID and every manifest against its own
+// encoding, and the file's trailing checksum is checked, before any
+// manifest is written: a truncated or damaged file gives an error matching
+// ErrCorrupt and adds no manifest. (Chunks of a failed import may remain in
+// the store, unreferenced, until the next GC.) Import reads r up to the end
+// of the checksum and no further. Chunks the store has already are
+// verified and not stored again. GC waits while Import runs.
+func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (manifests []ID, meta []byte, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if s.opts.ReadOnly {
+		return nil, nil, fmt.Errorf("import: %w", ErrReadOnly)
+	}
+	s.gcLock.RLock()
+	defer s.gcLock.RUnlock()
+
+	ir := &importReader{r: bufio.NewReaderSize(r, 1<<20), h: blake3.New()}
+	if magic := ir.read(len(ExportMagic), len(ExportMagic)); ir.err == nil && string(magic) != ExportMagic {
+		ir.fail("magic %q", magic)
+	}
+	meta = ir.read(int(ir.u32()), MaxExportMetaSize)
+
+	type manifest struct {
+		id ID
+		b  []byte
+		m  *Manifest
+	}
+	var ms []manifest
+	referenced := make(map[ID]bool)
+	n := ir.u32()
+	for i := uint32(0); i < n && ir.err == nil; i++ {
+		b := ir.read(int(ir.u32()), MaxManifestSize)
+		if ir.err != nil {
+			break
+		}
+		m := new(Manifest)
+		if err := m.UnmarshalBinary(b); err != nil {
+			ir.fail("manifest %d: %v", i, err)
+			break
+		}
+		id := Hash(b)
+		for _, prev := range ms {
+			if prev.id == id {
+				ir.fail("manifest %s twice", id)
+			}
+		}
+		for _, c := range m.ChunkIDs() {
+			referenced[c] = true
+		}
+		ms = append(ms, manifest{id: id, b: b, m: m})
+	}
+
+	nchunks := ir.u32()
+	if ir.err == nil && int(nchunks) != len(referenced) {
+		ir.fail("%d chunks for manifests that reference %d", nchunks, len(referenced))
+	}
+	seen := make(map[ID]bool)
+	for i := uint32(0); i < nchunks && ir.err == nil; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("import: %w", err)
+		}
+		if err := s.importChunk(ir, referenced, seen); err != nil {
+			return nil, nil, fmt.Errorf("import: %w", err)
+		}
+		if opts.Progress != nil && ir.err == nil {
+			opts.Progress(int64(i+1), int64(nchunks))
+		}
+	}
+	if ir.err == nil {
+		want := ir.h.Sum(nil)
+		got := make([]byte, IDSize)
+		if _, err := io.ReadFull(ir.r, got); err != nil {
+			ir.setErr(err)
+		} else if !bytes.Equal(got, want) {
+			ir.fail("checksum mismatch")
+		}
+	}
+	if ir.err != nil {
+		return nil, nil, fmt.Errorf("import: %w", ir.err)
+	}
+
+	// Everything is verified: make the chunks durable, check the
+	// manifests against the store, then write them.
+	for _, m := range ms {
+		if err := s.checkDurable(m.m); err != nil {
+			if errors.Is(err, ErrInvalidManifest) {
+				err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+			}
+			return nil, nil, fmt.Errorf("import manifest %s: %w", m.id, err)
+		}
+	}
+	var written []ID
+	for _, m := range ms {
+		dst := s.manifestPath(m.id)
+		if _, err := os.Stat(dst); err == nil {
+			manifests = append(manifests, m.id)
+			continue
+		}
+		if err := writeFileAtomic(s.path(tmpDir), dst, m.b); err != nil {
+			for _, id := range written {
+				_ = os.Remove(s.manifestPath(id))
+			}
+			_ = syncDir(s.path(manifestsDir))
+			return nil, nil, fmt.Errorf("import manifest %s: %w", m.id, err)
+		}
+		written = append(written, m.id)
+		manifests = append(manifests, m.id)
+	}
+	return manifests, meta, nil
+}
+
+// importChunk reads one chunk record, verifies it and stores the chunk
+// unless the store has it. Format errors are recorded in ir; the returned
+// error is for failures of the store.
+func (s *Store) importChunk(ir *importReader, referenced, seen map[ID]bool) error {
+	hdr := ir.read(exportChunkHeaderSize, exportChunkHeaderSize)
+	if ir.err != nil {
+		return nil
+	}
+	var id ID
+	copy(id[:], hdr)
+	e := pack.Entry{
+		ID:          id,
+		Offset:      uint64(pack.HeaderOffset),
+		Length:      binary.LittleEndian.Uint32(hdr[32:]),
+		RawLength:   binary.LittleEndian.Uint32(hdr[36:]),
+		Compression: pack.Compression(hdr[40]),
+	}
+	switch {
+	case hdr[41] != 0 || hdr[42] != 0 || hdr[43] != 0:
+		ir.fail("chunk %s: reserved bytes not zero", id)
+	case !referenced[id]:
+		ir.fail("chunk %s is referenced by no manifest", id)
+	case seen[id]:
+		ir.fail("chunk %s twice", id)
+	}
+	if err := e.Validate(); err != nil && ir.err == nil {
+		ir.fail("chunk %s: %v", id, err)
+	}
+	if ir.err != nil {
+		return nil
+	}
+	seen[id] = true
+	blob := ir.read(int(e.Length), pack.MaxBlobSize)
+	if ir.err != nil {
+		return nil
+	}
+	data, err := s.codec.decompress(blob, e.RawLength, e.Compression)
+	if err != nil {
+		ir.fail("chunk %s: %v", id, err)
+		return nil
+	}
+	if got := Hash(data); got != id {
+		ir.fail("chunk %s: content hashes to %s", id, got)
+		return nil
+	}
+	if s.Has(id) {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.addBlobLocked(id, blob, int(e.RawLength), e.Compression); err != nil {
+		return fmt.Errorf("store chunk %s: %w", id, err)
+	}
+	return nil
+}
+
+// importReader reads an export file, hashing what it reads. The first
+// error sticks; every format error matches ErrCorrupt.
+type importReader struct {
+	r   *bufio.Reader
+	h   *blake3.Hasher
+	err error
+}
+
+func (ir *importReader) fail(format string, args ...any) {
+	if ir.err == nil {
+		ir.err = fmt.Errorf("%w: export file: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+}
+
+func (ir *importReader) setErr(err error) {
+	if ir.err != nil {
+		return
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		ir.err = fmt.Errorf("%w: export file truncated: %w", ErrCorrupt, io.ErrUnexpectedEOF)
+		return
+	}
+	ir.err = fmt.Errorf("read export file: %w", err)
+}
+
+// read returns the next n bytes, failing if n is above limit. The buffer
+// grows with the bytes actually read, so a forged length cannot make it
+// allocate more than the input holds.
+func (ir *importReader) read(n, limit int) []byte {
+	if ir.err != nil {
+		return nil
+	}
+	if n < 0 || n > limit {
+		ir.fail("length %d above the limit of %d", n, limit)
+		return nil
+	}
+	var buf bytes.Buffer
+	if n <= 1<<20 {
+		buf.Grow(n)
+	}
+	got, err := io.Copy(&buf, io.LimitReader(ir.r, int64(n)))
+	if err == nil && got < int64(n) {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		ir.setErr(err)
+		return nil
+	}
+	ir.h.Write(buf.Bytes())
+	return buf.Bytes()
+}
+
+func (ir *importReader) u32() uint32 {
+	b := ir.read(4, 4)
+	if ir.err != nil {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(b)
+}
