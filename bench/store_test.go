@@ -109,7 +109,7 @@ func hashCompressLimit(b *testing.B, path string, p chunker.Params) time.Duratio
 		b.Fatal(err)
 	}
 	defer f.Close()
-	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.NumCPU()))
 	jobs := make(chan []byte, 64)
 	var wg sync.WaitGroup
 	t := time.Now()

@@ -60,11 +60,26 @@ func putStream(ctx context.Context, st *store.Store, r io.Reader, p chunker.Para
 		n      int
 		err    error
 	}
+	type job struct {
+		data []byte
+		f    chan result
+	}
 	workers := runtime.NumCPU()
-	queue := make(chan chan result, 4*workers)
-	sem := make(chan struct{}, workers)
+	queue := make(chan chan result, 16*workers)
+	jobs := make(chan job, 16*workers)
+	for range workers {
+		go func() {
+			for j := range jobs {
+				id, stored, err := st.Put(ctx, j.data)
+				n := len(j.data)
+				putBuf(j.data)
+				j.f <- result{id, stored, n, err}
+			}
+		}()
+	}
 	go func() {
 		defer close(queue)
+		defer close(jobs)
 		c := chunker.New(r, p)
 		for ctx.Err() == nil {
 			buf := getBuf(p.Max)
@@ -79,13 +94,7 @@ func putStream(ctx context.Context, st *store.Store, r io.Reader, p chunker.Para
 				f <- result{err: err}
 				return
 			}
-			sem <- struct{}{}
-			go func(data []byte) {
-				defer func() { <-sem }()
-				id, stored, err := st.Put(ctx, data)
-				putBuf(data)
-				f <- result{id, stored, len(data), err}
-			}(ch.Data)
+			jobs <- job{ch.Data, f}
 		}
 	}()
 	var ids []store.ID
@@ -120,9 +129,24 @@ func writeChunks(ctx context.Context, st store.Provider, ids []store.ID, w io.Wr
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	queue := make(chan chan result, 2*runtime.NumCPU()+2)
+	type job struct {
+		id store.ID
+		f  chan result
+	}
+	workers := runtime.NumCPU()
+	queue := make(chan chan result, 16*workers)
+	jobs := make(chan job, 16*workers)
+	for range workers {
+		go func() {
+			for j := range jobs {
+				data, err := st.Get(ctx, j.id)
+				j.f <- result{data, err}
+			}
+		}()
+	}
 	go func() {
 		defer close(queue)
+		defer close(jobs)
 		for _, id := range ids {
 			f := make(chan result, 1)
 			select {
@@ -130,10 +154,7 @@ func writeChunks(ctx context.Context, st store.Provider, ids []store.ID, w io.Wr
 			case <-ctx.Done():
 				return
 			}
-			go func(id store.ID) {
-				data, err := st.Get(ctx, id)
-				f <- result{data, err}
-			}(id)
+			jobs <- job{id, f}
 		}
 	}()
 	var n int64

@@ -33,6 +33,7 @@ func TestCrashBeforeIndex(t *testing.T) {
 	if got := files(t, dir, "index"); len(got) != 0 {
 		t.Fatalf("index files %v before any flush", got)
 	}
+	store.WaitForCommits(s) // finished packs are committed in the background
 	if got := files(t, dir, "tmp"); len(got) != 1 {
 		t.Fatalf("tmp/ holds %v, want the open pack", got)
 	}

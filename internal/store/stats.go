@@ -8,10 +8,7 @@ func (s *Store) ChunkSize(id ID) (stored, raw int64, ok bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil {
-		return 0, 0, false
-	}
-	e, ok := s.cur.pending[id]
+	e, _, ok := s.pendingEntryLocked(id)
 	return int64(e.Length), int64(e.RawLength), ok
 }
 

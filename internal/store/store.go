@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -82,16 +81,42 @@ type Store struct {
 	// that they never run concurrently with a write. Reads do not take it.
 	gcLock sync.RWMutex
 
+	// files caches open pack files for Get: a restore reads tens of
+	// thousands of chunks, and opening the pack for each cost more than
+	// reading it. Packs never change once written, and a pack GC deletes
+	// stays readable through an open descriptor, so a cached file is never
+	// stale; the cache is bounded and emptied by Close.
+	filesMu sync.Mutex
+	files   map[ID]*os.File
+
+	// commitSem bounds the finished packs being committed (fsynced and
+	// renamed) in the background while Put fills the next one.
+	commitSem chan struct{}
+
 	mu      sync.Mutex // guards the fields below and serialises writes
 	cur     *openPack
+	commits []*commit           // finished packs being committed; see startCommitLocked
 	unsaved []index.PackEntries // finished packs not yet in an index file
 	closed  bool
 }
 
+// commit is a finished pack being committed in the background. Its pending
+// map is no longer written; done is closed when id, entries and err are set.
+type commit struct {
+	p       *openPack
+	done    chan struct{}
+	id      ID
+	entries []pack.Entry
+	err     error
+}
+
+// maxCommits is how many finished packs may be committing at once.
+const maxCommits = 2
+
 // openPack is the pack being written, under tmp/ until it is finished.
 type openPack struct {
 	f       *os.File
-	bw      *bufio.Writer
+	bw      *asyncWriter // writes to f and hash off the store's lock
 	hash    *blake3.Hasher
 	w       *pack.Writer
 	pending map[ID]pack.Entry
@@ -105,7 +130,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.PackSize <= 0 {
 		opts.PackSize = DefaultPackSize
 	}
-	s := &Store{dir: dir, opts: opts, log: opts.Logger, idx: index.New()}
+	s := &Store{dir: dir, opts: opts, log: opts.Logger, idx: index.New(), commitSem: make(chan struct{}, maxCommits)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -150,13 +175,41 @@ func (s *Store) Has(id ID) bool {
 	return s.pendingLocked(id)
 }
 
-// pendingLocked reports whether chunk id is in the open pack.
+// pendingLocked reports whether chunk id is in the open pack or in a pack
+// being committed.
 func (s *Store) pendingLocked(id ID) bool {
-	if s.cur == nil {
-		return false
-	}
-	_, ok := s.cur.pending[id]
+	_, _, ok := s.pendingEntryLocked(id)
 	return ok
+}
+
+// pendingEntryLocked finds chunk id in the open pack (c == nil) or in a pack
+// being committed.
+func (s *Store) pendingEntryLocked(id ID) (e pack.Entry, c *commit, ok bool) {
+	if s.cur != nil {
+		if e, ok := s.cur.pending[id]; ok {
+			return e, nil, true
+		}
+	}
+	for _, c := range s.commits {
+		if e, ok := c.p.pending[id]; ok {
+			return e, c, true
+		}
+	}
+	return pack.Entry{}, nil, false
+}
+
+// startCommitLocked hands the open pack to a goroutine that writes its
+// header, fsyncs and renames it, so that Put goes on filling the next pack
+// while the disk catches up. flushLocked waits for it and indexes it.
+func (s *Store) startCommitLocked() {
+	c := &commit{p: s.cur, done: make(chan struct{})}
+	s.cur = nil
+	s.commits = append(s.commits, c)
+	s.commitSem <- struct{}{}
+	go func() {
+		defer func() { <-s.commitSem; close(c.done) }()
+		c.id, c.entries, c.err = s.commitPack(c.p)
+	}()
 }
 
 // Put stores data as a chunk unless the store already has it. It returns the
@@ -215,9 +268,7 @@ func (s *Store) addBlobLocked(id ID, blob []byte, rawLength int, comp pack.Compr
 	}
 	s.cur.pending[id] = e
 	if s.cur.w.Size() >= uint64(s.opts.PackSize) {
-		if err := s.finishPack(); err != nil {
-			return false, err
-		}
+		s.startCommitLocked()
 	}
 	return true, nil
 }
@@ -247,7 +298,7 @@ func (s *Store) fetch(ctx context.Context, id ID) (loc index.Location, blob, dat
 	if !ok {
 		return loc, nil, nil, fmt.Errorf("get chunk %s: %w", id, ErrNotFound)
 	}
-	f, err := os.Open(s.packPath(loc.Pack))
+	f, release, err := s.openPackFile(loc.Pack)
 	if errors.Is(err, fs.ErrNotExist) {
 		if s.opts.ReadOnly {
 			if rerr := s.reloadIndex(ctx); rerr != nil {
@@ -260,15 +311,48 @@ func (s *Store) fetch(ctx context.Context, id ID) (loc index.Location, blob, dat
 		}
 		if moved.Pack != loc.Pack {
 			loc = moved
-			f, err = os.Open(s.packPath(loc.Pack))
+			f, release, err = s.openPackFile(loc.Pack)
 		}
 	}
 	if err != nil {
 		return loc, nil, nil, &CorruptError{ID: id, Pack: loc.Pack, Offset: loc.Offset, Err: err}
 	}
-	defer f.Close()
+	defer release()
 	blob, data, err = s.load(f, id, loc)
 	return loc, blob, data, err
+}
+
+// maxOpenPacks bounds the pack file cache.
+const maxOpenPacks = 64
+
+// openPackFile returns pack id opened for reading and a release function.
+func (s *Store) openPackFile(id ID) (*os.File, func(), error) {
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	if f, ok := s.files[id]; ok {
+		return f, func() {}, nil
+	}
+	f, err := os.Open(s.packPath(id))
+	if err != nil {
+		return nil, func() {}, err
+	}
+	if s.files == nil {
+		s.files = map[ID]*os.File{}
+	}
+	if len(s.files) >= maxOpenPacks {
+		return f, func() { f.Close() }, nil
+	}
+	s.files[id] = f
+	return f, func() {}, nil
+}
+
+func (s *Store) closePackFiles() {
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	for id, f := range s.files {
+		f.Close()
+		delete(s.files, id)
+	}
 }
 
 // getPending reads a chunk that is still in the open pack.
@@ -278,12 +362,22 @@ func (s *Store) getPending(id ID) ([]byte, bool, error) {
 	if s.closed {
 		return nil, false, fmt.Errorf("get chunk %s: %w", id, ErrClosed)
 	}
-	if s.cur == nil {
-		return nil, false, nil
-	}
-	e, ok := s.cur.pending[id]
+	e, c, ok := s.pendingEntryLocked(id)
 	if !ok {
 		return nil, false, nil
+	}
+	if c != nil {
+		<-c.done
+		if c.err != nil {
+			return nil, true, fmt.Errorf("get chunk %s: %w", id, c.err)
+		}
+		f, err := os.Open(s.packPath(c.id))
+		if err != nil {
+			return nil, true, &CorruptError{ID: id, Pack: c.id, Offset: e.Offset, Err: err}
+		}
+		defer f.Close()
+		_, data, err := s.load(f, id, index.Location{Pack: c.id, Entry: e})
+		return data, true, err
 	}
 	if err := s.cur.bw.Flush(); err != nil {
 		return nil, false, fmt.Errorf("get chunk %s: flush open pack: %w", id, err)
@@ -333,7 +427,7 @@ func (s *Store) Flush(ctx context.Context) error {
 }
 
 func (s *Store) flushLocked() error {
-	if s.cur != nil {
+	if s.cur != nil || len(s.commits) > 0 {
 		if err := s.finishPack(); err != nil {
 			return fmt.Errorf("flush: %w", err)
 		}
@@ -377,6 +471,7 @@ func (s *Store) Close() error {
 		}
 	}
 	s.closed = true
+	s.closePackFiles()
 	s.codec.close()
 	if s.lockFd != nil {
 		if cerr := s.lockFd.Close(); err == nil && cerr != nil {
@@ -398,13 +493,15 @@ func (s *Store) newPack() (*openPack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create pack: %w", err)
 	}
-	p := &openPack{f: f, bw: bufio.NewWriterSize(f, 1<<20), hash: blake3.New(), pending: make(map[ID]pack.Entry)}
-	p.w = pack.NewWriter(io.MultiWriter(p.bw, p.hash))
+	p := &openPack{f: f, hash: blake3.New(), pending: make(map[ID]pack.Entry)}
+	p.bw = newAsyncWriter(io.MultiWriter(f, p.hash))
+	p.w = pack.NewWriter(p.bw)
 	return p, nil
 }
 
 // abort discards the pack and the chunks in it.
 func (p *openPack) abort() {
+	_ = p.bw.Close()
 	_ = p.f.Close()
 	_ = os.Remove(p.f.Name())
 }
@@ -412,14 +509,23 @@ func (p *openPack) abort() {
 // finishPack commits the open pack and adds it to the in-memory index. The
 // pack is then durable, but not yet in an index file.
 func (s *Store) finishPack() error {
-	id, entries, err := s.commitPack(s.cur)
-	s.cur = nil
-	if err != nil {
-		return err
+	if s.cur != nil {
+		s.startCommitLocked()
 	}
-	s.idx.AddPack(id, entries)
-	s.unsaved = append(s.unsaved, index.PackEntries{Pack: id, Entries: entries})
-	return nil
+	var first error
+	for _, c := range s.commits {
+		<-c.done
+		if c.err != nil {
+			if first == nil {
+				first = c.err
+			}
+			continue
+		}
+		s.idx.AddPack(c.id, c.entries)
+		s.unsaved = append(s.unsaved, index.PackEntries{Pack: c.id, Entries: c.entries})
+	}
+	s.commits = nil
+	return first
 }
 
 // commitPack writes p's header, fsyncs it, and moves it to its final name,
@@ -435,7 +541,7 @@ func (s *Store) commitPack(p *openPack) (_ ID, _ []pack.Entry, err error) {
 	if err != nil {
 		return ID{}, nil, fmt.Errorf("finish pack: %w", err)
 	}
-	if err := p.bw.Flush(); err != nil {
+	if err := p.bw.Close(); err != nil {
 		return ID{}, nil, fmt.Errorf("finish pack: %w", err)
 	}
 	if err := p.f.Sync(); err != nil {

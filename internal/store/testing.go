@@ -30,3 +30,15 @@ func TestStore(t testing.TB) *Store {
 	})
 	return s
 }
+
+// WaitForCommits waits until every finished pack of s has been committed
+// (fsynced and renamed) in the background. It does not write an index, so
+// tests can look at the store as a crash right after that would leave it.
+func WaitForCommits(s *Store) {
+	s.mu.Lock()
+	commits := append([]*commit(nil), s.commits...)
+	s.mu.Unlock()
+	for _, c := range commits {
+		<-c.done
+	}
+}
