@@ -64,18 +64,7 @@ the dump.`,
 				if err != nil {
 					return err
 				}
-				var errs []error
-				for _, ref := range args {
-					name, seq, err := container.ParseCheckpointRef(ref, "")
-					if err != nil || name == "" {
-						errs = append(errs, usageError{fmt.Errorf("bad checkpoint %q: want NAME:SEQ", ref)})
-						continue
-					}
-					if err := m.Repo().SetPinned(name, seq, pin); err != nil {
-						errs = append(errs, err)
-					}
-				}
-				return errors.Join(errs...)
+				return forEachRef(args, func(name string, seq int) error { return m.Repo().SetPinned(name, seq, pin) })
 			},
 		})
 	}
@@ -88,20 +77,13 @@ the dump.`,
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, ref := range args {
-				name, seq, err := container.ParseCheckpointRef(ref, "")
-				if err != nil || name == "" {
-					errs = append(errs, usageError{fmt.Errorf("bad checkpoint %q: want NAME:SEQ", ref)})
-					continue
-				}
+			return forEachRef(args, func(name string, seq int) error {
 				if err := m.Repo().Remove(name, seq); err != nil {
-					errs = append(errs, err)
-					continue
+					return err
 				}
-				fmt.Fprintln(cmd.OutOrStdout(), ref)
-			}
-			return errors.Join(errs...)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d\n", name, seq)
+				return nil
+			})
 		},
 	})
 	return cmd
@@ -298,4 +280,21 @@ every checkpoint that uses it.`,
 	cmd.Flags().BoolVar(&readData, "read-data", false, "read and hash every chunk")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// forEachRef calls fn for every NAME:SEQ in refs, going on after errors,
+// and returns them all.
+func forEachRef(refs []string, fn func(name string, seq int) error) error {
+	var errs []error
+	for _, ref := range refs {
+		name, seq, err := container.ParseCheckpointRef(ref, "")
+		if err != nil || name == "" {
+			errs = append(errs, usageError{fmt.Errorf("bad checkpoint %q: want NAME:SEQ", ref)})
+			continue
+		}
+		if err := fn(name, seq); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cairn/internal/durable"
 	"context"
 	"encoding/json"
 	"errors"
@@ -191,14 +192,7 @@ func (r Repo) saveRecord(rec *Record) error {
 	if err != nil {
 		return err
 	}
-	p := r.recordPath(rec.Container, rec.Seq)
-	if err := writeFileSync(p+".tmp", b); err != nil {
-		return err
-	}
-	if err := os.Rename(p+".tmp", p); err != nil {
-		return err
-	}
-	return syncDir(r.containerDir(rec.Container))
+	return durable.WriteFile(r.recordPath(rec.Container, rec.Seq), b)
 }
 
 // SetPinned pins (or unpins) a checkpoint: gc keeps pinned checkpoints
@@ -222,7 +216,7 @@ func (r Repo) Remove(container string, seq int) error {
 		return err
 	}
 	_ = os.Remove(r.containerDir(container)) // only if empty
-	return syncDir(r.Dir)
+	return durable.SyncDir(r.Dir)
 }
 
 // CleanTemp removes records an interrupted write left half-written.
@@ -690,30 +684,6 @@ func startProgress(p Progress, done *atomic.Int64, total int64) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-finished }
-}
-
-func writeFileSync(p string, b []byte) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func syncDir(p string) error {
-	d, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // IsCorrupt reports whether err says an image is corrupt.

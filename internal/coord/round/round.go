@@ -71,6 +71,10 @@ type Round struct {
 	started, decided, sent, finished time.Time
 	ignored                          int
 	out                              []Action
+	// ackable: a decision was pending when the current Step began, so a
+	// DecisionPersisted can acknowledge it. A decision made by this very
+	// Step (on the deadline) is not the driver's to acknowledge yet.
+	ackable bool
 }
 
 // New returns a round that has not started: Step(now, Start{}) sends the
@@ -153,6 +157,7 @@ func (r *Round) Step(now time.Time, ev Event) ([]Action, error) {
 		r.now = now
 	}
 	r.out = nil
+	r.ackable = r.phase == phaseDeciding
 	if r.phase == phasePreparing && !r.now.Before(r.cfg.Deadline) {
 		r.decide(StateAborted, "deadline exceeded")
 	}
@@ -187,7 +192,7 @@ func (r *Round) step(ev Event) error {
 	}
 	switch ev := ev.(type) {
 	case DecisionPersisted:
-		if r.phase != phaseDeciding {
+		if !r.ackable {
 			return fmt.Errorf("%w: decision persisted, but no decision is pending", ErrUnexpected)
 		}
 		r.persisted()

@@ -29,12 +29,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 //	failed rN ["reason"]
 //	lost rN ["reason"]
 //	tick D               advance the clock by D, then Tick
+//	wait D               advance the clock by D, step nothing
 //	persisted            DecisionPersisted
 //	durable rN
 //	status               print the round's state and its ranks' states
 //
 // Every event is stepped at the current clock, which starts at t0 and only
-// tick moves. Run with -rewrite to regenerate the expected output.
+// tick and wait move. Run with -rewrite to regenerate the expected output.
 func TestTraces(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil {
@@ -137,15 +138,18 @@ func (tr *tracer) run(line string) error {
 		ev = round.Start{}
 	case "persisted":
 		ev = round.DecisionPersisted{}
-	case "tick":
+	case "tick", "wait":
 		if len(args) != 1 {
-			return fmt.Errorf("usage: tick DURATION")
+			return fmt.Errorf("usage: %s DURATION", cmd)
 		}
 		d, err := time.ParseDuration(args[0])
 		if err != nil {
 			return err
 		}
 		tr.now = tr.now.Add(d)
+		if cmd == "wait" {
+			return nil
+		}
 		ev = round.Tick{}
 	case "prepared", "failed", "lost", "durable":
 		if len(args) == 0 {
