@@ -120,67 +120,19 @@ func putStream(ctx context.Context, st *store.Store, r io.Reader, p chunker.Para
 	return ids, size, first
 }
 
-// writeChunks writes the chunks ids to w in order, fetching (and verifying)
-// several at a time.
-func writeChunks(ctx context.Context, st store.Provider, ids []store.ID, w io.Writer, done *atomic.Int64) (int64, error) {
-	type result struct {
-		data []byte
-		err  error
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type job struct {
-		id store.ID
-		f  chan result
-	}
-	workers := runtime.NumCPU()
-	queue := make(chan chan result, 16*workers)
-	jobs := make(chan job, 16*workers)
-	for range workers {
-		go func() {
-			for j := range jobs {
-				data, err := st.Get(ctx, j.id)
-				j.f <- result{data, err}
-			}
-		}()
-	}
-	go func() {
-		defer close(queue)
-		defer close(jobs)
-		for _, id := range ids {
-			f := make(chan result, 1)
-			select {
-			case queue <- f:
-			case <-ctx.Done():
-				return
-			}
-			jobs <- job{id, f}
-		}
-	}()
+// writeChunks writes the chunks ids to w in order, each verified against
+// its id (store.GetSeq reads neighbouring chunks together, on every core).
+func writeChunks(ctx context.Context, st *store.Store, ids []store.ID, w io.Writer, done *atomic.Int64) (int64, error) {
 	var n int64
-	for f := range queue {
-		res := <-f
-		if res.err != nil {
-			cancel()
-			for f := range queue { // let the fetchers finish
-				<-f
-			}
-			return n, res.err
-		}
-		k, err := w.Write(res.data)
+	err := st.GetSeq(ctx, ids, func(data []byte) error {
+		k, err := w.Write(data)
 		n += int64(k)
 		if done != nil {
 			done.Add(int64(k))
 		}
-		if err != nil {
-			cancel()
-			for f := range queue {
-				<-f
-			}
-			return n, err
-		}
-	}
-	return n, nil
+		return err
+	})
+	return n, err
 }
 
 // ingestFile puts one regular file of the staging dir into st.

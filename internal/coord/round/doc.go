@@ -36,10 +36,11 @@
 // every action in the order given and steps what comes back. It steps
 // DecisionPersisted only once the PersistDecision transaction succeeded (and
 // retries it until then; the transaction should require the state to still
-// be preparing). It steps Tick now and then so that the deadline is noticed
-// when no reply comes, and Lost when a node's lease expires or a connection
-// to an agent breaks. After a restart it calls Recover with the persisted
-// state and steps Start.
+// be preparing); it acknowledges a PersistDecision returned by an earlier
+// Step, never one returned by the same Step. It steps Tick now and then so
+// that the deadline is noticed when no reply comes, and Lost when a node's
+// lease expires or a connection to an agent breaks. After a restart it calls
+// Recover with the persisted state and steps Start.
 //
 // # States
 //

@@ -67,10 +67,10 @@ type Round struct {
 	reason   string // why the round aborts
 	final    State  // StateDurable or StateAborted once done
 
-	now                              time.Time // latest time seen; never goes back
-	started, decided, sent, finished time.Time
-	ignored                          int
-	out                              []Action
+	now                    time.Time // latest time seen; never goes back
+	started, decided, sent time.Time
+	ignored                int
+	out                    []Action
 	// ackable: a decision was pending when the current Step began, so a
 	// DecisionPersisted can acknowledge it. A decision made by this very
 	// Step (on the deadline) is not the driver's to acknowledge yet.
@@ -84,7 +84,7 @@ func New(cfg Config) (*Round, error) {
 	if cfg.Deadline.IsZero() {
 		return nil, fmt.Errorf("new round job %s ckpt %d: no deadline", cfg.Job, cfg.Ckpt)
 	}
-	return build(cfg)
+	return build("new", cfg)
 }
 
 // Recover rebuilds the round cfg from the state persisted in the catalog
@@ -97,7 +97,7 @@ func Recover(cfg Config, s State) (*Round, error) {
 	if s < StatePreparing || s > StateAborted {
 		return nil, fmt.Errorf("recover round job %s ckpt %d: invalid state %d", cfg.Job, cfg.Ckpt, s)
 	}
-	r, err := build(cfg)
+	r, err := build("recover", cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -110,17 +110,17 @@ func Recover(cfg Config, s State) (*Round, error) {
 	return r, nil
 }
 
-func build(cfg Config) (*Round, error) {
+func build(op string, cfg Config) (*Round, error) {
 	if len(cfg.Participants) == 0 {
-		return nil, fmt.Errorf("new round job %s ckpt %d: no participants", cfg.Job, cfg.Ckpt)
+		return nil, fmt.Errorf("%s round job %s ckpt %d: no participants", op, cfg.Job, cfg.Ckpt)
 	}
 	r := &Round{cfg: cfg, byRank: make(map[int]int, len(cfg.Participants))}
 	for i, p := range cfg.Participants {
 		if _, dup := r.byRank[p.Rank]; dup {
-			return nil, fmt.Errorf("new round job %s ckpt %d: duplicate rank %d", cfg.Job, cfg.Ckpt, p.Rank)
+			return nil, fmt.Errorf("%s round job %s ckpt %d: duplicate rank %d", op, cfg.Job, cfg.Ckpt, p.Rank)
 		}
 		if p.Node == "" {
-			return nil, fmt.Errorf("new round job %s ckpt %d: rank %d has no node", cfg.Job, cfg.Ckpt, p.Rank)
+			return nil, fmt.Errorf("%s round job %s ckpt %d: rank %d has no node", op, cfg.Job, cfg.Ckpt, p.Rank)
 		}
 		r.byRank[p.Rank] = i
 		r.ranks = append(r.ranks, rank{Participant: p})
@@ -346,7 +346,7 @@ func (r *Round) sendDecision() {
 // finish ends the round in s. The final state is persisted unless it is the
 // persisted decision already.
 func (r *Round) finish(s State, why string, persist bool) {
-	r.phase, r.final, r.reason, r.finished = phaseDone, s, why, r.now
+	r.phase, r.final, r.reason = phaseDone, s, why
 	if persist {
 		r.emit(PersistState{State: s, Reason: why})
 	}
