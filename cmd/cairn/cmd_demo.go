@@ -242,6 +242,17 @@ func runDemo(ctx context.Context, w io.Writer, keep bool) error {
 		lastRecv(logNow)); err != nil {
 		return err
 	}
+	d.say("Checkpoint the restored program again: only what changed is stored")
+	man2, err := m.Checkpoint(ctx, name, container.CheckpointOptions{})
+	if err != nil {
+		return err
+	}
+	d.detail("checkpoint %s: %s image, %s of it new in the store (the rest is shared with %s)",
+		man2.Name(), humanBytes(man2.Size()), humanBytes(man2.NewBytes), man.Name())
+	if err := d.check(man2.NewBytes < man2.Size()/2, "deduplicated: %.0f%% of the second checkpoint was already stored",
+		100*(1-float64(man2.NewBytes)/float64(man2.Size()))); err != nil {
+		return err
+	}
 	fmt.Fprintln(w, "\nDone: the program survived checkpoint → kill → restore.")
 	return nil
 }
