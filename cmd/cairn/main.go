@@ -64,7 +64,7 @@ or a new name.`,
 	root.AddCommand(
 		newRunCmd(), newPsCmd(), newInspectCmd(), newLogsCmd(), newRmCmd(), newExecCmd(), newKillCmd(), newWaitCmd(),
 		newCheckpointCmd(), newCheckpointsCmd(), newRestoreCmd(), newVerifyCmd(),
-		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(),
+		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(),
 		newCheckCmd(), newDemoCmd(), newStateappCmd(),
 	)
 	return root

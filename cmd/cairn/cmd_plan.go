@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"cairn/internal/plan"
+)
+
+func newPlanCmd() *cobra.Command {
+	var n, k, f, trials int
+	var placement string
+	var target float64
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "plan --nodes N [--replicas K] [--failures F] [--placement random|ring|pairs] [--target P]",
+		Short: "How likely a job can restart after node failures, for a replica count and placement",
+		Long: `Compute, exactly, the probability that a job using all N nodes can restart
+after F simultaneous random node failures when every node's checkpoint images
+have K replicas on other nodes, and how many failures it survives with 90%,
+99% and 99.9% probability. With --target P and --failures F, say the
+smallest K that reaches P. --monte-carlo TRIALS adds a simulation with its
+99.9% confidence interval as a cross-check. Without --placement, all three
+placements are compared.`,
+		Example: `  cairn plan --nodes 4096 --replicas 2 --failures 32
+  cairn plan --nodes 1024 --failures 16 --target 0.999
+  cairn plan --nodes 64 --replicas 1 --placement pairs --failures 4 --monte-carlo 100000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 1 {
+				return usageError{errors.New("--nodes N is required")}
+			}
+			places := []plan.Placement{plan.Random, plan.Ring, plan.Pairs}
+			if placement != "" {
+				p, err := plan.ParsePlacement(placement)
+				if err != nil {
+					return usageError{err}
+				}
+				places = []plan.Placement{p}
+			}
+			type row struct {
+				Placement  string         `json:"placement"`
+				Replicas   int            `json:"replicas"`
+				Failures   int            `json:"failures,omitempty"`
+				P          *float64       `json:"p_restart,omitempty"`
+				MonteCarlo *plan.Estimate `json:"monte_carlo,omitempty"`
+				Tolerable  map[string]int `json:"tolerable_failures"`
+				Needed     *int           `json:"replicas_needed,omitempty"`
+				NeededP    float64        `json:"p_with_replicas_needed,omitempty"`
+			}
+			var rows []row
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+			for _, p := range places {
+				r := row{Placement: p.String(), Replicas: k, Tolerable: map[string]int{}}
+				if cmd.Flags().Changed("failures") {
+					r.Failures = f
+					pr, err := plan.Exact(n, k, f, p)
+					if err != nil {
+						return usageError{err}
+					}
+					r.P = &pr
+					if trials > 0 {
+						est, err := plan.MonteCarlo(n, k, f, p, trials, 3.29, rng)
+						if err != nil {
+							return err
+						}
+						r.MonteCarlo = &est
+					}
+					if target > 0 {
+						need, ok, err := plan.ReplicasFor(n, f, p, target)
+						if err != nil {
+							return err
+						}
+						if ok {
+							r.Needed = &need
+							r.NeededP, _ = plan.Exact(n, need, f, p)
+						}
+					}
+				}
+				for _, t := range []struct {
+					name string
+					p    float64
+				}{{"90%", 0.90}, {"99%", 0.99}, {"99.9%", 0.999}} {
+					tol, err := plan.Tolerable(n, k, p, t.p)
+					if err != nil {
+						return usageError{err}
+					}
+					r.Tolerable[t.name] = tol
+				}
+				rows = append(rows, r)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), rows)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "%d nodes, %d replica(s) of every node's images\n\n", n, k)
+			tw := newTable(w)
+			head := "PLACEMENT\tSURVIVES (90%)\t(99%)\t(99.9%)"
+			if cmd.Flags().Changed("failures") {
+				head += fmt.Sprintf("\tP(restart | %d failures)", f)
+				if trials > 0 {
+					head += "\tMONTE CARLO (99.9% CI)"
+				}
+			}
+			fmt.Fprintln(tw, head)
+			for _, r := range rows {
+				line := fmt.Sprintf("%s\t%d failures\t%d\t%d", r.Placement, r.Tolerable["90%"], r.Tolerable["99%"], r.Tolerable["99.9%"])
+				if r.P != nil {
+					line += fmt.Sprintf("\t%.6f", *r.P)
+					if r.MonteCarlo != nil {
+						line += fmt.Sprintf("\t%.6f [%.6f, %.6f]", r.MonteCarlo.P, r.MonteCarlo.Low, r.MonteCarlo.High)
+					}
+				}
+				fmt.Fprintln(tw, line)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if target > 0 && cmd.Flags().Changed("failures") {
+				fmt.Fprintln(w)
+				for _, r := range rows {
+					if r.Needed == nil {
+						fmt.Fprintf(w, "%s: no replica count survives %d failures of %d nodes\n", r.Placement, f, n)
+						continue
+					}
+					fmt.Fprintf(w, "%s: %d replica(s) survive %d failures with P = %.6f >= %g\n", r.Placement, *r.Needed, f, r.NeededP, target)
+				}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&n, "nodes", 0, "number of nodes the job uses (required)")
+	fl.IntVar(&k, "replicas", 1, "replicas of every node's images on other nodes")
+	fl.IntVar(&f, "failures", 0, "simultaneous random node failures")
+	fl.StringVar(&placement, "placement", "", "random, ring or pairs (default: compare all three)")
+	fl.Float64Var(&target, "target", 0, "with --failures: find the smallest --replicas reaching this probability")
+	fl.IntVar(&trials, "monte-carlo", 0, "also estimate by simulation with this many trials")
+	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,249 @@
+package pki_test
+
+import (
+	"crypto/x509"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"cairn/internal/pki"
+)
+
+func TestIssue(t *testing.T) {
+	ca, err := pki.Init(t.TempDir(), pki.InitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverClient := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+
+	// summary is what Issue decides about a certificate.
+	type summary struct {
+		O, OU    []string
+		CN       string
+		DNS      []string
+		IPs      []string
+		EKU      []x509.ExtKeyUsage
+		KeyUsage x509.KeyUsage
+		IsCA     bool
+	}
+	tests := []struct {
+		name     string
+		node     string
+		role     pki.Role
+		opts     pki.IssueOptions
+		want     summary
+		validity time.Duration
+	}{
+		{
+			name: "agent",
+			node: "node1", role: pki.Agent,
+			want:     summary{O: []string{"cairn"}, OU: []string{"agent"}, CN: "node1", DNS: []string{"node1"}, EKU: serverClient, KeyUsage: x509.KeyUsageDigitalSignature},
+			validity: 365 * 24 * time.Hour,
+		},
+		{
+			name: "coordinator with addresses",
+			node: "coord", role: pki.Coordinator,
+			opts: pki.IssueOptions{IPs: []net.IP{net.ParseIP("10.0.0.1"), net.ParseIP("fd00::1")}},
+			want: summary{
+				O: []string{"cairn"}, OU: []string{"coordinator"}, CN: "coord", DNS: []string{"coord"},
+				IPs: []string{"10.0.0.1", "fd00::1"}, EKU: serverClient, KeyUsage: x509.KeyUsageDigitalSignature,
+			},
+			validity: 365 * 24 * time.Hour,
+		},
+		{
+			name: "client for a week",
+			node: "alice", role: pki.Client,
+			opts:     pki.IssueOptions{Validity: 7 * 24 * time.Hour},
+			want:     summary{O: []string{"cairn"}, OU: []string{"client"}, CN: "alice", DNS: []string{"alice"}, EKU: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature},
+			validity: 7 * 24 * time.Hour,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			creds, err := ca.Issue(tc.node, tc.role, tc.opts)
+			if err != nil {
+				t.Fatalf("Issue: %v", err)
+			}
+			c := creds.Cert
+			var ips []string
+			for _, ip := range c.IPAddresses {
+				ips = append(ips, ip.String())
+			}
+			got := summary{c.Subject.Organization, c.Subject.OrganizationalUnit, c.Subject.CommonName, c.DNSNames, ips, c.ExtKeyUsage, c.KeyUsage, c.IsCA}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("certificate mismatch (-want +got):\n%s", diff)
+			}
+			if creds.Name != tc.node || creds.Role != tc.role || creds.ClusterID != ca.ClusterID || !creds.CA.Equal(ca.Cert) {
+				t.Errorf("credentials are %s/%s of cluster %s, want %s/%s of %s", creds.Name, creds.Role, creds.ClusterID, tc.node, tc.role, ca.ClusterID)
+			}
+			if !approx(c.NotAfter, start.Add(tc.validity)) {
+				t.Errorf("NotAfter %v, want about %v", c.NotAfter, start.Add(tc.validity))
+			}
+			if !c.NotBefore.Before(start) {
+				t.Errorf("NotBefore %v is not before %v", c.NotBefore, start)
+			}
+			if err := c.CheckSignatureFrom(ca.Cert); err != nil {
+				t.Errorf("not signed by the CA: %v", err)
+			}
+		})
+	}
+}
+
+func TestIssueRefuses(t *testing.T) {
+	ca, err := pki.Init(t.TempDir(), pki.InitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tests := []struct {
+		name    string
+		node    string
+		role    pki.Role
+		opts    pki.IssueOptions
+		wantErr error // nil: any error
+	}{
+		{name: "empty name", node: "", role: pki.Agent, wantErr: pki.ErrInvalidName},
+		{name: "path", node: "../x", role: pki.Agent, wantErr: pki.ErrInvalidName},
+		{name: "too long", node: "a234567890123456789012345678901234567890123456789012345678901234", role: pki.Agent, wantErr: pki.ErrInvalidName},
+		{name: "uppercase", node: "Node1", role: pki.Agent, wantErr: pki.ErrInvalidName},
+		{name: "underscore", node: "node_1", role: pki.Agent, wantErr: pki.ErrInvalidName},
+		{name: "unknown role", node: "node1", role: "admin", wantErr: pki.ErrInvalidRole},
+		{name: "empty role", node: "node1", role: "", wantErr: pki.ErrInvalidRole},
+		{name: "negative validity", node: "node1", role: pki.Agent, opts: pki.IssueOptions{Validity: -time.Hour}},
+		{name: "ends before it begins", node: "node1", role: pki.Agent, opts: pki.IssueOptions{NotBefore: now, NotAfter: now.Add(-time.Hour)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			creds, err := ca.Issue(tc.node, tc.role, tc.opts)
+			if err == nil || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
+				t.Fatalf("Issue(%q, %q) error %v, want %v", tc.node, tc.role, err, tc.wantErr)
+			}
+			if creds != nil {
+				t.Errorf("Issue returned credentials with error %v", err)
+			}
+		})
+	}
+}
+
+func TestIssueNeverOutlivesCA(t *testing.T) {
+	ca, err := pki.Init(t.TempDir(), pki.InitOptions{Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []pki.IssueOptions{{}, {NotAfter: time.Now().Add(48 * time.Hour)}} {
+		creds := issue(t, ca, "node1", pki.Agent, opts)
+		if !creds.Cert.NotAfter.Equal(ca.Cert.NotAfter) {
+			t.Errorf("with %+v: NotAfter %v, want the CA's %v", opts, creds.Cert.NotAfter, ca.Cert.NotAfter)
+		}
+	}
+}
+
+func TestCredentialsWriteLoad(t *testing.T) {
+	a := newCluster(t)
+	dir := filepath.Join(t.TempDir(), "creds")
+	if err := a.coord.Write(dir); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	modes := map[string]fs.FileMode{"node.crt": 0o644, "node.key": 0o600, "ca.crt": 0o644}
+	for name, want := range modes {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != want {
+			t.Errorf("%s: mode %v, want %v", name, fi.Mode(), want)
+		}
+	}
+
+	got, err := pki.LoadCredentials(dir)
+	if err != nil {
+		t.Fatalf("LoadCredentials: %v", err)
+	}
+	if got.Name != "coord" || got.Role != pki.Coordinator || got.ClusterID != a.ca.ClusterID ||
+		!got.Cert.Equal(a.coord.Cert) || !got.CA.Equal(a.ca.Cert) {
+		t.Errorf("LoadCredentials gave %s/%s of cluster %s, want coord/coordinator of %s", got.Name, got.Role, got.ClusterID, a.ca.ClusterID)
+	}
+
+	// Renewal overwrites.
+	renewed := issue(t, a.ca, "coord", pki.Coordinator, pki.IssueOptions{})
+	if err := renewed.Write(dir); err != nil {
+		t.Fatalf("Write over existing credentials: %v", err)
+	}
+	got, err = pki.LoadCredentials(dir)
+	if err != nil {
+		t.Fatalf("LoadCredentials: %v", err)
+	}
+	if !got.Cert.Equal(renewed.Cert) {
+		t.Error("LoadCredentials after renewal gave the old certificate")
+	}
+}
+
+func TestLoadCredentialsErrors(t *testing.T) {
+	a, b := newCluster(t), newCluster(t)
+	bDir := t.TempDir()
+	if err := b.agent.Write(bDir); err != nil {
+		t.Fatal(err)
+	}
+	aCADir := t.TempDir()
+	if _, err := pki.Init(aCADir, pki.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	copyFrom := func(src, name string) func(t *testing.T, dir string) {
+		return func(t *testing.T, dir string) {
+			data, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	remove := func(name string) func(t *testing.T, dir string) {
+		return func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	tests := []struct {
+		name    string
+		damage  func(t *testing.T, dir string)
+		wantErr error
+	}{
+		{"no certificate", remove("node.crt"), pki.ErrNotFound},
+		{"no key", remove("node.key"), pki.ErrNotFound},
+		{"no CA", remove("ca.crt"), pki.ErrNotFound},
+		{"certificate of another cluster", copyFrom(filepath.Join(bDir, "node.crt"), "node.crt"), pki.ErrWrongCluster},
+		{"CA of another cluster", copyFrom(filepath.Join(bDir, "ca.crt"), "ca.crt"), pki.ErrWrongCluster},
+		{"key of another node", copyFrom(filepath.Join(bDir, "node.key"), "node.key"), pki.ErrCorrupt},
+		{"CA as node certificate", copyFrom(filepath.Join(bDir, "ca.crt"), "node.crt"), pki.ErrCorrupt},
+		{"CA key as node key", copyFrom(filepath.Join(aCADir, "ca.key"), "node.key"), pki.ErrCorrupt},
+		{"node certificate as CA", copyFrom(filepath.Join(bDir, "node.crt"), "ca.crt"), pki.ErrCorrupt},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := a.agent.Write(dir); err != nil {
+				t.Fatal(err)
+			}
+			tc.damage(t, dir)
+			creds, err := pki.LoadCredentials(dir)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("LoadCredentials error %v, want %v", err, tc.wantErr)
+			}
+			if creds != nil {
+				t.Errorf("LoadCredentials returned credentials with error %v", err)
+			}
+		})
+	}
+}
