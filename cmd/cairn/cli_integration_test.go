@@ -367,3 +367,41 @@ func TestCLICheckpointKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIPKI: init makes a CA once; node cert issues credentials; mistakes
+// are refused clearly.
+func TestCLIPKI(t *testing.T) {
+	c := newCLI(t)
+	if _, errs, code := c.run("node", "cert", "n1", "-o", t.TempDir()); code != 1 || !strings.Contains(errs, "cairn init") {
+		t.Errorf("cert before init: exit %d %q", code, errs)
+	}
+	if out := c.ok("init"); !strings.Contains(out, "cluster ") {
+		t.Fatalf("init: %q", out)
+	}
+	if _, errs, code := c.run("init"); code != 1 || !strings.Contains(errs, "--force") {
+		t.Errorf("second init: exit %d %q", code, errs)
+	}
+	dir := t.TempDir()
+	if out := c.ok("node", "cert", "n1", "-o", dir, "--ip", "10.214.0.5"); !strings.Contains(out, "agent n1") {
+		t.Fatalf("node cert: %q", out)
+	}
+	for _, f := range []string{"node.crt", "node.key", "ca.crt"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "node.key" && fi.Mode().Perm() != 0o600 {
+			t.Errorf("node.key mode %v", fi.Mode().Perm())
+		}
+	}
+	for _, args := range [][]string{
+		{"node", "cert", "../evil", "-o", dir},
+		{"node", "cert", "n2", "-o", dir, "--role", "root"},
+		{"node", "cert", "n2", "-o", dir, "--ip", "not-an-ip"},
+		{"node", "cert", "n2"},
+	} {
+		if _, errs, code := c.run(args...); code != 2 {
+			t.Errorf("cairn %v: exit %d %q, want 2", args, code, errs)
+		}
+	}
+}

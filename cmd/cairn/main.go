@@ -65,6 +65,7 @@ or a new name.`,
 		newRunCmd(), newPsCmd(), newInspectCmd(), newLogsCmd(), newRmCmd(), newExecCmd(), newKillCmd(), newWaitCmd(),
 		newCheckpointCmd(), newCheckpointsCmd(), newRestoreCmd(), newVerifyCmd(),
 		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(),
+		newInitCmd(), newNodeCmd(),
 		newCheckCmd(), newDemoCmd(), newStateappCmd(),
 	)
 	return root
