@@ -118,7 +118,7 @@ func TestCLILifecycle(t *testing.T) {
 	if out := c.ok("checkpoints"); !strings.Contains(out, "job:1") || !strings.Contains(out, "job:2") {
 		t.Fatalf("checkpoints table:\n%s", out)
 	}
-	if out := c.ok("verify", "--all", "--read-data"); strings.Count(out, "ok ") != 2 {
+	if out := c.ok("verify", "--all", "--read-data"); strings.Count(out, "ok   job:") != 2 || !strings.Contains(out, "ok   store:") {
 		t.Fatalf("verify --all:\n%s", out)
 	}
 
@@ -212,6 +212,9 @@ func TestCLIErrors(t *testing.T) {
 	if out, _, code := c.run("verify", "a", "--read-data"); code != 4 || !strings.Contains(out, "BAD  a:1") {
 		t.Errorf("verify of truncated image: exit %d %q", code, out)
 	}
+	if out, _, code := c.run("verify", "--all"); code != 4 || !strings.Contains(out, "BAD  store: pack") {
+		t.Errorf("verify --all of a store with truncated packs: exit %d %q", code, out)
+	}
 
 	// An old CRIU is refused with the reason and the remedy: exit 5.
 	fake := filepath.Join(t.TempDir(), "criu")
@@ -268,7 +271,7 @@ func TestCLIStoreLifecycle(t *testing.T) {
 	if len(du.Checkpoints) != 3 || du.DedupRatio < 1.5 || du.Checkpoints[1].Unique >= du.Checkpoints[1].Logical/2 {
 		t.Fatalf("du: %+v", du)
 	}
-	if out := c.ok("verify", "--all", "--read-data"); strings.Count(out, "ok ") != 3 {
+	if out := c.ok("verify", "--all", "--read-data"); strings.Count(out, "ok   s:") != 3 || !strings.Contains(out, "ok   store:") {
 		t.Fatalf("verify after gc:\n%s", out)
 	}
 	c.ok("kill", "s")

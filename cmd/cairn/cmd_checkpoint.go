@@ -224,7 +224,7 @@ every checkpoint that uses it.`,
 				}
 				args = append(args, names...)
 			}
-			if len(args) == 0 {
+			if len(args) == 0 && !all {
 				return usageError{errors.New("name checkpoints to verify, or --all")}
 			}
 			for _, a := range args {
@@ -265,13 +265,37 @@ every checkpoint that uses it.`,
 					}
 				}
 			}
+			var storeRep *image.StoreReport
+			if all {
+				prog, done := progressBarOf("checking the store", asJSON || !readData, "chunks")
+				rep, err := m.Repo().CheckStore(cmd.Context(), readData, prog)
+				done()
+				if err != nil && !errors.Is(err, image.ErrNotFound) {
+					return err
+				}
+				if err == nil {
+					storeRep = &rep
+					bad += len(rep.Problems)
+					if !asJSON {
+						for _, p := range rep.Problems {
+							fmt.Fprintf(cmd.OutOrStdout(), "BAD  store: %s\n", p)
+						}
+						if len(rep.Problems) == 0 {
+							fmt.Fprintf(cmd.OutOrStdout(), "ok   store: %d packs, %d chunks, %d manifests\n", rep.Packs, rep.Chunks, rep.Manifests)
+						}
+					}
+				}
+			}
 			if asJSON {
-				if err := printJSON(cmd.OutOrStdout(), results); err != nil {
+				if err := printJSON(cmd.OutOrStdout(), struct {
+					Checkpoints []result           `json:"checkpoints"`
+					Store       *image.StoreReport `json:"store,omitempty"`
+				}{results, storeRep}); err != nil {
 					return err
 				}
 			}
 			if bad > 0 {
-				return fmt.Errorf("%w: %d of %d checkpoints failed verification", image.ErrCorrupt, bad, len(targets))
+				return fmt.Errorf("%w: %d problems found (see above)", image.ErrCorrupt, bad)
 			}
 			return nil
 		},

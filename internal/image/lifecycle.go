@@ -197,3 +197,53 @@ func (r Repo) Import(ctx context.Context, rd io.Reader, as string, progress Prog
 	}
 	return &rec, nil
 }
+
+// StoreReport is what CheckStore found, with manifests named by the
+// checkpoints that use them.
+type StoreReport struct {
+	Packs, Chunks, Manifests int
+	Problems                 []string // one line each; empty when healthy
+}
+
+// CheckStore checks the whole store under the catalog: every pack, index
+// entry and manifest, and with readData every chunk's bytes. Problems name
+// the checkpoints they affect.
+func (r Repo) CheckStore(ctx context.Context, readData bool, progress Progress) (StoreReport, error) {
+	var rep StoreReport
+	st, err := r.OpenReader()
+	if err != nil {
+		return rep, err
+	}
+	defer st.Close()
+	cr, err := st.Check(ctx, store.CheckOptions{ReadData: readData, Progress: progress})
+	if err != nil {
+		return rep, err
+	}
+	rep.Packs, rep.Chunks, rep.Manifests = cr.Packs, cr.Chunks, cr.Manifests
+	users := map[store.ID][]string{}
+	recs, _ := r.All()
+	for _, rec := range recs {
+		users[rec.Manifest] = append(users[rec.Manifest], rec.Name())
+	}
+	name := func(ids []store.ID) []string {
+		var out []string
+		for _, id := range ids {
+			if u, ok := users[id]; ok {
+				out = append(out, u...)
+			} else {
+				out = append(out, "unlisted manifest "+id.Short())
+			}
+		}
+		return out
+	}
+	for _, p := range cr.BadPacks {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("pack %s: missing=%v %v", p.ID.Short(), p.Missing, p.Err))
+	}
+	for _, c := range cr.BadChunks {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("chunk %s in pack %s: %v (affects %v)", c.ID.Short(), c.Pack.Short(), c.Err, name(c.AffectedManifests)))
+	}
+	for _, m := range cr.BadManifests {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("manifest %s: %v (affects %v)", m.ID.Short(), m.Err, name([]store.ID{m.ID})))
+	}
+	return rep, nil
+}
