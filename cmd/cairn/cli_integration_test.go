@@ -346,7 +346,11 @@ func TestCLICheckpointKilled(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("round %d (killed after %v): container stays %s", i, delay, in.Status)
+				marker, _ := os.ReadFile(filepath.Join(in.Dir, "frozen-by"))
+				ps, _ := exec.Command("sh", "-c", "ps -eo pid,ppid,stat,args | grep -E 'criu|runc' | grep -v grep; for p in $(pgrep -f 'criu: dump'); do for f in /proc/$p/fd/*; do case $(readlink $f) in *dump.log*) tail -8 $f;; esac; done; done").CombinedOutput()
+				fz, _ := os.ReadFile("/sys/fs/cgroup/freezer" + in.CgroupsPath + "/freezer.state")
+				tr, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", in.Pid))
+				t.Fatalf("round %d (killed after %v): container stays %s; marker %q; freezer %q; ps:\n%s\ninit status:\n%s", i, delay, in.Status, marker, fz, ps, tr)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

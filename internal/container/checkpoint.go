@@ -57,6 +57,13 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 	}
 	st := &in.State
 	log := m.log.With("container", name)
+	if err := m.waitOrphans(name, 30*time.Second); err != nil {
+		return nil, err
+	}
+	if in, err = m.Get(ctx, name); err != nil { // an orphan may have left it frozen
+		return nil, err
+	}
+	st = &in.State
 
 	seq := m.repo.NextSeq(name)
 	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
@@ -72,6 +79,13 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 			os.RemoveAll(staging)
 		}
 	}()
+	// Who uses this staging dir: this process, and once it runs, runc (with
+	// CRIU under it), which outlives this process if it is killed and must
+	// not lose its staging dir to cleanStaging.
+	owner := filepath.Join(staging, stagingOwner)
+	if err := os.WriteFile(owner, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return nil, err
+	}
 	imgDir := filepath.Join(staging, "image")
 	workDir := filepath.Join(staging, "work")
 	for _, d := range []string{filepath.Join(imgDir, image.CRIUDir), workDir} {
@@ -131,7 +145,20 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 		args = append(args, "--leave-running")
 	}
 	t = time.Now()
-	dumpErr := m.runc.run(ctx, filepath.Join(m.dir(name), "runc-checkpoint.log"), append(args, m.runcID(name))...)
+	// The marker also names runc: if this process dies, the orphaned runc
+	// and its CRIU finish the dump and leave the cgroup frozen as they found
+	// it, so recoverFreeze must wait for them before it thaws.
+	noteRunc := func(pid int) error {
+		pids := []byte(fmt.Sprintf("%d %d", os.Getpid(), pid))
+		if err := os.WriteFile(owner, pids, 0o600); err != nil {
+			return err
+		}
+		if wasPaused {
+			return nil
+		}
+		return os.WriteFile(marker, pids, 0o600)
+	}
+	dumpErr := m.runc.runNotify(ctx, filepath.Join(m.dir(name), "runc-checkpoint.log"), noteRunc, append(args, m.runcID(name))...)
 	timing.Dump = time.Since(t)
 	if dumpErr != nil {
 		if opts.Stop {
@@ -370,11 +397,17 @@ func (m *Manager) recoverFreeze(st *State, initPID int) {
 	if err != nil {
 		return
 	}
-	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid != os.Getpid() && isShim(pid) {
-		return // the checkpoint is still running
+	// "CAIRNPID [RUNCPID]": wait while either still runs.
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() && isShim(pid) {
+			return // the checkpoint is still running
+		}
 	}
 	if initPID > 0 && tracerPID(initPID) != 0 {
 		return // an orphaned CRIU still holds the process
+	}
+	if runcs, _ := m.orphans(st.Config.Name); len(runcs) > 0 {
+		return // an orphaned runc is still at work on the container
 	}
 	fz, err := freezerFor(st.CgroupsPath)
 	if err == nil {
@@ -403,8 +436,13 @@ func tracerPID(pid int) int {
 	return 0
 }
 
+// stagingOwner is the file in a staging dir that lists the pids using it.
+const stagingOwner = "owner"
+
 // cleanStaging removes staging dirs that checkpoints of processes that no
-// longer exist left behind: they may hold a whole memory image in tmpfs.
+// longer exist left behind: they may hold a whole memory image in tmpfs. A
+// dir is kept while any process its owner file names still runs: an
+// orphaned runc and CRIU may still be dumping into it.
 func (m *Manager) cleanStaging() {
 	ents, _ := os.ReadDir(m.opts.StagingDir)
 	for _, e := range ents {
@@ -412,11 +450,19 @@ func (m *Manager) cleanStaging() {
 		if i < 0 {
 			continue
 		}
-		rest := e.Name()[i+4:]
-		if j := strings.IndexByte(rest, '-'); j > 0 {
-			if pid, err := strconv.Atoi(rest[:j]); err == nil && pid != os.Getpid() && !isShim(pid) {
-				os.RemoveAll(filepath.Join(m.opts.StagingDir, e.Name()))
+		dir := filepath.Join(m.opts.StagingDir, e.Name())
+		owners := []string{strings.SplitN(e.Name()[i+4:], "-", 2)[0]}
+		if b, err := os.ReadFile(filepath.Join(dir, stagingOwner)); err == nil {
+			owners = append(owners, strings.Fields(string(b))...)
+		}
+		live := false
+		for _, o := range owners {
+			if pid, err := strconv.Atoi(o); err != nil || pid == os.Getpid() || isShim(pid) {
+				live = true // unparsable: leave it alone
 			}
+		}
+		if !live {
+			os.RemoveAll(dir)
 		}
 	}
 }

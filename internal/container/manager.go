@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -380,6 +382,7 @@ func (m *Manager) mountRoot(st *State) error {
 func (m *Manager) teardown(ctx context.Context, st *State) error {
 	var errs []error
 	name := st.Config.Name
+	m.killOrphans(name)
 	if _, err := m.runc.state(ctx, m.runcID(name)); err == nil {
 		_ = m.runc.run(ctx, "", "kill", m.runcID(name), "KILL")
 		m.waitShim(st, 10*time.Second)
@@ -412,6 +415,79 @@ func (m *Manager) destroy(ctx context.Context, st *State) error {
 		return err
 	}
 	return os.RemoveAll(m.dir(st.Config.Name))
+}
+
+// orphans returns the runc processes still checkpointing or restoring the
+// container for a cairn command that was killed, and their children (CRIU).
+func (m *Manager) orphans(name string) (runcs []int, children []int) {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	parent := map[int]int{}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(p + "/stat"); err == nil {
+			s := string(b)
+			if i := strings.LastIndexByte(s, ')'); i > 0 {
+				if f := strings.Fields(s[i+1:]); len(f) > 2 {
+					if f[0] == "Z" {
+						continue // exited
+					}
+					parent[pid], _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+		b, err := os.ReadFile(p + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 3 && slices.Contains(args, m.runc.root) && args[len(args)-1] == m.runcID(name) &&
+			(slices.Contains(args, "checkpoint") || slices.Contains(args, "restore")) {
+			runcs = append(runcs, pid)
+		}
+	}
+	for _, r := range runcs {
+		for child, pp := range parent {
+			if pp == r {
+				children = append(children, child)
+			}
+		}
+	}
+	return runcs, children
+}
+
+// waitOrphans waits up to d for orphaned runc processes of the container to
+// finish: a new checkpoint must not freeze the container under a dump that
+// is still running, or that dump's parasite freezes with it and never
+// answers.
+func (m *Manager) waitOrphans(name string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		runcs, _ := m.orphans(name)
+		if len(runcs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("a checkpoint of %s from a cairn command that was killed is still running (runc pid %v); try again later", name, runcs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// killOrphans ends runc processes (and their CRIU children) still working
+// on the container for a cairn command that was killed: a container being
+// removed must not stay traced by an orphaned dump.
+func (m *Manager) killOrphans(name string) {
+	runcs, children := m.orphans(name)
+	for _, c := range children {
+		_ = syscall.Kill(c, syscall.SIGKILL) // CRIU first: it holds the tracees
+	}
+	for _, r := range runcs {
+		_ = syscall.Kill(r, syscall.SIGKILL)
+		m.log.Warn("killed an orphaned runc of an interrupted command", "container", name, "pid", r)
+	}
 }
 
 // waitShim waits up to d for the container's shim to exit.

@@ -51,12 +51,28 @@ func (r runc) env() []string {
 // run runs a runc subcommand that needs no stdio and returns its error with
 // runc's message.
 func (r runc) run(ctx context.Context, logPath string, args ...string) error {
+	return r.runNotify(ctx, logPath, nil, args...)
+}
+
+// runNotify is run, calling started with runc's pid once it runs.
+func (r runc) runNotify(ctx context.Context, logPath string, started func(pid int) error, args ...string) error {
 	a := r.argv(logPath, args...)
 	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
 	cmd.Env = r.env()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Start()
+	if err == nil && started != nil {
+		if err = started(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return err
+		}
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if logPath != "" {
 			if m := lastRuncError(logPath); m != "" {

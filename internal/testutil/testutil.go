@@ -193,6 +193,10 @@ func CheckNoLeaks(t testing.TB, dataDir, inst string) {
 			leaks = append(leaks, "process in container cgroup: "+p)
 			continue
 		}
+		if cmd, err := os.ReadFile(p + "/cmdline"); err == nil && strings.Contains(string(cmd), dataDir) {
+			leaks = append(leaks, "process working on the data dir: "+p+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
+			continue
+		}
 		if env, err := os.ReadFile(p + "/environ"); err == nil &&
 			strings.Contains(string(env), container.ShimEnv+"=") && strings.Contains(string(env), dataDir) {
 			leaks = append(leaks, "shim process: "+p)
