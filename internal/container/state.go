@@ -96,7 +96,7 @@ func writeJSONAtomic(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return durable.WriteFile(path, b)
+	return durable.WriteFile(path, b, 0o600)
 }
 
 func readExit(dir string) (*Exit, error) {

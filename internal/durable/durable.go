@@ -1,35 +1,46 @@
 // Package durable writes small files so that a crash leaves either the old
-// file or the complete new one: write a temporary file beside it, fsync
-// it, rename it over the old one, fsync the directory.
+// file or the complete new one: write a new temporary file beside it,
+// fsync it, rename it over the old one, fsync the directory.
 package durable
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 )
 
-// WriteFile atomically replaces path with data (mode 0600).
-func WriteFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+// WriteFile atomically replaces path with data. The temporary file is
+// created exclusively with mode 0600 and only then given mode, so secrets
+// (keys) are never readable by others, even briefly; concurrent writers
+// never share a temporary file.
+func WriteFile(path string, data []byte, mode fs.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := f.Chmod(mode); err != nil {
 		return err
 	}
-	return SyncDir(filepath.Dir(path))
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	return SyncDir(dir)
 }
 
 // SyncDir fsyncs a directory, making renames and removals in it durable.

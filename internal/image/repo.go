@@ -192,7 +192,7 @@ func (r Repo) saveRecord(rec *Record) error {
 	if err != nil {
 		return err
 	}
-	return durable.WriteFile(r.recordPath(rec.Container, rec.Seq), b)
+	return durable.WriteFile(r.recordPath(rec.Container, rec.Seq), b, 0o600)
 }
 
 // SetPinned pins (or unpins) a checkpoint: gc keeps pinned checkpoints
@@ -223,7 +223,7 @@ func (r Repo) Remove(container string, seq int) error {
 func (r Repo) CleanTemp(container string) {
 	ents, _ := os.ReadDir(r.containerDir(container))
 	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".tmp") {
+		if strings.HasSuffix(e.Name(), ".tmp") || strings.Contains(e.Name(), ".tmp-") {
 			_ = os.RemoveAll(filepath.Join(r.containerDir(container), e.Name()))
 		}
 	}

@@ -29,7 +29,7 @@ var rules = []struct {
 	{"cairn/internal/image", []string{"cairn/internal/store", "cairn/internal/chunker", "cairn/internal/durable"}, []string{"cairn/"}},
 	{"cairn/internal/criu", nil, []string{"cairn/"}},
 	{"cairn/internal/plan", nil, []string{"cairn/"}},
-	{"cairn/internal/pki", nil, []string{"cairn/"}},
+	{"cairn/internal/pki", []string{"cairn/internal/durable"}, []string{"cairn/"}},
 	{"cairn/internal/netw", nil, []string{"cairn/"}},
 	{"cairn/internal/coord/round", nil, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
 	{"cairn/api/", nil, []string{"cairn/internal/"}},

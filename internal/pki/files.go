@@ -2,6 +2,7 @@ package pki
 
 import (
 	"bytes"
+	"cairn/internal/durable"
 	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/pem"
@@ -101,50 +102,11 @@ func readKey(path string, cert *x509.Certificate) (*ecdsa.PrivateKey, error) {
 	return ek, nil
 }
 
-// writeFile replaces path with data, so that a crash leaves either the old
-// file or the complete new one. The temporary file is created with O_EXCL
-// and mode 0600 before being chmod'ed to mode, so a key is never readable
-// by others, even briefly.
-func writeFile(path string, data []byte, mode fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := f.Chmod(mode); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
+// writeFile replaces path with data atomically; see durable.WriteFile.
+func writeFile(path string, data []byte, mode fs.FileMode) error {
+	return durable.WriteFile(path, data, mode)
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// exists reports whether any of names exists in dir.
 func exists(dir string, names ...string) (string, error) {
 	for _, n := range names {
 		p := filepath.Join(dir, n)
