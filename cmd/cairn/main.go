@@ -65,7 +65,7 @@ or a new name.`,
 		newRunCmd(), newPsCmd(), newInspectCmd(), newLogsCmd(), newRmCmd(), newExecCmd(), newKillCmd(), newWaitCmd(),
 		newCheckpointCmd(), newCheckpointsCmd(), newRestoreCmd(), newVerifyCmd(),
 		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(),
-		newInitCmd(), newNodeCmd(),
+		newInitCmd(), newNodeCmd(), newAgentCmd(),
 		newCheckCmd(), newDemoCmd(), newStateappCmd(),
 	)
 	return root

@@ -1,0 +1,96 @@
+package v1
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Paths of the agent API.
+const (
+	PathHealth      = "/v1/health"      // GET: Health
+	PathContainers  = "/v1/containers"  // GET: []Container; POST RunRequest: Container
+	PathContainer   = "/v1/containers/" // + NAME: GET Container; DELETE (?force=1)
+	PathCheckpoint  = "/v1/checkpoint"  // POST CheckpointRequest: Checkpoint
+	PathRestore     = "/v1/restore"     // POST RestoreRequest: Container
+	PathCheckpoints = "/v1/checkpoints" // GET ?container=NAME: []Checkpoint
+)
+
+// Error codes.
+const (
+	CodeNotFound     = "not_found"
+	CodeExists       = "exists"
+	CodeRunning      = "running"
+	CodeNotRunning   = "not_running"
+	CodeCorrupt      = "corrupt"
+	CodeBadRequest   = "bad_request"
+	CodeForbidden    = "forbidden"
+	CodeCRIU         = "criu_unusable"
+	CodeDumpFailed   = "dump_failed"
+	CodeInternal     = "internal"
+	CodeUnauthorized = "unauthenticated"
+)
+
+// Error is the body of every non-2xx reply.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Health says who answers.
+type Health struct {
+	Node      string `json:"node"`
+	Cluster   string `json:"cluster"`
+	Version   string `json:"version"` // API version, "v1"
+	CRIU      string `json:"criu,omitempty"`
+	CRIUError string `json:"criu_error,omitempty"`
+}
+
+// RunRequest starts a container.
+type RunRequest struct {
+	Name     string   `json:"name"`
+	Args     []string `json:"args"`
+	Env      []string `json:"env,omitempty"`
+	RootFS   string   `json:"rootfs,omitempty"`
+	Hostname string   `json:"hostname,omitempty"`
+	Cwd      string   `json:"cwd,omitempty"`
+}
+
+// Container is a container's state.
+type Container struct {
+	Name         string    `json:"name"`
+	Status       string    `json:"status"`
+	Pid          int       `json:"pid,omitempty"`
+	Addr         string    `json:"addr"`
+	Args         []string  `json:"args"`
+	Created      time.Time `json:"created"`
+	RestoredFrom string    `json:"restored_from,omitempty"`
+	ExitCode     *int      `json:"exit_code,omitempty"`
+}
+
+// CheckpointRequest checkpoints a container.
+type CheckpointRequest struct {
+	Name string `json:"name"`
+	Stop bool   `json:"stop,omitempty"`
+}
+
+// Checkpoint describes one checkpoint of a container.
+type Checkpoint struct {
+	Container string          `json:"container"`
+	Seq       int             `json:"seq"`
+	Created   time.Time       `json:"created"`
+	Size      int64           `json:"size"`
+	NewBytes  int64           `json:"new_bytes"`
+	Stall     time.Duration   `json:"stall_ns"`
+	Total     time.Duration   `json:"total_ns"`
+	Pinned    bool            `json:"pinned"`
+	Record    json.RawMessage `json:"record,omitempty"` // the full catalog record
+}
+
+// RestoreRequest restores a container from a checkpoint.
+type RestoreRequest struct {
+	Name string `json:"name"`
+	Seq  int    `json:"seq,omitempty"` // 0: newest
+	As   string `json:"as,omitempty"`
+}

@@ -1,0 +1,10 @@
+// Package agent is a node's daemon: it serves the node's containers,
+// checkpoints and restores (package container) to the coordinator and to
+// CLI clients over the agent API (api/agent/v1), on mutually
+// authenticated TLS with the cluster's credentials (package pki). A caller
+// without credentials of the same cluster cannot connect; a connected
+// caller must have the coordinator or client role.
+//
+// Server is the http.Handler and the listener; Client is the typed client
+// the coordinator and the CLI use.
+package agent

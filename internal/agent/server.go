@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	v1 "cairn/api/agent/v1"
+	"cairn/internal/container"
+	"cairn/internal/criu"
+	"cairn/internal/image"
+	"cairn/internal/pki"
+)
+
+// Server serves one node's Manager over the agent API.
+type Server struct {
+	Manager *container.Manager
+	Creds   *pki.Credentials
+	Logger  *slog.Logger
+}
+
+// Serve accepts connections on ln (TLS is added here) until ctx is done.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	log := s.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	hs := &http.Server{
+		Handler:           s,
+		TLSConfig:         pki.ServerConfig(s.Creds),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(tls.NewListener(ln, hs.TLSConfig)) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func fail(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, &v1.Error{Code: code, Message: msg})
+}
+
+// failErr maps a Manager error to the wire: this is the API boundary.
+func failErr(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
+		fail(w, http.StatusNotFound, v1.CodeNotFound, err.Error())
+	case errors.Is(err, container.ErrExists):
+		fail(w, http.StatusConflict, v1.CodeExists, err.Error())
+	case errors.Is(err, container.ErrRunning):
+		fail(w, http.StatusConflict, v1.CodeRunning, err.Error())
+	case errors.Is(err, container.ErrNotRunning):
+		fail(w, http.StatusConflict, v1.CodeNotRunning, err.Error())
+	case errors.Is(err, image.ErrCorrupt):
+		fail(w, http.StatusUnprocessableEntity, v1.CodeCorrupt, err.Error())
+	case errors.Is(err, criu.ErrUnusable):
+		fail(w, http.StatusServiceUnavailable, v1.CodeCRIU, err.Error())
+	case errors.Is(err, container.ErrDumpFailed):
+		fail(w, http.StatusInternalServerError, v1.CodeDumpFailed, err.Error())
+	default:
+		fail(w, http.StatusInternalServerError, v1.CodeInternal, err.Error())
+	}
+}
+
+// ServeHTTP authenticates the caller and routes the request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.TLS == nil {
+		fail(w, http.StatusUnauthorized, v1.CodeUnauthorized, "TLS required")
+		return
+	}
+	id, err := pki.PeerIdentity(*r.TLS)
+	if err != nil {
+		fail(w, http.StatusUnauthorized, v1.CodeUnauthorized, err.Error())
+		return
+	}
+	if id.Role != pki.Coordinator && id.Role != pki.Client {
+		fail(w, http.StatusForbidden, v1.CodeForbidden, fmt.Sprintf("%s %s may not call an agent", id.Role, id.Name))
+		return
+	}
+	ctx := r.Context()
+	m := s.Manager
+	switch {
+	case r.URL.Path == v1.PathHealth && r.Method == http.MethodGet:
+		h := v1.Health{Node: s.Creds.Name, Cluster: s.Creds.ClusterID, Version: "v1"}
+		if info, err := m.CRIU(ctx); err != nil {
+			h.CRIUError = err.Error()
+		} else {
+			h.CRIU = info.Version.String()
+		}
+		writeJSON(w, http.StatusOK, h)
+	case r.URL.Path == v1.PathContainers && r.Method == http.MethodGet:
+		list, err := m.List(ctx)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		out := []v1.Container{}
+		for _, in := range list {
+			out = append(out, toWire(in))
+		}
+		writeJSON(w, http.StatusOK, out)
+	case r.URL.Path == v1.PathContainers && r.Method == http.MethodPost:
+		var req v1.RunRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		if err := container.ValidName(req.Name); err != nil {
+			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+			return
+		}
+		in, err := m.Run(ctx, container.Config{Name: req.Name, Args: req.Args, Env: req.Env, RootFS: req.RootFS, Hostname: req.Hostname, Cwd: req.Cwd})
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, toWire(in))
+	case strings.HasPrefix(r.URL.Path, v1.PathContainer) && (r.Method == http.MethodGet || r.Method == http.MethodDelete):
+		name := strings.TrimPrefix(r.URL.Path, v1.PathContainer)
+		if err := container.ValidName(name); err != nil {
+			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+			return
+		}
+		if r.Method == http.MethodDelete {
+			if err := m.Remove(ctx, name, r.URL.Query().Get("force") == "1"); err != nil {
+				failErr(w, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		in, err := m.Get(ctx, name)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, toWire(in))
+	case r.URL.Path == v1.PathCheckpoint && r.Method == http.MethodPost:
+		var req v1.CheckpointRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		rec, err := m.Checkpoint(ctx, req.Name, container.CheckpointOptions{Stop: req.Stop})
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, checkpointWire(rec))
+	case r.URL.Path == v1.PathRestore && r.Method == http.MethodPost:
+		var req v1.RestoreRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		in, err := m.Restore(ctx, req.Name, container.RestoreOptions{Seq: req.Seq, As: req.As})
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, toWire(in))
+	case r.URL.Path == v1.PathCheckpoints && r.Method == http.MethodGet:
+		recs, err := m.Checkpoints(r.URL.Query().Get("container"))
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		out := []v1.Checkpoint{}
+		for _, rec := range recs {
+			out = append(out, checkpointWire(rec))
+		}
+		writeJSON(w, http.StatusOK, out)
+	default:
+		fail(w, http.StatusNotFound, v1.CodeNotFound, r.Method+" "+r.URL.Path+" is not in the agent API")
+	}
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "request body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func toWire(in *container.Info) v1.Container {
+	c := v1.Container{Name: in.Name, Status: in.Status, Pid: in.Pid, Addr: in.Addr.String(),
+		Args: in.Config.Args, Created: in.Created, RestoredFrom: in.RestoredFrom}
+	if in.Exit != nil {
+		code := in.Exit.Code
+		c.ExitCode = &code
+	}
+	return c
+}
+
+func checkpointWire(rec *image.Record) v1.Checkpoint {
+	raw, _ := json.Marshal(rec)
+	return v1.Checkpoint{Container: rec.Container, Seq: rec.Seq, Created: rec.Created, Size: rec.Size(),
+		NewBytes: rec.NewBytes, Stall: rec.Timing.Stall, Total: rec.Timing.Total, Pinned: rec.Pinned, Record: raw}
+}
