@@ -343,7 +343,7 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	if err := os.Rename(newUpper, upper); err != nil {
 		return fail(err)
 	}
-	from := &restoreFrom{images: criuDir, work: filepath.Join(staging, "work")}
+	from := &restoreFrom{images: criuDir, work: filepath.Join(staging, "work"), owner: filepath.Join(staging, stagingOwner)}
 	if err := os.MkdirAll(from.work, 0o700); err != nil {
 		return fail(err)
 	}

@@ -269,8 +269,9 @@ func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
 	return m.Get(ctx, cfg.Name)
 }
 
-// restoreFrom names a staged CRIU image and its work dir for start.
-type restoreFrom struct{ images, work string }
+// restoreFrom names a staged CRIU image and its work dir for start, and the
+// owner file of their staging dir (see cleanStaging).
+type restoreFrom struct{ images, work, owner string }
 
 // start sets up the network and overlay of st (whose fs delta, if any, is
 // already in its upper dir) and starts it with a shim, fresh or from a
@@ -336,11 +337,22 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 			"--image-path", from.images, "--work-path", from.work,
 			"--bundle", dir, "--pid-file", pidFile, m.runcID(name))
 	}
+	var started func(int)
+	removeAfter := ""
+	if from != nil && from.owner != "" {
+		removeAfter = from.images // the big part; the logs in work stay for errors
+		// The shim runs runc restore, which reads the staged image: if this
+		// process dies meanwhile, cleanStaging must wait for the shim.
+		started = func(pid int) {
+			_ = os.WriteFile(from.owner, []byte(fmt.Sprintf("%d %d", os.Getpid(), pid)), 0o600)
+		}
+	}
 	shimPID, _, err := m.startShim(shimSpec{
 		Runc: args, Env: m.runc.env(), PidFile: pidFile, RuncLog: runcLog,
-		LogPath:  filepath.Join(dir, "container.log"),
-		ExitPath: filepath.Join(dir, "exit.json"),
-	})
+		LogPath:     filepath.Join(dir, "container.log"),
+		ExitPath:    filepath.Join(dir, "exit.json"),
+		RemoveAfter: removeAfter,
+	}, started)
 	st.ShimPID = shimPID
 	if err != nil {
 		if from != nil {

@@ -29,6 +29,10 @@ type shimSpec struct {
 	LogPath  string   `json:"log_path"`  // container output, appended
 	ExitPath string   `json:"exit_path"` // where to record the init's exit
 	RuncLog  string   `json:"runc_log"`  // runc --log, for error messages
+	// RemoveAfter is removed once runc returns: the staged image of a
+	// restore, which nothing needs after that, even if the cairn command
+	// that staged it was killed meanwhile.
+	RemoveAfter string `json:"remove_after,omitempty"`
 }
 
 // ShimMain runs a shim from the spec in $CAIRN_SHIM_SPEC and returns the
@@ -82,6 +86,9 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 	runErr := cmd.Run()
 	inR.Close()
 	outW.Close()
+	if spec.RemoveAfter != "" {
+		_ = os.RemoveAll(spec.RemoveAfter)
+	}
 	if runErr != nil {
 		msg := lastRuncError(spec.RuncLog)
 		if msg == "" {
@@ -139,7 +146,8 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 }
 
 // startShim starts a detached shim for spec and waits until it reports.
-func (m *Manager) startShim(spec shimSpec) (shimPID, initPID int, err error) {
+// started, if not nil, is called with the shim's pid as soon as it runs.
+func (m *Manager) startShim(spec shimSpec, started func(pid int)) (shimPID, initPID int, err error) {
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return 0, 0, err
@@ -166,6 +174,9 @@ func (m *Manager) startShim(spec shimSpec) (shimPID, initPID int, err error) {
 	}
 	w.Close()
 	shimPID = cmd.Process.Pid
+	if started != nil {
+		started(shimPID)
+	}
 	// Reap the shim in the background if this process lives long enough
 	// to see it exit (tests, the demo); otherwise init does.
 	go func() { _ = cmd.Wait() }()
