@@ -25,10 +25,11 @@ func ip(ctx context.Context, args ...string) error {
 }
 
 // LinkExists reports whether a link with this name exists in the current
-// network namespace.
+// network namespace. It asks the kernel over netlink (ip), not /sys: sysfs
+// shows the links of the namespace it was mounted in, which is not this
+// process's when cairn runs inside a node's namespace (nsenter --net).
 func LinkExists(name string) bool {
-	_, err := os.Stat(filepath.Join("/sys/class/net", name))
-	return err == nil
+	return exec.Command("ip", "-o", "link", "show", "dev", name).Run() == nil
 }
 
 // Bridge describes a node bridge and its subnet.
