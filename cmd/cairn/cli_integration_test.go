@@ -412,3 +412,63 @@ func TestCLIPKI(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIInsideNodeNamespace runs cairn inside a network namespace playing
+// a node (as agents of a local cluster will run): the node's bridge and the
+// containers' namespaces live there, and checkpoint, kill and restore keep
+// the TCP stream going.
+func TestCLIInsideNodeNamespace(t *testing.T) {
+	c := newCLI(t)
+	node := "cn" + c.env.Bridge.Name[2:] // unique per test
+	if out, err := exec.Command("ip", "netns", "add", node).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		// The containers go first (the env's teardown, registered earlier,
+		// runs after this), so remove them from inside the node here.
+		exec.Command("nsenter", "--net=/run/netns/"+node, c.bin, "--data", c.env.DataDir, "--staging", c.env.StagingDir,
+			"--bridge", c.env.Bridge.Name, "--subnet", c.env.Bridge.Subnet.String(), "rm", "-f", "n").Run()
+		exec.Command("ip", "netns", "del", node).Run()
+	})
+	exec.Command("ip", "-n", node, "link", "set", "lo", "up").Run()
+	in := func(args ...string) string {
+		t.Helper()
+		full := append([]string{"--net=/run/netns/" + node, c.bin, "--data", c.env.DataDir, "--staging", c.env.StagingDir,
+			"--bridge", c.env.Bridge.Name, "--subnet", c.env.Bridge.Subnet.String()}, args...)
+		out, err := exec.Command("nsenter", full...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("cairn %v in node: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	in("run", "--name", "n", "--", c.bin, "stateapp", "-dir", "/var/lib/stateapp")
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(in("logs", "n"), "recv=") {
+		if time.Now().After(deadline) {
+			t.Fatal("no stream")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	in("checkpoint", "n")
+	in("kill", "n")
+	before := len(in("logs", "n"))
+	in("restore", "n")
+	for {
+		logs := in("logs", "n")
+		if after := logs[min(before, len(logs)):]; strings.Count(after, "recv=") >= 3 {
+			if strings.Contains(after, "FAIL") {
+				t.Fatalf("stream failed after restore:\n%s", after)
+			}
+			break
+		}
+		if time.Now().After(deadline.Add(20 * time.Second)) {
+			t.Fatal("the stream did not go on after restore")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The node bridge is inside the node, not on the host.
+	if out, _ := exec.Command("ip", "-o", "link", "show", "dev", c.env.Bridge.Name).CombinedOutput(); !strings.Contains(string(out), "does not exist") {
+		t.Errorf("the node's bridge appeared on the host: %s", out)
+	}
+	in("rm", "-f", "n")
+}
