@@ -242,9 +242,12 @@ func BenchmarkCheckpoint(b *testing.B) {
 			// next to a bare criu restore of the tmpfs dump.
 			bare.Process.Kill()
 			bare.Wait()
-			var bareR, cairnR []time.Duration
+			var bareR, bareRD, cairnR []time.Duration
 			for range rounds {
 				bareR = append(bareR, bareRestore(b, criuBin, tmpfsDir))
+				dropCaches()
+				bareRD = append(bareRD, bareRestore(b, criuBin, diskDir))
+				dropCaches()
 				if err := m.Kill(ctx, "bench", syscall.SIGKILL); err != nil {
 					b.Fatal(err)
 				}
@@ -255,7 +258,9 @@ func BenchmarkCheckpoint(b *testing.B) {
 				cairnR = append(cairnR, time.Since(t))
 			}
 			row(mib, "bare criu restore (tmpfs)", 0, median(bareR), 0, 0)
+			row(mib, "bare criu restore (disk, cold)", 0, median(bareRD), 0, 0)
 			row(mib, "cairn restore (verify+restore)", 0, median(cairnR), 0, float64(median(cairnR))/float64(median(bareR)))
+			row(mib, "  vs bare restore from disk", 0, 0, 0, float64(median(cairnR))/float64(median(bareRD)))
 			b.ReportMetric(float64(median(cairnR))/float64(median(bareR)), "restore/bare")
 		})
 	}
