@@ -48,6 +48,10 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 		return nil, err
 	}
 	defer unlock()
+	// Wait first for any orphaned dump; Get then thaws what it left frozen.
+	if err := m.waitOrphans(name, 30*time.Second); err != nil {
+		return nil, err
+	}
 	in, err := m.Get(ctx, name)
 	if err != nil {
 		return nil, err
@@ -57,13 +61,6 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 	}
 	st := &in.State
 	log := m.log.With("container", name)
-	if err := m.waitOrphans(name, 30*time.Second); err != nil {
-		return nil, err
-	}
-	if in, err = m.Get(ctx, name); err != nil { // an orphan may have left it frozen
-		return nil, err
-	}
-	st = &in.State
 
 	seq := m.repo.NextSeq(name)
 	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
@@ -399,7 +396,7 @@ func (m *Manager) recoverFreeze(st *State, initPID int) {
 	}
 	// "CAIRNPID [RUNCPID]": wait while either still runs.
 	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() && isShim(pid) {
+		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() && processRuns(pid) {
 			return // the checkpoint is still running
 		}
 	}
@@ -457,7 +454,7 @@ func (m *Manager) cleanStaging() {
 		}
 		live := false
 		for _, o := range owners {
-			if pid, err := strconv.Atoi(o); err != nil || pid == os.Getpid() || isShim(pid) {
+			if pid, err := strconv.Atoi(o); err != nil || pid == os.Getpid() || processRuns(pid) {
 				live = true // unparsable: leave it alone
 			}
 		}

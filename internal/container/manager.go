@@ -509,15 +509,15 @@ func (m *Manager) waitShim(st *State, d time.Duration) {
 	}
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		if !isShim(st.ShimPID) {
+		if !processRuns(st.ShimPID) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// isShim reports whether pid is alive and not a zombie.
-func isShim(pid int) bool {
+// processRuns reports whether pid is alive and not a zombie.
+func processRuns(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false

@@ -361,7 +361,7 @@ func ingestDelta(ctx context.Context, st *store.Store, tarPath string, stats *in
 // damaged data and every checkpoint that uses it. Nothing outside criuDst
 // and fsDst is written.
 func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst string, progress Progress) error {
-	st, err := r.openReaderRepairing(ctx, rec)
+	st, m, err := r.openReaderRepairing(ctx, rec)
 	if err != nil {
 		return err
 	}
@@ -373,10 +373,6 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 		return err
 	}
 	defer release()
-	m, err := r.loadManifest(ctx, st, rec)
-	if err != nil {
-		return err
-	}
 	var done atomic.Int64
 	stop := startProgress(progress, &done, rec.Logical)
 	defer stop()
@@ -404,15 +400,20 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 // recovery: if it cannot open, or the image's chunks are not all in the
 // index (index files lost, or packs a crash left unindexed), the store is
 // opened once as a writer, which re-indexes every pack from its header.
-func (r Repo) openReaderRepairing(ctx context.Context, rec *Record) (*store.Store, error) {
+// It returns the store and the image's manifest, loaded once.
+func (r Repo) openReaderRepairing(ctx context.Context, rec *Record) (*store.Store, *store.Manifest, error) {
 	st, err := r.OpenReader()
 	if errors.Is(err, ErrNotFound) {
-		return nil, err
+		return nil, nil, err
 	}
 	if err == nil {
-		m, merr := r.loadManifest(ctx, st, rec)
-		if merr != nil || hasAll(st, m) {
-			return st, nil // a bad manifest is reported by the caller
+		m, err := r.loadManifest(ctx, st, rec)
+		if err != nil {
+			st.Close()
+			return nil, nil, err
+		}
+		if hasAll(st, m) {
+			return st, m, nil
 		}
 		st.Close()
 	}
@@ -421,12 +422,20 @@ func (r Repo) openReaderRepairing(ctx context.Context, rec *Record) (*store.Stor
 	}
 	w, err := r.OpenWriter(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := w.Close(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return r.OpenReader()
+	if st, err = r.OpenReader(); err != nil {
+		return nil, nil, err
+	}
+	m, err := r.loadManifest(ctx, st, rec)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return st, m, nil
 }
 
 func hasAll(st *store.Store, m *store.Manifest) bool {
