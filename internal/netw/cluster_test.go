@@ -23,7 +23,7 @@ const echoPort = 7100
 
 // needRoot skips tests that build namespaces unless run as root with the
 // tools they drive.
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
@@ -37,7 +37,7 @@ func needRoot(t *testing.T) {
 
 // testPrefix is a name prefix of its own for one test, so that tests and
 // runs never touch each other's namespaces and links.
-func testPrefix(t *testing.T) string {
+func testPrefix(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 2)
 	if _, err := rand.Read(b); err != nil {
@@ -115,7 +115,7 @@ func detach(t *testing.T, j *JobNet, addr netip.Addr) {
 }
 
 // assertGone fails the test if a netns or host link named with prefix exists.
-func assertGone(t *testing.T, prefix string) {
+func assertGone(t testing.TB, prefix string) {
 	t.Helper()
 	for _, args := range [][]string{{"netns", "list"}, {"-o", "link", "show"}} {
 		out, err := exec.Command("ip", args...).CombinedOutput()

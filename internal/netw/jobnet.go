@@ -75,7 +75,7 @@ func NewJobNet(prefix string, vni uint32, subnet netip.Prefix, nodes []Node) *Jo
 // Rank is a rank's network as attached to a node.
 type Rank struct {
 	Netns string     // rank netns name under /run/netns
-	Node  string     // node name
+	Node  string     // node name; "" when attached by a NodeJobNet from inside its node
 	Addr  netip.Addr // eth0's address
 	MAC   net.HardwareAddr
 	Veth  string // node side of the veth pair, in the node's netns
@@ -100,19 +100,18 @@ func RankMAC(a netip.Addr) (net.HardwareAddr, error) {
 }
 
 // BridgeName is the job bridge's name inside every node.
-func (j *JobNet) BridgeName() string { return fmt.Sprintf("jb%d", j.VNI) }
+func (j *JobNet) BridgeName() string { return bridgeName(j.VNI) }
 
 // VXLANName is the vxlan device's name inside every node.
-func (j *JobNet) VXLANName() string { return fmt.Sprintf("vx%d", j.VNI) }
+func (j *JobNet) VXLANName() string { return vxlanName(j.VNI) }
 
 // RankNetns is the name of the netns of the rank with address a.
-func (j *JobNet) RankNetns(a netip.Addr) string { return fmt.Sprintf("%sj%d-%s", j.Prefix, j.VNI, a) }
+func (j *JobNet) RankNetns(a netip.Addr) string { return rankNetns(j.Prefix, j.VNI, a) }
 
-func (j *JobNet) port() uint16 {
-	if j.Port == 0 {
-		return DefaultVXLANPort
-	}
-	return j.Port
+// on is the job network as node n sees it. All nodes share j.Prefix: the
+// placement, not the name, tells which node a rank netns belongs to.
+func (j *JobNet) on(n Node) NodeJobNet {
+	return NodeJobNet{Netns: n.Name, Local: n.Addr, VNI: j.VNI, Subnet: j.Subnet, Port: j.Port, Prefix: j.Prefix}
 }
 
 func (j *JobNet) node(name string) (Node, bool) {
@@ -125,28 +124,19 @@ func (j *JobNet) node(name string) (Node, bool) {
 }
 
 func (j *JobNet) rank(node string, a netip.Addr) (Rank, error) {
-	mac, err := RankMAC(a)
-	if err != nil {
-		return Rank{}, err
-	}
-	b := a.As4()
-	veth := fmt.Sprintf("r%06x%02x%02x%02x%02x", j.VNI, b[0], b[1], b[2], b[3])
-	return Rank{Netns: j.RankNetns(a), Node: node, Addr: a, MAC: mac, Veth: veth}, nil
+	return newRank(j.Prefix, j.VNI, node, a)
 }
 
 // Create makes the job bridge and vxlan device on every node, and the
 // forwarding entries of ranks already attached. It is idempotent.
 func (j *JobNet) Create(ctx context.Context) error {
-	if j.VNI == 0 || j.VNI > MaxVNI {
-		return fmt.Errorf("VNI %d outside 1..%d", j.VNI, MaxVNI)
-	}
-	if !j.Subnet.Addr().Is4() {
-		return fmt.Errorf("job subnet %s is not IPv4", j.Subnet)
+	if err := checkJob(j.VNI, j.Subnet); err != nil {
+		return err
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, n := range j.Nodes {
-		if err := j.createOn(ctx, n); err != nil {
+		if err := j.on(n).Ensure(ctx); err != nil {
 			return err
 		}
 	}
@@ -162,30 +152,6 @@ func (j *JobNet) Create(ctx context.Context) error {
 	return nil
 }
 
-func (j *JobNet) createOn(ctx context.Context, n Node) error {
-	br, vx := j.BridgeName(), j.VXLANName()
-	mtu := fmt.Sprint(OverlayMTU)
-	if !linkExistsIn(ctx, n.Name, br) {
-		if err := ip(ctx, "-n", n.Name, "link", "add", br, "mtu", mtu, "type", "bridge"); err != nil {
-			return err
-		}
-	}
-	if !linkExistsIn(ctx, n.Name, vx) {
-		if err := ip(ctx, "-n", n.Name, "link", "add", vx, "mtu", mtu, "type", "vxlan",
-			"id", fmt.Sprint(j.VNI), "local", n.Addr.String(), "dev", "eth0",
-			"dstport", fmt.Sprint(j.port()), "nolearning", "proxy"); err != nil {
-			return err
-		}
-	}
-	if err := runAll(ctx, ip, [][]string{
-		{"-n", n.Name, "link", "set", br, "up"},
-		{"-n", n.Name, "link", "set", vx, "master", br, "up"},
-	}); err != nil {
-		return err
-	}
-	return bridgeCmd(ctx, "-n", n.Name, "link", "set", "dev", vx, "learning", "off")
-}
-
 // Delete removes every rank netns and, on every node, the job's devices.
 // Missing pieces are not errors.
 func (j *JobNet) Delete(ctx context.Context) error {
@@ -193,24 +159,14 @@ func (j *JobNet) Delete(ctx context.Context) error {
 	defer j.mu.Unlock()
 	var errs []error
 	for a, on := range j.ranks {
-		r, err := j.rank(on, a)
-		if err == nil {
-			err = deleteRankNetns(ctx, r)
+		// On its own node first, so that the rank's veth goes with it.
+		if n, ok := j.node(on); ok {
+			errs = append(errs, j.on(n).DetachRank(ctx, a))
 		}
-		errs = append(errs, err)
 		delete(j.ranks, a)
 	}
 	for _, n := range j.Nodes {
-		if !NetnsExists(n.Name) {
-			continue
-		}
-		for _, l := range []string{j.VXLANName(), j.BridgeName()} {
-			if linkExistsIn(ctx, n.Name, l) {
-				if err := ip(ctx, "-n", n.Name, "link", "del", l); err != nil {
-					errs = append(errs, err)
-				}
-			}
-		}
+		errs = append(errs, j.on(n).Delete(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -226,11 +182,7 @@ func (j *JobNet) AttachRank(ctx context.Context, node string, a netip.Addr) (_ R
 	if !ok {
 		return Rank{}, fmt.Errorf("node %s is not in job network %d", node, j.VNI)
 	}
-	if !j.Subnet.Contains(a) || a == j.Subnet.Addr() {
-		return Rank{}, fmt.Errorf("rank address %s is not a host of %s", a, j.Subnet)
-	}
-	r, err := j.rank(node, a)
-	if err != nil {
+	if err := checkHost(j.Subnet, a); err != nil {
 		return Rank{}, err
 	}
 	j.mu.Lock()
@@ -238,30 +190,17 @@ func (j *JobNet) AttachRank(ctx context.Context, node string, a netip.Addr) (_ R
 	if on, ok := j.ranks[a]; ok {
 		return Rank{}, fmt.Errorf("%w: %s on %s", ErrAttached, a, on)
 	}
-	if NetnsExists(r.Netns) {
-		return Rank{}, fmt.Errorf("netns %s already exists", r.Netns)
-	}
-	if err := ip(ctx, "netns", "add", r.Netns); err != nil {
+	r, err := j.on(n).AttachRank(ctx, a, false)
+	if err != nil {
 		return Rank{}, err
 	}
 	defer func() {
 		if err != nil {
 			ctx := context.WithoutCancel(ctx)
 			j.withdraw(ctx, r)
-			_ = deleteRankNetns(ctx, r)
+			_ = deleteNetns(ctx, r.Netns)
 		}
 	}()
-	mtu := fmt.Sprint(OverlayMTU)
-	if err := runAll(ctx, ip, [][]string{
-		{"-n", r.Netns, "link", "set", "lo", "up"},
-		{"-n", n.Name, "link", "add", r.Veth, "mtu", mtu, "type", "veth",
-			"peer", "name", "eth0", "mtu", mtu, "address", r.MAC.String(), "netns", r.Netns},
-		{"-n", n.Name, "link", "set", r.Veth, "master", j.BridgeName(), "up"},
-		{"-n", r.Netns, "addr", "add", netip.PrefixFrom(a, j.Subnet.Bits()).String(), "dev", "eth0"},
-		{"-n", r.Netns, "link", "set", "eth0", "up"},
-	}); err != nil {
-		return Rank{}, err
-	}
 	if err := j.announce(ctx, r); err != nil {
 		return Rank{}, err
 	}
@@ -283,7 +222,7 @@ func (j *JobNet) DetachRank(ctx context.Context, a netip.Addr) error {
 		return err
 	}
 	j.withdraw(ctx, r) // also finds the veth when the placement is unknown
-	err = deleteRankNetns(ctx, r)
+	err = deleteNetns(ctx, r.Netns)
 	delete(j.ranks, a)
 	return err
 }
@@ -315,74 +254,38 @@ func (j *JobNet) announce(ctx context.Context, r Rank) error {
 	if !ok {
 		return fmt.Errorf("node %s is not in job network %d", r.Node, j.VNI)
 	}
-	mac, vx := r.MAC.String(), j.VXLANName()
+	remote := map[netip.Addr]netip.Addr{r.Addr: home.Addr}
 	for _, n := range j.Nodes {
+		var err error
 		if n.Name == r.Node {
-			unsetRemote(ctx, n, vx, r) // left over from an earlier placement
-			if err := bridgeCmd(ctx, "-n", n.Name, "fdb", "replace", mac, "dev", r.Veth, "master", "static"); err != nil {
-				return err
-			}
-			continue
+			err = j.on(n).claim(ctx, r)
+		} else {
+			err = j.on(n).syncRemotes(ctx, remote, func(a netip.Addr) bool { return a == r.Addr })
 		}
-		if err := bridgeCmd(ctx, "-n", n.Name, "fdb", "replace", mac, "dev", vx,
-			"dst", home.Addr.String(), "self", "permanent"); err != nil {
-			return err
-		}
-		if err := bridgeCmd(ctx, "-n", n.Name, "fdb", "replace", mac, "dev", vx, "master", "static"); err != nil {
-			return err
-		}
-		if err := ip(ctx, "-n", n.Name, "neigh", "replace", r.Addr.String(),
-			"lladdr", mac, "dev", vx, "nud", "permanent"); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// withdraw removes r's forwarding entries and veth from every node, best
+// withdraw removes r's veth and forwarding entries from every node, best
 // effort: entries that are not there are the normal case.
 func (j *JobNet) withdraw(ctx context.Context, r Rank) {
-	vx := j.VXLANName()
 	for _, n := range j.Nodes {
 		if !NetnsExists(n.Name) {
 			continue
 		}
-		if linkExistsIn(ctx, n.Name, r.Veth) {
-			_ = ip(ctx, "-n", n.Name, "link", "del", r.Veth)
+		nv := j.on(n)
+		if nv.hasLink(ctx, r.Veth) {
+			_ = nv.ip(ctx, "link", "del", r.Veth)
 		}
-		unsetRemote(ctx, n, vx, r)
+		_ = nv.syncRemotes(ctx, nil, func(a netip.Addr) bool { return a == r.Addr })
 	}
 }
 
-// unsetRemote removes the entries that send r's traffic from n over VXLAN.
-// Errors mean the entries were not there.
-func unsetRemote(ctx context.Context, n Node, vx string, r Rank) {
-	mac := r.MAC.String()
-	_ = ip(ctx, "-n", n.Name, "neigh", "del", r.Addr.String(), "dev", vx)
-	_ = bridgeCmd(ctx, "-n", n.Name, "fdb", "del", mac, "dev", vx, "master")
-	_ = bridgeCmd(ctx, "-n", n.Name, "fdb", "del", mac, "dev", vx, "self")
-}
-
-// deleteRankNetns deletes r's veth, when r.Node is known, and r's netns.
-// The veth goes first and explicitly: the kernel destroys a namespace's
-// devices asynchronously once its last reference is gone, and a veth left
-// for a moment in the node would make an immediate re-attach there fail.
-func deleteRankNetns(ctx context.Context, r Rank) error {
-	var errs []error
-	if r.Node != "" && NetnsExists(r.Node) && linkExistsIn(ctx, r.Node, r.Veth) {
-		if err := ip(ctx, "-n", r.Node, "link", "del", r.Veth); err != nil && linkExistsIn(ctx, r.Node, r.Veth) {
-			errs = append(errs, err)
-		}
-	}
-	if NetnsExists(r.Netns) {
-		if err := ip(ctx, "netns", "del", r.Netns); err != nil && NetnsExists(r.Netns) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// linkExistsIn reports whether the named netns has a link called name.
+// linkExistsIn reports whether the named netns (the current one when "")
+// has a link called name.
 func linkExistsIn(ctx context.Context, netns, name string) bool {
-	return exec.CommandContext(ctx, "ip", "-n", netns, "link", "show", "dev", name).Run() == nil
+	return exec.CommandContext(ctx, "ip", netnsArgs(netns, []string{"link", "show", "dev", name})...).Run() == nil
 }

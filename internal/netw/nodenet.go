@@ -1,0 +1,514 @@
+package netw
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// NodeJobNet is one job's network as seen from one node: what an agent,
+// which runs in its node's network namespace (or on a real host),
+// configures there. It makes the same devices, rank namespaces and
+// forwarding entries as JobNet makes on that node, so the two describe one
+// design (see JobNet); JobNet is a NodeJobNet per node plus the placement
+// of every rank, while a NodeJobNet knows only what it is told: its own
+// ranks, and through SetRemotes where every other rank runs.
+//
+// A NodeJobNet holds no state, so its methods may run from any process on
+// the node, one at a time per job.
+type NodeJobNet struct {
+	// Netns is the node's netns name under /run/netns; "" means the
+	// calling process's own network namespace.
+	Netns  string
+	Local  netip.Addr   // the node's underlay address, the VXLAN source
+	Dev    string       // underlay device; "" means eth0
+	VNI    uint32       // 1..MaxVNI; device names derive from it
+	Subnet netip.Prefix // IPv4 rank addresses
+	Port   uint16       // VXLAN UDP port; 0 means DefaultVXLANPort
+	// Prefix starts the names of rank netns. Several nodes of a cluster on
+	// one machine share /run/netns, so it must tell them apart there, and
+	// no node's Prefix may start another's: "cairn-n1-" and "cairn-n10-",
+	// not "cairn-n1" and "cairn-n10".
+	Prefix string
+}
+
+// BridgeName is the job bridge's name in the node.
+func (n NodeJobNet) BridgeName() string { return bridgeName(n.VNI) }
+
+// VXLANName is the vxlan device's name in the node.
+func (n NodeJobNet) VXLANName() string { return vxlanName(n.VNI) }
+
+// RankNetns is the name of the netns of the rank with address a.
+func (n NodeJobNet) RankNetns(a netip.Addr) string { return rankNetns(n.Prefix, n.VNI, a) }
+
+func bridgeName(vni uint32) string { return fmt.Sprintf("jb%d", vni) }
+func vxlanName(vni uint32) string  { return fmt.Sprintf("vx%d", vni) }
+
+// rankNetnsPrefix starts the netns names of all ranks of job vni named
+// with prefix; the rank's address follows it.
+func rankNetnsPrefix(prefix string, vni uint32) string { return fmt.Sprintf("%sj%d-", prefix, vni) }
+
+func rankNetns(prefix string, vni uint32, a netip.Addr) string {
+	return rankNetnsPrefix(prefix, vni) + a.String()
+}
+
+// newRank names the pieces of the rank with address a on node. The veth
+// name holds the VNI and the address so that it is unique in the node
+// across jobs, yet fits the kernel's 15 bytes.
+func newRank(prefix string, vni uint32, node string, a netip.Addr) (Rank, error) {
+	mac, err := RankMAC(a)
+	if err != nil {
+		return Rank{}, err
+	}
+	b := a.As4()
+	veth := fmt.Sprintf("r%06x%02x%02x%02x%02x", vni, b[0], b[1], b[2], b[3])
+	return Rank{Netns: rankNetns(prefix, vni, a), Node: node, Addr: a, MAC: mac, Veth: veth}, nil
+}
+
+// rankAddr is the inverse of RankMAC; ok is false for other MACs.
+func rankAddr(mac string) (netip.Addr, bool) {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) != 6 || hw[0] != 0x02 || hw[1] != 0xca {
+		return netip.Addr{}, false
+	}
+	return netip.AddrFrom4([4]byte(hw[2:])), true
+}
+
+// checkJob validates what every node of a job must agree on.
+func checkJob(vni uint32, subnet netip.Prefix) error {
+	if vni == 0 || vni > MaxVNI {
+		return fmt.Errorf("VNI %d outside 1..%d", vni, MaxVNI)
+	}
+	if !subnet.Addr().Is4() {
+		return fmt.Errorf("job subnet %s is not IPv4", subnet)
+	}
+	return nil
+}
+
+// checkHost fails unless a can be a rank's address in subnet.
+func checkHost(subnet netip.Prefix, a netip.Addr) error {
+	if !subnet.Contains(a) || a == subnet.Masked().Addr() {
+		return fmt.Errorf("rank address %s is not a host of %s", a, subnet)
+	}
+	return nil
+}
+
+func (n NodeJobNet) port() uint16 {
+	if n.Port == 0 {
+		return DefaultVXLANPort
+	}
+	return n.Port
+}
+
+func (n NodeJobNet) dev() string {
+	if n.Dev == "" {
+		return "eth0"
+	}
+	return n.Dev
+}
+
+// ip runs ip in the node's netns.
+func (n NodeJobNet) ip(ctx context.Context, args ...string) error {
+	return ip(ctx, netnsArgs(n.Netns, args)...)
+}
+
+// bridge runs bridge in the node's netns.
+func (n NodeJobNet) bridge(ctx context.Context, args ...string) error {
+	return bridgeCmd(ctx, netnsArgs(n.Netns, args)...)
+}
+
+// output runs tool in the node's netns and returns its standard output.
+func (n NodeJobNet) output(ctx context.Context, tool string, args ...string) ([]byte, error) {
+	args = netnsArgs(n.Netns, args)
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, tool, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %v: %s", tool, strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return out, nil
+}
+
+// batch runs tool's commands, one per line, in the node's netns with one
+// exec: SetRemotes may change three entries for each of many ranks, and an
+// exec costs milliseconds.
+func (n NodeJobNet) batch(ctx context.Context, tool string, lines []string) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	args := netnsArgs(n.Netns, []string{"-batch", "-"})
+	cmd := exec.CommandContext(ctx, tool, args...)
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s <<%q: %v: %s", tool, strings.Join(args, " "), lines, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func (n NodeJobNet) hasLink(ctx context.Context, name string) bool {
+	return linkExistsIn(ctx, n.Netns, name)
+}
+
+// netnsArgs prefixes args with iproute2's -n netns, unless netns is "".
+func netnsArgs(netns string, args []string) []string {
+	if netns == "" {
+		return args
+	}
+	return append([]string{"-n", netns}, args...)
+}
+
+func (n NodeJobNet) rank(a netip.Addr) (Rank, error) {
+	return newRank(n.Prefix, n.VNI, n.Netns, a)
+}
+
+// Ensure makes the job bridge and the vxlan device, enslaved to it, if they
+// do not exist, and brings them up. It is idempotent.
+func (n NodeJobNet) Ensure(ctx context.Context) error {
+	if err := checkJob(n.VNI, n.Subnet); err != nil {
+		return err
+	}
+	// OverlayMTU leaves room for VXLAN over IPv4 only.
+	if !n.Local.Is4() {
+		return fmt.Errorf("underlay address %s is not IPv4", n.Local)
+	}
+	br, vx := n.BridgeName(), n.VXLANName()
+	mtu := fmt.Sprint(OverlayMTU)
+	if !n.hasLink(ctx, br) {
+		if err := n.ip(ctx, "link", "add", br, "mtu", mtu, "type", "bridge"); err != nil {
+			return err
+		}
+	}
+	if !n.hasLink(ctx, vx) {
+		// nolearning and proxy: forwarding and ARP come only from the
+		// static entries SetRemotes installs (see JobNet).
+		if err := n.ip(ctx, "link", "add", vx, "mtu", mtu, "type", "vxlan",
+			"id", fmt.Sprint(n.VNI), "local", n.Local.String(), "dev", n.dev(),
+			"dstport", fmt.Sprint(n.port()), "nolearning", "proxy"); err != nil {
+			return err
+		}
+	}
+	if err := runAll(ctx, n.ip, [][]string{
+		{"link", "set", br, "up"},
+		{"link", "set", vx, "master", br, "up"},
+	}); err != nil {
+		return err
+	}
+	return n.bridge(ctx, "link", "set", "dev", vx, "learning", "off")
+}
+
+// Delete removes every rank netns of the job named with Prefix, with its
+// veth, and the job's devices in the node. Missing pieces, the node's netns
+// included, are not errors.
+func (n NodeJobNet) Delete(ctx context.Context) error {
+	var errs []error
+	ranks, err := n.rankNetnsAddrs()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, a := range ranks {
+		errs = append(errs, n.DetachRank(ctx, a))
+	}
+	if n.Netns == "" || NetnsExists(n.Netns) {
+		for _, l := range []string{n.VXLANName(), n.BridgeName()} {
+			if n.hasLink(ctx, l) {
+				if err := n.ip(ctx, "link", "del", l); err != nil && n.hasLink(ctx, l) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rankNetnsAddrs lists the addresses of the job's ranks that have a netns
+// named with Prefix.
+func (n NodeJobNet) rankNetnsAddrs() ([]netip.Addr, error) {
+	ents, err := os.ReadDir(NetnsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := rankNetnsPrefix(n.Prefix, n.VNI)
+	var as []netip.Addr
+	for _, e := range ents {
+		s, ok := strings.CutPrefix(e.Name(), p)
+		if !ok {
+			continue
+		}
+		if a, err := netip.ParseAddr(s); err == nil && n.Subnet.Contains(a) {
+			as = append(as, a)
+		}
+	}
+	return as, nil
+}
+
+// AttachRank creates the netns of the rank with address a and joins it to
+// the node's job bridge: lo up, eth0 with a and RankMAC(a), a veth to the
+// bridge with a static bridge entry for the MAC, and no default route (the
+// job subnet is all a rank reaches). Forwarding entries that sent a to
+// another node are removed. With locked, the netns is locked (LockNetns)
+// before anything else is set up, so that a rank restored into it sends and
+// receives nothing until UnlockNetns. A netns of that name must not exist.
+// On error it removes whatever it made.
+func (n NodeJobNet) AttachRank(ctx context.Context, a netip.Addr, locked bool) (_ Rank, err error) {
+	if err := checkJob(n.VNI, n.Subnet); err != nil {
+		return Rank{}, err
+	}
+	if err := checkHost(n.Subnet, a); err != nil {
+		return Rank{}, err
+	}
+	r, err := n.rank(a)
+	if err != nil {
+		return Rank{}, err
+	}
+	if NetnsExists(r.Netns) {
+		return Rank{}, fmt.Errorf("netns %s already exists", r.Netns)
+	}
+	if err := ip(ctx, "netns", "add", r.Netns); err != nil {
+		return Rank{}, err
+	}
+	defer func() {
+		if err != nil {
+			_ = n.DetachRank(context.WithoutCancel(ctx), a)
+		}
+	}()
+	if locked {
+		if err := LockNetns(ctx, r.Path()); err != nil {
+			return Rank{}, err
+		}
+	}
+	mtu := fmt.Sprint(OverlayMTU)
+	if err := ip(ctx, "-n", r.Netns, "link", "set", "lo", "up"); err != nil {
+		return Rank{}, err
+	}
+	if err := runAll(ctx, n.ip, [][]string{
+		{"link", "add", r.Veth, "mtu", mtu, "type", "veth",
+			"peer", "name", "eth0", "mtu", mtu, "address", r.MAC.String(), "netns", r.Netns},
+		{"link", "set", r.Veth, "master", n.BridgeName(), "up"},
+	}); err != nil {
+		return Rank{}, err
+	}
+	if err := n.claim(ctx, r); err != nil {
+		return Rank{}, err
+	}
+	if err := runAll(ctx, ip, [][]string{
+		{"-n", r.Netns, "addr", "add", netip.PrefixFrom(a, n.Subnet.Bits()).String(), "dev", "eth0"},
+		{"-n", r.Netns, "link", "set", "eth0", "up"},
+	}); err != nil {
+		return Rank{}, err
+	}
+	return r, nil
+}
+
+// claim points the node's forwarding for r at r's veth, dropping entries
+// left from a placement of r on another node.
+func (n NodeJobNet) claim(ctx context.Context, r Rank) error {
+	if err := n.syncRemotes(ctx, nil, func(a netip.Addr) bool { return a == r.Addr }); err != nil {
+		return err
+	}
+	return n.bridge(ctx, "fdb", "replace", r.MAC.String(), "dev", r.Veth, "master", "static")
+}
+
+// DetachRank deletes the veth and the netns of the rank with address a.
+// Missing pieces are not errors.
+func (n NodeJobNet) DetachRank(ctx context.Context, a netip.Addr) error {
+	r, err := n.rank(a)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	// The veth first and explicitly: the kernel destroys a namespace's
+	// devices asynchronously once its last reference is gone, and a veth
+	// left for a moment in the node would make an immediate re-attach
+	// there fail.
+	if n.hasLink(ctx, r.Veth) {
+		if err := n.ip(ctx, "link", "del", r.Veth); err != nil && n.hasLink(ctx, r.Veth) {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, deleteNetns(ctx, r.Netns))
+	return errors.Join(errs...)
+}
+
+// SetRemotes makes the node send the job's traffic for each rank address
+// in remotes over VXLAN to the underlay address it maps to, the node the
+// rank runs on: a unicast entry in the vxlan device's FDB, a static bridge
+// entry on the vxlan port and a permanent neighbour entry with which the
+// vxlan device answers ARP for the rank. It removes such entries for every
+// other address of the job subnet, so the node converges to exactly the
+// given set; entries already right are left alone. Ranks attached to this
+// node must not be listed.
+func (n NodeJobNet) SetRemotes(ctx context.Context, remotes map[netip.Addr]netip.Addr) error {
+	for a, dst := range remotes {
+		if err := checkHost(n.Subnet, a); err != nil {
+			return err
+		}
+		if !dst.Is4() {
+			return fmt.Errorf("node address %s of rank %s is not IPv4", dst, a)
+		}
+		if dst == n.Local {
+			return fmt.Errorf("rank %s listed as remote at this node's own address %s", a, dst)
+		}
+	}
+	return n.syncRemotes(ctx, remotes, n.Subnet.Contains)
+}
+
+// remoteEntries is what the node forwards over VXLAN, by rank address.
+type remoteEntries struct {
+	neigh  map[netip.Addr]string     // proxy ARP entry on the vxlan device: MAC
+	dst    map[netip.Addr]netip.Addr // vxlan FDB entry: underlay destination
+	static map[netip.Addr]string     // static bridge entry: port name
+}
+
+// remotes reads the node's forwarding entries of the job's rank MACs.
+func (n NodeJobNet) remotes(ctx context.Context) (remoteEntries, error) {
+	e := remoteEntries{neigh: map[netip.Addr]string{}, dst: map[netip.Addr]netip.Addr{}, static: map[netip.Addr]string{}}
+	vx := n.VXLANName()
+	// By bridge rather than by device, to see the entries of local ranks
+	// on their veths too.
+	out, err := n.output(ctx, "bridge", "-j", "fdb", "show", "br", n.BridgeName())
+	if err != nil {
+		return e, err
+	}
+	var fdb []struct {
+		MAC    string   `json:"mac"`
+		Ifname string   `json:"ifname"`
+		Dst    string   `json:"dst"`
+		Master string   `json:"master"`
+		Flags  []string `json:"flags"`
+		State  string   `json:"state"`
+	}
+	if err := unmarshalJSON(out, &fdb); err != nil {
+		return e, fmt.Errorf("parse bridge fdb of %s: %w", n.BridgeName(), err)
+	}
+	for _, f := range fdb {
+		a, ok := rankAddr(f.MAC)
+		if !ok || !n.Subnet.Contains(a) {
+			continue
+		}
+		switch {
+		case f.Ifname == vx && f.Dst != "":
+			if d, err := netip.ParseAddr(f.Dst); err == nil {
+				e.dst[a] = d
+			}
+		case f.Master != "" && f.State == "static":
+			e.static[a] = f.Ifname
+		}
+	}
+	out, err = n.output(ctx, "ip", "-j", "neigh", "show", "dev", vx)
+	if err != nil {
+		return e, err
+	}
+	var neigh []struct {
+		Dst    string   `json:"dst"`
+		LLAddr string   `json:"lladdr"`
+		State  []string `json:"state"`
+	}
+	if err := unmarshalJSON(out, &neigh); err != nil {
+		return e, fmt.Errorf("parse neighbours of %s: %w", vx, err)
+	}
+	for _, ne := range neigh {
+		a, err := netip.ParseAddr(ne.Dst)
+		if err != nil || !n.Subnet.Contains(a) {
+			continue
+		}
+		if slices.Contains(ne.State, "PERMANENT") {
+			e.neigh[a] = ne.LLAddr
+		} else {
+			e.neigh[a] = "" // not ours: replaced if wanted, else removed
+		}
+	}
+	return e, nil
+}
+
+// unmarshalJSON decodes iproute2's -j output, where nothing may print as
+// nothing at all rather than [].
+func unmarshalJSON(out []byte, v any) error {
+	if len(bytes.TrimSpace(out)) == 0 {
+		return nil
+	}
+	return json.Unmarshal(out, v)
+}
+
+// syncRemotes makes the node's remote entries of the addresses for which
+// inScope is true exactly want (rank address -> node underlay address),
+// changing only what differs.
+func (n NodeJobNet) syncRemotes(ctx context.Context, want map[netip.Addr]netip.Addr, inScope func(netip.Addr) bool) error {
+	have, err := n.remotes(ctx)
+	if err != nil {
+		return err
+	}
+	vx := n.VXLANName()
+	var ipCmds, brCmds []string
+	for a, dst := range want {
+		if port, ok := have.static[a]; ok && port != vx {
+			return fmt.Errorf("rank %s is attached to this node (bridge port %s), not remote", a, port)
+		}
+		mac, err := RankMAC(a)
+		if err != nil {
+			return err
+		}
+		if have.dst[a] != dst {
+			brCmds = append(brCmds, fmt.Sprintf("fdb replace %s dev %s dst %s self permanent", mac, vx, dst))
+		}
+		if _, ok := have.static[a]; !ok {
+			brCmds = append(brCmds, fmt.Sprintf("fdb replace %s dev %s master static", mac, vx))
+		}
+		if have.neigh[a] != mac.String() {
+			ipCmds = append(ipCmds, fmt.Sprintf("neigh replace %s lladdr %s dev %s nud permanent", a, mac, vx))
+		}
+	}
+	stale := func(a netip.Addr) bool {
+		_, wanted := want[a]
+		return !wanted && inScope(a)
+	}
+	for a := range have.dst {
+		if stale(a) {
+			mac, _ := RankMAC(a)
+			brCmds = append(brCmds, fmt.Sprintf("fdb del %s dev %s self", mac, vx))
+		}
+	}
+	for a, port := range have.static {
+		if port == vx && stale(a) {
+			mac, _ := RankMAC(a)
+			brCmds = append(brCmds, fmt.Sprintf("fdb del %s dev %s master", mac, vx))
+		}
+	}
+	for a := range have.neigh {
+		if stale(a) {
+			ipCmds = append(ipCmds, fmt.Sprintf("neigh del %s dev %s", a, vx))
+		}
+	}
+	// Sorted so that a failing batch reads the same every time.
+	sort.Strings(brCmds)
+	sort.Strings(ipCmds)
+	// Forwarding before ARP answers: a rank's first frame to a remote
+	// rank follows the ARP reply.
+	if err := n.batch(ctx, "bridge", brCmds); err != nil {
+		return err
+	}
+	return n.batch(ctx, "ip", ipCmds)
+}
+
+// deleteNetns deletes the named netns; a missing one is not an error.
+func deleteNetns(ctx context.Context, name string) error {
+	if !NetnsExists(name) {
+		return nil
+	}
+	if err := ip(ctx, "netns", "del", name); err != nil && NetnsExists(name) {
+		return err
+	}
+	return nil
+}
