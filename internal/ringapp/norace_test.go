@@ -1,0 +1,5 @@
+//go:build !race
+
+package ringapp_test
+
+const raceEnabled = false
