@@ -22,8 +22,9 @@ build: setup ## Build bin/cairn
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/cairn
 
 .PHONY: demo
-demo: build ## Set up, build and run the demo: checkpoint, kill, restore a stateful program
+demo: build ## Set up, build and run the demos: one container, then a 3-node cluster job
 	./$(BIN) demo
+	./$(BIN) demo cluster
 
 .PHONY: test
 test: setup ## Set up and run all tests (root: real runc, CRIU, namespaces), with the race detector

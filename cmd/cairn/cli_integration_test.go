@@ -168,7 +168,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"checkpoint", "ghost"}, 3, "no such container: ghost"},
 		{[]string{"restore", "ghost"}, 3, "has no checkpoint"},
 		{[]string{"inspect", "ghost"}, 3, "no such container"},
-		{[]string{"run", "--", "true"}, 2, "--name is required"},
+		{[]string{"run", "--", "true"}, 2, "--name (a container) or --job"},
 		{[]string{"run", "--name", "x"}, 2, "no command given"},
 		{[]string{"run", "--name", "../x", "--", "true"}, 1, "invalid container name"},
 		{[]string{"ps", "--no-such-flag"}, 2, "unknown flag"},

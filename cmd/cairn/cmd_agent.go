@@ -1,28 +1,44 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/agent"
+	"cairn/internal/container"
+	"cairn/internal/coord"
+	"cairn/internal/netw"
 	"cairn/internal/pki"
 )
 
 func newAgentCmd() *cobra.Command {
-	var listen, creds string
+	var listen, creds, coordAddr, underlay, advertise, netnsPrefix string
+	var labels []string
 	cmd := &cobra.Command{
-		Use:   "agent --listen ADDR --creds DIR",
+		Use:   "agent --creds DIR [--listen ADDR] [--coordinator ADDR --underlay IP]",
 		Short: "Serve this node's containers and checkpoints over the agent API (mutual TLS)",
 		Long: `Run the node agent in the foreground: it serves this node's containers,
 checkpoints and restores (the data dir of --data) over the agent API
 (api/agent/v1: JSON over HTTPS, TLS 1.3 with client certificates). DIR holds
 the node's credentials from 'cairn node cert NAME --role agent -o DIR'. Only
-the cluster's coordinator and clients may call it.`,
+the cluster's coordinator and clients may call it; other agents may only read
+checkpoint images.
+
+With --coordinator the agent joins the cluster as the node its certificate
+names and keeps its membership alive with heartbeats: a node silent for the
+coordinator's TTL is dead. --underlay is the address other nodes reach this
+one at, over which job networks (VXLAN) run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if creds == "" {
@@ -35,6 +51,26 @@ the cluster's coordinator and clients may call it.`,
 			if c.Role != pki.Agent {
 				return fmt.Errorf("credentials in %s are for a %s, not an agent", creds, c.Role)
 			}
+			node := agent.Node{NetnsPrefix: netnsPrefix}
+			if coordAddr != "" {
+				if underlay == "" {
+					return usageError{errors.New("--underlay IP is required with --coordinator")}
+				}
+				if node.Underlay, err = netip.ParseAddr(underlay); err != nil {
+					return usageError{fmt.Errorf("--underlay: %w", err)}
+				}
+			}
+			if node.NetnsPrefix == "" {
+				node.NetnsPrefix = "cairn-" + c.Name + "-"
+			}
+			lbl := map[string]string{}
+			for _, kv := range labels {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return usageError{fmt.Errorf("--label %q: want KEY=VALUE", kv)}
+				}
+				lbl[k] = v
+			}
 			m, err := manager()
 			if err != nil {
 				return err
@@ -44,11 +80,88 @@ the cluster's coordinator and clients may call it.`,
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			unlockRanks(cmd.Context(), m, log)
 			log.Info("agent serving", "node", c.Name, "addr", ln.Addr().String(), "cluster", c.ClusterID)
-			return (&agent.Server{Manager: m, Creds: c, Logger: log}).Serve(cmd.Context(), ln)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			if coordAddr != "" {
+				if advertise == "" {
+					advertise = ln.Addr().String()
+				}
+				j := coordv1.Join{Name: c.Name, Addr: advertise, Underlay: underlay, Labels: lbl}
+				go keepJoined(ctx, coord.NewClient(coordAddr, c), j, log)
+			}
+			return (&agent.Server{Manager: m, Creds: c, Logger: log, Node: node}).Serve(ctx, ln)
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7420", "address to serve on")
-	cmd.Flags().StringVar(&creds, "creds", "", "directory with the node's credentials (required)")
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:7420", "address to serve on")
+	f.StringVar(&creds, "creds", "", "directory with the node's credentials (required)")
+	f.StringVar(&coordAddr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "join the cluster of the coordinator at ADDR ($CAIRN_COORDINATOR)")
+	f.StringVar(&underlay, "underlay", "", "this node's address between nodes (required with --coordinator)")
+	f.StringVar(&advertise, "advertise", "", "agent API address the coordinator calls (default: --listen)")
+	f.StringVar(&netnsPrefix, "netns-prefix", "", "name prefix of rank network namespaces (default cairn-NODE-)")
+	f.StringArrayVar(&labels, "label", nil, "node label KEY=VALUE, e.g. rack=r1 (repeatable)")
 	return cmd
+}
+
+// unlockRanks unlocks the network of every rank on this node: an agent
+// that died in the middle of a round may have left some locked, and a new
+// agent holds no round.
+func unlockRanks(ctx context.Context, m *container.Manager, log *slog.Logger) {
+	list, err := m.List(ctx)
+	if err != nil {
+		log.Warn("list containers", "err", err)
+		return
+	}
+	for _, in := range list {
+		if in.Config.Net == nil {
+			continue
+		}
+		if locked, err := netw.NetnsLocked(ctx, in.Config.Net.Netns); err == nil && locked {
+			log.Warn("unlocking the network of a rank an earlier agent left locked", "container", in.Name)
+			if err := netw.UnlockNetns(ctx, in.Config.Net.Netns); err != nil {
+				log.Warn("unlock", "container", in.Name, "err", err)
+			}
+		}
+	}
+}
+
+// keepJoined joins the cluster and sends heartbeats until ctx ends; it
+// joins again whenever the coordinator no longer knows the node.
+func keepJoined(ctx context.Context, cl *coord.Client, j coordv1.Join, log *slog.Logger) {
+	defer cl.Close()
+	every := time.Second
+	joined := false
+	for {
+		var err error
+		if !joined {
+			var reply coordv1.JoinReply
+			reply, err = cl.Join(ctx, j)
+			if err == nil {
+				joined = true
+				if reply.Heartbeat > 0 {
+					every = reply.Heartbeat
+				}
+				log.Info("joined the cluster", "node", j.Name, "heartbeat", every)
+			}
+		} else {
+			hctx, cancel := context.WithTimeout(ctx, every*2)
+			err = cl.Heartbeat(hctx, j.Name)
+			cancel()
+			var we *agentv1.Error
+			if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {
+				joined = false
+				continue
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("coordinator", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
 }

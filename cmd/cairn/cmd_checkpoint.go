@@ -27,6 +27,13 @@ the dump.`,
 			if stop && cmd.Flags().Changed("leave-running") && leaveRunning {
 				return usageError{errors.New("--stop and --leave-running contradict each other")}
 			}
+			if c, ok := asJob(cmd.Context(), args[0]); ok {
+				defer c.Close()
+				if stop {
+					return usageError{errors.New("--stop is for containers; checkpoint the job, then cairn kill it")}
+				}
+				return jobCheckpoint(cmd, c, args[0], asJSON)
+			}
 			m, err := manager()
 			if err != nil {
 				return err
@@ -92,10 +99,16 @@ the dump.`,
 func newCheckpointsCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "checkpoints [NAME]",
-		Short: "List checkpoints (of one container, or all)",
+		Use:   "checkpoints [NAME | JOB]",
+		Short: "List checkpoints (of one container, or all), or a job's global checkpoints",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if c, ok := asJob(cmd.Context(), args[0]); ok {
+					defer c.Close()
+					return jobCheckpoints(cmd, c, args[0], asJSON)
+				}
+			}
 			m, err := manager()
 			if err != nil {
 				return err

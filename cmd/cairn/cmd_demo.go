@@ -38,6 +38,7 @@ afterwards (unless --keep).`,
 		},
 	}
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the demo's data dir and container for a look afterwards")
+	cmd.AddCommand(newDemoClusterCmd())
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -14,10 +15,13 @@ import (
 func newLogsCmd() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
-		Use:   "logs NAME",
-		Short: "Print a container's output (stdout and stderr)",
+		Use:   "logs NAME | JOB/RANK",
+		Short: "Print a container's or a job rank's output (stdout and stderr)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.Contains(args[0], "/") {
+				return jobLogs(cmd, args[0], follow)
+			}
 			m, err := manager()
 			if err != nil {
 				return err
@@ -67,7 +71,7 @@ func newRmCmd() *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "rm [-f] NAME...",
-		Short: "Remove containers (their checkpoints are kept)",
+		Short: "Remove containers (their checkpoints are kept), or jobs of the cluster",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := manager()
@@ -76,6 +80,16 @@ func newRmCmd() *cobra.Command {
 			}
 			var errs []error
 			for _, name := range args {
+				if c, ok := asJob(cmd.Context(), name); ok {
+					err := c.RemoveJob(cmd.Context(), name)
+					c.Close()
+					if err != nil {
+						errs = append(errs, err)
+						continue
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), name)
+					continue
+				}
 				if err := m.Remove(cmd.Context(), name, force); err != nil {
 					errs = append(errs, err)
 					continue
@@ -93,9 +107,16 @@ func newKillCmd() *cobra.Command {
 	var sig string
 	cmd := &cobra.Command{
 		Use:   "kill [--signal SIG] NAME",
-		Short: "Send a signal to a container (default SIGKILL)",
-		Args:  cobra.ExactArgs(1),
+		Short: "Send a signal to a container (default SIGKILL), or kill every rank of a job",
+		Long: `Send a signal to a container. For a job of the cluster, kill every rank's
+processes; the job and its checkpoints stay (cairn restart JOB).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if c, ok := asJob(cmd.Context(), args[0]); ok {
+				defer c.Close()
+				_, err := c.KillJob(cmd.Context(), args[0])
+				return err
+			}
 			s, err := parseSignal(sig)
 			if err != nil {
 				return usageError{err}
@@ -130,9 +151,13 @@ func parseSignal(s string) (syscall.Signal, error) {
 func newWaitCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "wait NAME",
-		Short: "Wait until a container stops; exit with its exit code",
+		Short: "Wait until a container stops (or every rank of a job); exit with its exit code",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if c, ok := asJob(cmd.Context(), args[0]); ok {
+				defer c.Close()
+				return jobWait(cmd, c, args[0])
+			}
 			m, err := manager()
 			if err != nil {
 				return err

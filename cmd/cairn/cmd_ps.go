@@ -11,12 +11,16 @@ import (
 
 func newPsCmd() *cobra.Command {
 	var asJSON bool
+	var job string
 	cmd := &cobra.Command{
 		Use:     "ps",
 		Aliases: []string{"list", "ls"},
-		Short:   "List containers",
+		Short:   "List containers (of this node, or the ranks of a job with --job)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if job != "" {
+				return jobPs(cmd, job, asJSON)
+			}
 			m, err := manager()
 			if err != nil {
 				return err
@@ -41,6 +45,7 @@ func newPsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&job, "job", "", "list the ranks of this job of the cluster")
 	return cmd
 }
 

@@ -6,25 +6,45 @@ import (
 
 	"github.com/spf13/cobra"
 
+	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/container"
 )
 
 func newRunCmd() *cobra.Command {
 	var cfg container.Config
 	var asJSON bool
+	var job coordv1.RunJob
 	cmd := &cobra.Command{
-		Use:   "run --name NAME [--rootfs DIR] [--env K=V]... -- CMD [ARGS...]",
-		Short: "Start a command in a new container",
+		Use:   "run (--name NAME | --job NAME --ranks N) [--rootfs DIR] [--env K=V]... -- CMD [ARGS...]",
+		Short: "Start a command in a new container, or a job of N ranks on the cluster",
 		Long: `Start CMD in a new container named NAME: an overlay root (the host's / unless
 --rootfs gives another lower layer), its own pid, mount, uts, ipc and network
 namespaces, a cgroup, and an address on the node bridge. The container runs in
-the background; its output goes to its log (cairn logs NAME).`,
+the background; its output goes to its log (cairn logs NAME).
+
+With --job, start a job on the cluster instead: N rank containers placed on
+its nodes (at most --per-node on each, only on --nodes if given), each with
+CAIRN_RANK, CAIRN_SIZE, CAIRN_JOB and CAIRN_PEERS (the IPs of all ranks in
+rank order) in its environment. Each job has its own subnet, and a rank keeps
+its IP wherever it runs. --checkpoint-every takes a global checkpoint at that
+interval.`,
 		Example: `  cairn run --name sim -- /usr/bin/python3 -c 'import time; time.sleep(1e9)'
-  cairn run --name sim --env OMP_NUM_THREADS=2 --rootfs /srv/rootfs -- ./solver`,
+  cairn run --name sim --env OMP_NUM_THREADS=2 --rootfs /srv/rootfs -- ./solver
+  cairn run --job ring --ranks 4 --checkpoint-every 5m -- /usr/bin/ring-solver`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if job.Name != "" {
+				if cfg.Name != "" {
+					return usageError{fmt.Errorf("--name and --job exclude each other")}
+				}
+				if len(args) == 0 {
+					return usageError{fmt.Errorf("no command given: cairn run --job NAME --ranks N -- CMD [ARGS...]")}
+				}
+				job.Args, job.Env, job.RootFS = args, cfg.Env, cfg.RootFS
+				return runJob(cmd, job, asJSON)
+			}
 			if cfg.Name == "" {
-				return usageError{fmt.Errorf("--name is required")}
+				return usageError{fmt.Errorf("--name (a container) or --job (a job on the cluster) is required")}
 			}
 			if len(args) == 0 {
 				return usageError{fmt.Errorf("no command given: cairn run --name NAME -- CMD [ARGS...]")}
@@ -56,6 +76,11 @@ the background; its output goes to its log (cairn logs NAME).`,
 	f.StringArrayVarP(&cfg.Env, "env", "e", nil, "set an environment variable KEY=VALUE (repeatable)")
 	f.StringVar(&cfg.Hostname, "hostname", "", "hostname inside the container (default: its name)")
 	f.StringVarP(&cfg.Cwd, "workdir", "w", "", "working directory inside the container (default /)")
-	f.BoolVar(&asJSON, "json", false, "print the container as JSON")
+	f.BoolVar(&asJSON, "json", false, "print the container (or job) as JSON")
+	f.StringVar(&job.Name, "job", "", "start a job of this name on the cluster")
+	f.IntVar(&job.Ranks, "ranks", 1, "number of ranks of the job")
+	f.IntVar(&job.PerNode, "per-node", 0, "at most this many ranks per node (default: spread evenly)")
+	f.StringSliceVar(&job.Nodes, "nodes", nil, "place the job's ranks on these nodes only")
+	f.DurationVar(&job.CheckpointEvery, "checkpoint-every", 0, "take a global checkpoint of the job at this interval")
 	return cmd
 }

@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,56 +10,87 @@ import (
 
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 )
 
 // Client calls one agent. Errors the agent returns are *v1.Error.
-type Client struct {
-	base string
-	http *http.Client
-}
+type Client struct{ rpc *rpc.Client }
 
 // NewClient returns a client for the agent at addr (host:port) whose
 // certificate names serverName, authenticating with creds.
 func NewClient(addr, serverName string, creds *pki.Credentials) *Client {
-	tr := &http.Transport{TLSClientConfig: pki.ClientConfig(creds, serverName), ForceAttemptHTTP2: true}
-	return &Client{base: "https://" + addr, http: &http.Client{Transport: tr, Timeout: 10 * time.Minute}}
+	return &Client{rpc.New(addr, serverName, creds, 10*time.Minute)}
 }
 
 // Close releases idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+func (c *Client) Close() { c.rpc.Close() }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		var e v1.Error
-		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Code == "" {
-			return fmt.Errorf("%s %s: HTTP %d", method, path, resp.StatusCode)
-		}
-		return &e
-	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return c.rpc.Do(ctx, method, path, body, out)
+}
+
+func (c *Client) stream(ctx context.Context, path string) (io.ReadCloser, error) {
+	return c.rpc.Stream(ctx, path)
+}
+
+// JobNet ensures a job's network on the agent's node.
+func (c *Client) JobNet(ctx context.Context, req v1.JobNet) error {
+	return c.do(ctx, http.MethodPut, v1.PathJobNet, req, nil)
+}
+
+// DeleteJobNet removes a job's network devices from the agent's node.
+func (c *Client) DeleteJobNet(ctx context.Context, vni uint32) error {
+	return c.do(ctx, http.MethodDelete, fmt.Sprintf("%s?vni=%d", v1.PathJobNet, vni), nil, nil)
+}
+
+// RankRun starts a rank.
+func (c *Client) RankRun(ctx context.Context, req v1.RankRun) (v1.Container, error) {
+	var out v1.Container
+	return out, c.do(ctx, http.MethodPost, v1.PathRankRun, req, &out)
+}
+
+// RankRestore restores a rank frozen, with its network locked.
+func (c *Client) RankRestore(ctx context.Context, req v1.RankRestore) (v1.Container, error) {
+	var out v1.Container
+	return out, c.do(ctx, http.MethodPost, v1.PathRankRestore, req, &out)
+}
+
+// RankResume unlocks and thaws restored ranks.
+func (c *Client) RankResume(ctx context.Context, req v1.RankResume) error {
+	return c.do(ctx, http.MethodPost, v1.PathRankResume, req, nil)
+}
+
+// RankRemove removes a rank's container and network.
+func (c *Client) RankRemove(ctx context.Context, req v1.RankRemove) error {
+	return c.do(ctx, http.MethodPost, v1.PathRankRemove, req, nil)
+}
+
+// Prepare runs phase one of a global checkpoint for a rank.
+func (c *Client) Prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, error) {
+	var out v1.Prepared
+	return out, c.do(ctx, http.MethodPost, v1.PathPrepare, req, &out)
+}
+
+// Commit commits a prepared rank and returns once its image is durable.
+func (c *Client) Commit(ctx context.Context, req v1.Finish) (v1.Committed, error) {
+	var out v1.Committed
+	return out, c.do(ctx, http.MethodPost, v1.PathCommit, req, &out)
+}
+
+// Abort aborts a prepared rank.
+func (c *Client) Abort(ctx context.Context, req v1.Finish) error {
+	return c.do(ctx, http.MethodPost, v1.PathAbort, req, nil)
+}
+
+// Fetch has the agent copy an image from another agent.
+func (c *Client) Fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
+	var out v1.Image
+	return out, c.do(ctx, http.MethodPost, v1.PathFetch, req, &out)
+}
+
+// Kill sends a signal to a container's processes.
+func (c *Client) Kill(ctx context.Context, name string, sig int) error {
+	return c.do(ctx, http.MethodPost, fmt.Sprintf("%s%s?signal=%d", v1.PathKill, url.PathEscape(name), sig), nil, nil)
 }
 
 // Health asks who the agent is.

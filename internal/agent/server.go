@@ -9,13 +9,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/criu"
 	"cairn/internal/image"
+	"cairn/internal/netw"
 	"cairn/internal/pki"
 )
 
@@ -24,6 +27,16 @@ type Server struct {
 	Manager *container.Manager
 	Creds   *pki.Credentials
 	Logger  *slog.Logger
+	Node    Node // for job networks
+
+	ranks ranks
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger
 }
 
 // Serve accepts connections on ln (TLS is added here) until ctx is done.
@@ -66,7 +79,17 @@ func fail(w http.ResponseWriter, status int, code, msg string) {
 
 // failErr maps a Manager error to the wire: this is the API boundary.
 func failErr(w http.ResponseWriter, err error) {
+	var we *v1.Error
 	switch {
+	case errors.As(err, &we):
+		status := http.StatusInternalServerError
+		switch we.Code {
+		case v1.CodeBadRequest:
+			status = http.StatusBadRequest
+		case v1.CodeNoSuchRound, v1.CodeNotFound:
+			status = http.StatusNotFound
+		}
+		writeJSON(w, status, we)
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
 		fail(w, http.StatusNotFound, v1.CodeNotFound, err.Error())
 	case errors.Is(err, container.ErrExists):
@@ -97,8 +120,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusUnauthorized, v1.CodeUnauthorized, err.Error())
 		return
 	}
-	if id.Role != pki.Coordinator && id.Role != pki.Client {
-		fail(w, http.StatusForbidden, v1.CodeForbidden, fmt.Sprintf("%s %s may not call an agent", id.Role, id.Name))
+	// Other agents may only read images (to fetch a rank's image to their
+	// node); everything else is for the coordinator and clients.
+	if id.Role != pki.Coordinator && id.Role != pki.Client && !(id.Role == pki.Agent && r.URL.Path == v1.PathExport) {
+		fail(w, http.StatusForbidden, v1.CodeForbidden, fmt.Sprintf("%s %s may not call %s on an agent", id.Role, id.Name, r.URL.Path))
 		return
 	}
 	ctx := r.Context()
@@ -191,6 +216,129 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			out = append(out, checkpointWire(rec))
 		}
 		writeJSON(w, http.StatusOK, out)
+	case r.URL.Path == v1.PathJobNet && r.Method == http.MethodPut:
+		var req v1.JobNet
+		if !decode(w, r, &req) {
+			return
+		}
+		if _, err := s.ensureJobNet(ctx, req); err != nil {
+			failErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case r.URL.Path == v1.PathJobNet && r.Method == http.MethodDelete:
+		vni, err := strconv.ParseUint(r.URL.Query().Get("vni"), 10, 24)
+		if err != nil {
+			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "?vni=N required")
+			return
+		}
+		n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: uint32(vni), Prefix: s.Node.NetnsPrefix}
+		if err := n.Delete(ctx); err != nil {
+			failErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case r.URL.Path == v1.PathRankRun && r.Method == http.MethodPost:
+		var req v1.RankRun
+		if !decode(w, r, &req) {
+			return
+		}
+		in, err := s.rankRun(ctx, req)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, toWire(in))
+	case r.URL.Path == v1.PathRankRestore && r.Method == http.MethodPost:
+		var req v1.RankRestore
+		if !decode(w, r, &req) {
+			return
+		}
+		in, err := s.rankRestore(ctx, req)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, toWire(in))
+	case r.URL.Path == v1.PathRankResume && r.Method == http.MethodPost:
+		var req v1.RankResume
+		if !decode(w, r, &req) {
+			return
+		}
+		if err := s.rankResume(ctx, req); err != nil {
+			failErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case r.URL.Path == v1.PathRankRemove && r.Method == http.MethodPost:
+		var req v1.RankRemove
+		if !decode(w, r, &req) {
+			return
+		}
+		if err := s.rankRemove(ctx, req); err != nil {
+			failErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case r.URL.Path == v1.PathPrepare && r.Method == http.MethodPost:
+		var req v1.Prepare
+		if !decode(w, r, &req) {
+			return
+		}
+		out, err := s.prepare(ctx, req)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	case (r.URL.Path == v1.PathCommit || r.URL.Path == v1.PathAbort) && r.Method == http.MethodPost:
+		var req v1.Finish
+		if !decode(w, r, &req) {
+			return
+		}
+		commit := r.URL.Path == v1.PathCommit
+		out, err := s.finish(ctx, pendingKey{RankName(req.Job, req.Rank.Rank), req.Seq}, commit)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		if !commit {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	case r.URL.Path == v1.PathFetch && r.Method == http.MethodPost:
+		var req v1.Fetch
+		if !decode(w, r, &req) {
+			return
+		}
+		out, err := s.fetch(ctx, req)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	case r.URL.Path == v1.PathExport && r.Method == http.MethodGet:
+		s.export(w, r)
+	case strings.HasPrefix(r.URL.Path, v1.PathLogs) && r.Method == http.MethodGet:
+		name := strings.TrimPrefix(r.URL.Path, v1.PathLogs)
+		if err := container.ValidName(name); err != nil {
+			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+			return
+		}
+		s.logs(w, r, name)
+	case strings.HasPrefix(r.URL.Path, v1.PathKill) && r.Method == http.MethodPost:
+		name := strings.TrimPrefix(r.URL.Path, v1.PathKill)
+		sig, err := strconv.Atoi(r.URL.Query().Get("signal"))
+		if err != nil || sig <= 0 || sig > 64 || container.ValidName(name) != nil {
+			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "kill needs a container name and ?signal=N")
+			return
+		}
+		if err := m.Kill(ctx, name, syscall.Signal(sig)); err != nil {
+			failErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	default:
 		fail(w, http.StatusNotFound, v1.CodeNotFound, r.Method+" "+r.URL.Path+" is not in the agent API")
 	}

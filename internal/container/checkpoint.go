@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +40,58 @@ type imageConfig struct {
 // as soon as its state is in staging; the image is persisted after that.
 // On any error the container is resumed and no image is listed.
 func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOptions) (*image.Record, error) {
+	p, err := m.prepare(ctx, name, 0, opts.Stop)
+	if err != nil {
+		return nil, err
+	}
+	return p.Commit(ctx, opts.Progress)
+}
+
+// Prepared is a container captured into staging and still frozen: the
+// first phase of a global checkpoint, which commits or aborts it once every
+// rank of the job is prepared. Until then the container's lock is held, so
+// nothing else changes the container. Its methods are safe for concurrent
+// use; Commit or Abort must end it.
+type Prepared struct {
+	m       *Manager
+	name    string
+	seq     int
+	rec     *image.Record
+	staging string
+	imgDir  string
+	start   time.Time
+	fz      freezer
+	marker  string
+	staged  int64
+
+	mu     sync.Mutex
+	frozen bool
+	done   bool
+	unlock func()
+}
+
+// Name is the prepared container's name and Seq its checkpoint number.
+func (p *Prepared) Name() string { return p.name }
+
+// Seq is the number the checkpoint will have once committed.
+func (p *Prepared) Seq() int { return p.seq }
+
+// Size is the staged image's size in bytes.
+func (p *Prepared) Size() int64 { return p.staged }
+
+// Dump is the time spent capturing the fs delta and dumping the processes.
+func (p *Prepared) Dump() time.Duration { return p.rec.Timing.Capture + p.rec.Timing.Dump }
+
+// Prepare freezes a running container and captures it (fs delta, then
+// processes with CRIU) into staging, leaving it frozen: the prepare phase
+// of a global checkpoint. seq is the checkpoint's number (0: the next
+// free one); a checkpoint of that number must not exist. On error the
+// container is thawed and nothing is kept.
+func (m *Manager) Prepare(ctx context.Context, name string, seq int) (*Prepared, error) {
+	return m.prepare(ctx, name, seq, false)
+}
+
+func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) (_ *Prepared, err error) {
 	info, err := m.CRIU(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
@@ -47,7 +100,12 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	p := &Prepared{m: m, name: name, unlock: unlock}
+	defer func() {
+		if err != nil {
+			p.release(context.WithoutCancel(ctx))
+		}
+	}()
 	// Wait first for any orphaned dump; Get then thaws what it left frozen.
 	if err := m.waitOrphans(name, 30*time.Second); err != nil {
 		return nil, err
@@ -60,85 +118,73 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 		return nil, fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
 	}
 	st := &in.State
-	log := m.log.With("container", name)
-
-	seq := m.repo.NextSeq(name)
+	if seq == 0 {
+		seq = m.repo.NextSeq(name)
+	} else if _, err := m.repo.Load(name, seq); err == nil {
+		return nil, fmt.Errorf("%w: checkpoint %s:%d", ErrExists, name, seq)
+	}
+	p.seq = seq
 	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
 		return nil, fmt.Errorf("staging dir: %w", err)
 	}
 	m.cleanStaging()
-	staging, err := os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("%s-%d-pid%d-", name, seq, os.Getpid()))
+	p.staging, err = os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("%s-%d-pid%d-", name, seq, os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("staging dir: %w", err)
 	}
-	defer func() {
-		if os.Getenv("CAIRN_KEEP_STAGING") == "" {
-			os.RemoveAll(staging)
-		}
-	}()
 	// Who uses this staging dir: this process, and once it runs, runc (with
 	// CRIU under it), which outlives this process if it is killed and must
 	// not lose its staging dir to cleanStaging.
-	owner := filepath.Join(staging, stagingOwner)
+	owner := filepath.Join(p.staging, stagingOwner)
 	if err := os.WriteFile(owner, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return nil, err
 	}
-	imgDir := filepath.Join(staging, "image")
-	workDir := filepath.Join(staging, "work")
-	for _, d := range []string{filepath.Join(imgDir, image.CRIUDir), workDir} {
+	p.imgDir = filepath.Join(p.staging, "image")
+	workDir := filepath.Join(p.staging, "work")
+	for _, d := range []string{filepath.Join(p.imgDir, image.CRIUDir), workDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
 
-	fz, err := freezerFor(st.CgroupsPath)
+	p.fz, err = freezerFor(st.CgroupsPath)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	var timing image.Timing
-	start := time.Now()
+	p.start = time.Now()
 	wasPaused := in.Status == "paused"
-	marker := filepath.Join(m.dir(name), freezeMarker)
 	if !wasPaused {
 		// Say who froze the container, so that if this process dies before
 		// thawing it, the next cairn command thaws it (recoverFreeze).
-		if err := os.WriteFile(marker, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		p.marker = filepath.Join(m.dir(name), freezeMarker)
+		if err := os.WriteFile(p.marker, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 			return nil, err
 		}
-		if err := fz.set(ctx, true); err != nil {
-			os.Remove(marker)
+		m.hold(name, true)
+		p.frozen = true
+		if err := p.fz.set(ctx, true); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
 		}
 	}
-	frozen := true
-	resume := func() {
-		if frozen && !wasPaused {
-			if err := fz.set(context.WithoutCancel(ctx), false); err != nil {
-				log.Warn("resume after checkpoint", "err", err)
-			}
-			os.Remove(marker)
-		}
-		frozen = false
-	}
-	defer resume()
 
 	// 1. The fs delta, while nothing can write to it.
 	t := time.Now()
-	delta, err := captureDelta(filepath.Join(m.dir(name), "upper"), filepath.Join(imgDir, image.DeltaName))
+	delta, err := captureDelta(filepath.Join(m.dir(name), "upper"), filepath.Join(p.imgDir, image.DeltaName))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	timing.Capture = time.Since(t)
 
 	// 2. The processes.
-	if opts.Stop {
+	if stop {
 		st.Checkpointed = true
 		if err := m.saveState(st); err != nil {
 			return nil, err
 		}
 	}
-	args := []string{"checkpoint", "--tcp-established", "--image-path", filepath.Join(imgDir, image.CRIUDir), "--work-path", workDir}
-	if !opts.Stop {
+	args := []string{"checkpoint", "--tcp-established", "--image-path", filepath.Join(p.imgDir, image.CRIUDir), "--work-path", workDir}
+	if !stop {
 		args = append(args, "--leave-running")
 	}
 	t = time.Now()
@@ -150,15 +196,15 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 		if err := os.WriteFile(owner, pids, 0o600); err != nil {
 			return err
 		}
-		if wasPaused {
+		if p.marker == "" {
 			return nil
 		}
-		return os.WriteFile(marker, pids, 0o600)
+		return os.WriteFile(p.marker, pids, 0o600)
 	}
 	dumpErr := m.runc.runNotify(ctx, filepath.Join(m.dir(name), "runc-checkpoint.log"), noteRunc, append(args, m.runcID(name))...)
 	timing.Dump = time.Since(t)
 	if dumpErr != nil {
-		if opts.Stop {
+		if stop {
 			st.Checkpointed = false
 			_ = m.saveState(st)
 		}
@@ -170,41 +216,121 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 		}
 		return nil, fmt.Errorf("%w: %s: %v%s", ErrDumpFailed, name, dumpErr, detail)
 	}
-	if opts.Stop {
-		frozen = false // runc removed the container after the dump
-		os.Remove(marker)
-	} else {
-		resume()
+	if stop && p.frozen {
+		p.frozen = false // runc removed the container after the dump
+		os.Remove(p.marker)
+		m.hold(name, false)
 	}
-	timing.Stall = time.Since(start)
 
-	// 3. Persist, while the container runs on.
 	cfg, err := json.Marshal(imageConfig{Config: st.Config, Addr: st.Addr.String()})
 	if err != nil {
 		return nil, err
 	}
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
-	man := &image.Record{
+	p.rec = &image.Record{
 		Container:   name,
 		Seq:         seq,
-		Created:     start.UTC(),
+		Created:     p.start.UTC(),
 		CRIUVersion: info.Version.String(),
 		Kernel:      unix.ByteSliceToString(uts.Release[:]),
-		Stopped:     opts.Stop,
+		Stopped:     stop,
 		Config:      cfg,
 		Delta:       delta,
 		Timing:      timing,
 	}
-	t = time.Now()
-	if err := m.repo.Ingest(ctx, imgDir, man, opts.Progress); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+	p.staged, _ = dirSize(p.imgDir)
+	return p, nil
+}
+
+// Thaw resumes the prepared container; the staged image stays until Commit
+// or Abort. It may be called more than once.
+func (p *Prepared) Thaw(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.thawLocked(ctx)
+}
+
+func (p *Prepared) thawLocked(ctx context.Context) error {
+	if !p.frozen {
+		return nil
+	}
+	if p.rec != nil {
+		p.rec.Timing.Stall = time.Since(p.start)
+	}
+	if err := p.fz.set(context.WithoutCancel(ctx), false); err != nil {
+		return fmt.Errorf("thaw %s: %w", p.name, err)
+	}
+	p.frozen = false
+	os.Remove(p.marker)
+	p.m.hold(p.name, false)
+	return nil
+}
+
+// release thaws the container, drops the staged image and the lock.
+func (p *Prepared) release(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return nil
+	}
+	err := p.thawLocked(ctx)
+	if err != nil {
+		p.m.log.Warn("resume after checkpoint", "container", p.name, "err", err)
+	}
+	if p.staging != "" && os.Getenv("CAIRN_KEEP_STAGING") == "" {
+		os.RemoveAll(p.staging)
+	}
+	p.done = true
+	p.unlock()
+	return err
+}
+
+// Abort thaws the container and drops its staged image.
+func (p *Prepared) Abort(ctx context.Context) error { return p.release(ctx) }
+
+// Commit thaws the container if it is still frozen and persists its staged
+// image into the store as checkpoint Seq, while the container runs on.
+func (p *Prepared) Commit(ctx context.Context, progress image.Progress) (*image.Record, error) {
+	defer p.release(ctx)
+	if err := p.Thaw(ctx); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.done {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("checkpoint %s:%d was already committed or aborted", p.name, p.seq)
+	}
+	p.mu.Unlock()
+	rec := p.rec
+	if rec.Timing.Stall == 0 {
+		rec.Timing.Stall = time.Since(p.start)
+	}
+	t := time.Now()
+	if err := p.m.repo.Ingest(ctx, p.imgDir, rec, progress); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", p.name, err)
 	}
 	// Persist and Total are known only now: they are returned, not stored.
-	man.Timing.Persist = time.Since(t)
-	man.Timing.Total = time.Since(start)
-	log.Info("checkpoint", "ckpt", man.Name(), "stall", man.Timing.Stall, "bytes", man.Size())
-	return man, nil
+	rec.Timing.Persist = time.Since(t)
+	rec.Timing.Total = time.Since(p.start)
+	p.m.log.Info("checkpoint", "ckpt", rec.Name(), "stall", rec.Timing.Stall, "bytes", rec.Size())
+	return rec, nil
+}
+
+// dirSize is the total size of the regular files under dir.
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			n += fi.Size()
+		}
+		return err
+	})
+	return n, err
 }
 
 func captureDelta(upper, dst string) (image.DeltaStats, error) {
@@ -226,6 +352,12 @@ type RestoreOptions struct {
 	Seq      int            // checkpoint number; 0 means the newest
 	As       string         // restore as a new container of this name
 	Progress image.Progress // reports reading the image; may be nil
+	// Net replaces the network namespace recorded in the image (a rank
+	// restored on another node joins a namespace made there).
+	Net *NetAttach
+	// Paused leaves the restored processes frozen, for Resume to start
+	// them: the ranks of a job are all restored before any runs.
+	Paused bool
 }
 
 // Restore brings a container back from one of its checkpoints: the image is
@@ -326,6 +458,9 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	}
 	st.Config = cfg.Config
 	st.Config.Name = target
+	if opts.Net != nil {
+		st.Config.Net = opts.Net
+	}
 	st.CgroupsPath = "/cairn-" + m.instance + "-" + target
 	st.RestoredFrom = man.Name()
 	upper := filepath.Join(m.dir(target), "upper")
@@ -347,19 +482,44 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	if err := m.start(ctx, st, from, cfg.Addr); err != nil {
 		return fail(err)
 	}
-	// CRIU restores the freezer state the dump saw; a checkpoint taken
+	// CRIU restores the freezer state the dump saw: a checkpoint taken
 	// frozen comes back frozen.
-	if rs, err := m.runc.state(ctx, m.runcID(target)); err == nil && rs.Status == "paused" {
+	rs, err := m.runc.state(ctx, m.runcID(target))
+	if err != nil {
+		return fail(fmt.Errorf("restore %s: %w", target, err))
+	}
+	if paused := rs.Status == "paused"; paused != opts.Paused {
 		fz, err := freezerFor(st.CgroupsPath)
 		if err == nil {
-			err = fz.set(ctx, false)
+			err = fz.set(ctx, opts.Paused)
 		}
 		if err != nil {
-			return fail(fmt.Errorf("restore %s: thaw: %w", target, err))
+			return fail(fmt.Errorf("restore %s: set frozen=%v: %w", target, opts.Paused, err))
 		}
 	}
 	m.log.Info("restored", "container", target, "ckpt", man.Name())
 	return m.Get(ctx, target)
+}
+
+// Pause freezes a running container and Resume thaws it. A job's ranks,
+// restored paused, are resumed together once all are restored.
+func (m *Manager) Pause(ctx context.Context, name string) error { return m.setFrozen(ctx, name, true) }
+
+// Resume thaws a container frozen by Pause or restored paused.
+func (m *Manager) Resume(ctx context.Context, name string) error {
+	return m.setFrozen(ctx, name, false)
+}
+
+func (m *Manager) setFrozen(ctx context.Context, name string, frozen bool) error {
+	st, err := m.loadState(name)
+	if err != nil {
+		return err
+	}
+	fz, err := freezerFor(st.CgroupsPath)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return fz.set(ctx, frozen)
 }
 
 // Checkpoints lists a container's checkpoints, oldest first.
@@ -389,6 +549,9 @@ const freezeMarker = "frozen-by"
 // because the cairn process running it died. It waits for CRIU (which may
 // still be dumping, orphaned) to let go of the container's init first.
 func (m *Manager) recoverFreeze(st *State, initPID int) {
+	if m.holds(st.Config.Name) {
+		return // a prepared checkpoint of this process keeps it frozen
+	}
 	marker := filepath.Join(m.dir(st.Config.Name), freezeMarker)
 	b, err := os.ReadFile(marker)
 	if err != nil {

@@ -63,6 +63,9 @@ type Manager struct {
 	nftOnce sync.Once
 	nftLock bool
 
+	heldMu sync.Mutex
+	held   map[string]bool // containers this process keeps frozen on purpose
+
 	criuOnce sync.Once
 	criuInfo criu.Info
 	criuErr  error
@@ -200,6 +203,27 @@ func (m *Manager) criuConfig(ctx context.Context) []byte {
 	return []byte("# network-lock: CRIU's default (iptables)\n")
 }
 
+// hold records that this process keeps the container frozen (a prepared
+// checkpoint), so that recoverFreeze leaves it so.
+func (m *Manager) hold(name string, on bool) {
+	m.heldMu.Lock()
+	defer m.heldMu.Unlock()
+	if m.held == nil {
+		m.held = map[string]bool{}
+	}
+	if on {
+		m.held[name] = true
+	} else {
+		delete(m.held, name)
+	}
+}
+
+func (m *Manager) holds(name string) bool {
+	m.heldMu.Lock()
+	defer m.heldMu.Unlock()
+	return m.held[name]
+}
+
 // lock takes the exclusive lock of a container name until unlock is called.
 func (m *Manager) lock(name string) (unlock func(), err error) {
 	f, err := os.OpenFile(filepath.Join(m.opts.DataDir, "locks", name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
@@ -279,40 +303,9 @@ type restoreFrom struct{ images, work, owner string }
 func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantAddr string) error {
 	name := st.Config.Name
 	dir := m.dir(name)
-	var want netip.Addr
-	var loAddrs []netip.Addr
-	if wantAddr != "" {
-		a, err := netip.ParseAddr(wantAddr)
-		if err != nil {
-			return err
-		}
-		owner, err := m.ipam.Owner(a)
-		if err != nil {
-			return err
-		}
-		if owner == "" || owner == name {
-			want = a
-		} else {
-			// A clone restored while the original holds the address: it gets
-			// an address of its own, and the old one on lo only.
-			loAddrs = []netip.Addr{a}
-		}
-	}
-	addr, err := m.ipam.Allocate(name, want)
+	netnsPath, err := m.network(ctx, st, wantAddr)
 	if err != nil {
 		return err
-	}
-	st.Addr = addr
-	st.Endpoint = m.endpoint(name, addr)
-	st.Endpoint.LoAddrs = loAddrs
-	if err := m.saveState(st); err != nil {
-		return err
-	}
-	if err := m.opts.Bridge.Ensure(ctx); err != nil {
-		return fmt.Errorf("node bridge: %w", err)
-	}
-	if err := st.Endpoint.Create(ctx); err != nil {
-		return fmt.Errorf("container network: %w", err)
 	}
 	if err := m.mountRoot(st); err != nil {
 		return err
@@ -321,7 +314,7 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 	if err := os.WriteFile(criuConf, m.criuConfig(ctx), 0o600); err != nil {
 		return err
 	}
-	if err := writeSpec(st, dir, st.Endpoint.Path(), criuConf); err != nil {
+	if err := writeSpec(st, dir, netnsPath, criuConf); err != nil {
 		return err
 	}
 	os.Remove(filepath.Join(dir, "exit.json"))
@@ -369,6 +362,56 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 	st.Started = time.Now().UTC()
 	st.Checkpointed = false
 	return m.saveState(st)
+}
+
+// network gives st its network and returns the path of its netns: the
+// namespace named by st.Config.Net, or an endpoint of its own on the node
+// bridge, preferably with address wantAddr.
+func (m *Manager) network(ctx context.Context, st *State, wantAddr string) (string, error) {
+	name := st.Config.Name
+	if n := st.Config.Net; n != nil {
+		if _, err := os.Stat(n.Netns); err != nil {
+			return "", fmt.Errorf("network of %s: %w", name, err)
+		}
+		st.Addr, st.Endpoint = n.Addr, netw.Endpoint{}
+		return n.Netns, m.saveState(st)
+	}
+	var want netip.Addr
+	var loAddrs []netip.Addr
+	if wantAddr != "" {
+		a, err := netip.ParseAddr(wantAddr)
+		if err != nil {
+			return "", err
+		}
+		owner, err := m.ipam.Owner(a)
+		if err != nil {
+			return "", err
+		}
+		if owner == "" || owner == name {
+			want = a
+		} else {
+			// A clone restored while the original holds the address: it gets
+			// an address of its own, and the old one on lo only.
+			loAddrs = []netip.Addr{a}
+		}
+	}
+	addr, err := m.ipam.Allocate(name, want)
+	if err != nil {
+		return "", err
+	}
+	st.Addr = addr
+	st.Endpoint = m.endpoint(name, addr)
+	st.Endpoint.LoAddrs = loAddrs
+	if err := m.saveState(st); err != nil {
+		return "", err
+	}
+	if err := m.opts.Bridge.Ensure(ctx); err != nil {
+		return "", fmt.Errorf("node bridge: %w", err)
+	}
+	if err := st.Endpoint.Create(ctx); err != nil {
+		return "", fmt.Errorf("container network: %w", err)
+	}
+	return st.Endpoint.Path(), nil
 }
 
 func (m *Manager) mountRoot(st *State) error {

@@ -46,6 +46,17 @@ type Config struct {
 	RootFS   string   `json:"rootfs,omitempty"` // lower layer; "" means the host's /
 	Hostname string   `json:"hostname"`
 	Cwd      string   `json:"cwd,omitempty"`
+	// Net, when set, puts the container in a network namespace that someone
+	// else made and owns (a rank of a job network): the Manager then neither
+	// allocates an address nor creates or deletes a namespace.
+	Net *NetAttach `json:"net,omitempty"`
+}
+
+// NetAttach names a network namespace made by the caller and the address
+// the container has in it.
+type NetAttach struct {
+	Netns string     `json:"netns"` // path of the namespace, e.g. /run/netns/NAME
+	Addr  netip.Addr `json:"addr"`
 }
 
 // State is a container's persistent record (state.json).

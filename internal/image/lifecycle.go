@@ -168,6 +168,18 @@ func (r Repo) Export(ctx context.Context, container string, seq int, w io.Writer
 // checkpoint of its container (or of as, if given). A damaged file
 // changes nothing that is listed.
 func (r Repo) Import(ctx context.Context, rd io.Reader, as string, progress Progress) (*Record, error) {
+	return r.importStream(ctx, rd, as, false, progress)
+}
+
+// Receive stores a checkpoint exported by another node (Export) under the
+// name and number it has there: how a rank's image follows it to another
+// node. A checkpoint of that name and number already here is left as it is
+// and returned.
+func (r Repo) Receive(ctx context.Context, rd io.Reader, progress Progress) (*Record, error) {
+	return r.importStream(ctx, rd, "", true, progress)
+}
+
+func (r Repo) importStream(ctx context.Context, rd io.Reader, as string, keepSeq bool, progress Progress) (*Record, error) {
 	st, err := r.OpenWriter(ctx)
 	if err != nil {
 		return nil, err
@@ -190,7 +202,16 @@ func (r Repo) Import(ctx context.Context, rd io.Reader, as string, progress Prog
 	if rec.Container == "" {
 		return nil, &CorruptError{Image: "import", What: "record", Reason: "no container name"}
 	}
-	rec.Seq = r.NextSeq(rec.Container)
+	if keepSeq {
+		if rec.Seq <= 0 {
+			return nil, &CorruptError{Image: "import", What: "record", Reason: fmt.Sprintf("checkpoint number %d", rec.Seq)}
+		}
+		if have, err := r.Load(rec.Container, rec.Seq); err == nil {
+			return have, nil
+		}
+	} else {
+		rec.Seq = r.NextSeq(rec.Container)
+	}
 	rec.Pinned = false
 	if err := r.saveRecord(&rec); err != nil {
 		return nil, err

@@ -33,6 +33,12 @@ var rules = []struct {
 	{"cairn/internal/netw", nil, []string{"cairn/"}},
 	{"cairn/internal/coord/round", nil, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
 	{"cairn/api/", nil, []string{"cairn/internal/"}},
+	{"cairn/internal/catalog", nil, []string{"cairn/"}},
+	{"cairn/internal/ringapp", nil, []string{"cairn/"}},
+	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/internal/pki"}, []string{"cairn/"}},
+	// The coordinator reaches nodes only through the agent API: never
+	// containers, images or the store directly.
+	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/internal/agent", "cairn/internal/catalog", "cairn/internal/coord/round", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
 }
 
 func TestLayering(t *testing.T) {

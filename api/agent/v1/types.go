@@ -36,7 +36,12 @@ type Error struct {
 	Message string `json:"message"`
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Code
+	}
+	return e.Message
+}
 
 // Health says who answers.
 type Health struct {

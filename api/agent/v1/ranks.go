@@ -1,0 +1,122 @@
+package v1
+
+import "time"
+
+// Paths of the job-rank part of the agent API, used by the coordinator.
+// A rank's container is named JOB.RANK on its node.
+const (
+	PathJobNet      = "/v1/jobnet"        // PUT JobNet: ensure the job network on this node; DELETE ?vni=N
+	PathRankRun     = "/v1/ranks/run"     // POST RankRun: Container
+	PathRankRestore = "/v1/ranks/restore" // POST RankRestore: Container (restored frozen, network locked)
+	PathRankResume  = "/v1/ranks/resume"  // POST RankResume: unlock and thaw
+	PathRankRemove  = "/v1/ranks/remove"  // POST RankRemove: kill, remove the container and its network
+	PathPrepare     = "/v1/ckpt/prepare"  // POST Prepare: Prepared
+	PathCommit      = "/v1/ckpt/commit"   // POST Finish: Committed (once the image is durable)
+	PathAbort       = "/v1/ckpt/abort"    // POST Finish
+	PathFetch       = "/v1/images/fetch"  // POST Fetch: Image (copies an image from another agent)
+	PathExport      = "/v1/images/export" // GET ?container=NAME&seq=N: an export stream (agents may call it)
+	PathImages      = "/v1/images"        // GET ?container=NAME: []Checkpoint; DELETE ?container=NAME&seq=N
+	PathLogs        = "/v1/logs/"         // + NAME, GET ?follow=1: the container's output
+	PathKill        = "/v1/kill/"         // + NAME, POST ?signal=N
+)
+
+// Node-side error codes of the rank API.
+const (
+	CodeNoSuchRound = "no_such_round" // commit or abort of a prepare this agent does not hold
+)
+
+// JobNet describes a job's network as one node must see it.
+type JobNet struct {
+	Job    string `json:"job"`
+	VNI    uint32 `json:"vni"`
+	Subnet string `json:"subnet"` // CIDR
+	// Remotes maps the address of every rank NOT on this node to the
+	// underlay address of the node it is on.
+	Remotes map[string]string `json:"remotes"`
+}
+
+// Rank names a rank of a job on this node.
+type Rank struct {
+	Job  string `json:"job"`
+	Rank int    `json:"rank"`
+}
+
+// RankRun starts a rank.
+type RankRun struct {
+	Rank
+	Net    JobNet   `json:"net"`
+	Addr   string   `json:"addr"`
+	Args   []string `json:"args"`
+	Env    []string `json:"env,omitempty"`
+	RootFS string   `json:"rootfs,omitempty"`
+}
+
+// RankRestore restores a rank from its image of checkpoint Seq, which must
+// be on this node (see Fetch), frozen and with its network locked, for
+// RankResume to start once every rank of the job is restored.
+type RankRestore struct {
+	Rank
+	Net  JobNet `json:"net"`
+	Addr string `json:"addr"`
+	Seq  int    `json:"seq"`
+}
+
+// RankResume unlocks and thaws restored ranks.
+type RankResume struct {
+	Ranks []Rank `json:"ranks"`
+}
+
+// RankRemove removes a rank's container and network namespace, killing
+// it first; its checkpoint images stay. Missing pieces are not errors.
+type RankRemove struct {
+	Rank
+	VNI  uint32 `json:"vni"`
+	Addr string `json:"addr"`
+}
+
+// Prepare is phase one of a global checkpoint for one rank: lock its
+// network, freeze it, dump it and stage the image. The agent thaws and
+// unlocks the rank by itself if neither Commit nor Abort comes within
+// Hold: no rank stays frozen because a coordinator went away.
+type Prepare struct {
+	Rank
+	Seq  int           `json:"seq"`
+	Hold time.Duration `json:"hold_ns"`
+}
+
+// Prepared is the reply to Prepare.
+type Prepared struct {
+	Size int64         `json:"size"`    // staged image bytes
+	Dump time.Duration `json:"dump_ns"` // lock, freeze, capture and dump
+}
+
+// Finish commits or aborts a prepared rank: in both cases the rank is
+// unlocked and thawed first.
+type Finish struct {
+	Rank
+	Seq int `json:"seq"`
+}
+
+// Committed is the reply to a commit: the image is in the node's store.
+type Committed struct {
+	Checkpoint
+	Stall time.Duration `json:"stall_ns"` // frozen time on this node
+}
+
+// Fetch copies checkpoint Container:Seq from the agent at From (host:port,
+// certificate name FromNode) into this node's store, verifying every
+// chunk. An image already here is not fetched again.
+type Fetch struct {
+	Container string `json:"container"`
+	Seq       int    `json:"seq"`
+	From      string `json:"from"`
+	FromNode  string `json:"from_node"`
+}
+
+// Image is the reply to Fetch.
+type Image struct {
+	Checkpoint
+	Fetched  bool          `json:"fetched"` // false: it was already here
+	Bytes    int64         `json:"bytes"`   // bytes received
+	Duration time.Duration `json:"duration_ns"`
+}

@@ -1,0 +1,173 @@
+package v1
+
+import (
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+)
+
+// Paths of the coordinator API.
+const (
+	PathHealth    = "/v1/health"          // GET: Health
+	PathJoin      = "/v1/nodes/join"      // POST Join (agents): JoinReply
+	PathHeartbeat = "/v1/nodes/heartbeat" // POST Heartbeat (agents); 404 means join again
+	PathNodes     = "/v1/nodes"           // GET: []Node
+	PathJobs      = "/v1/jobs"            // GET: []Job; POST RunJob: Job
+	PathJob       = "/v1/jobs/"           // + NAME: GET JobStatus; DELETE
+	// + NAME + one of these, POST:
+	SuffixKill        = "/kill"        // Job
+	SuffixCheckpoint  = "/checkpoint"  // Ckpt, once the round has ended
+	SuffixRestart     = "/restart"     // Restart: Job
+	SuffixCheckpoints = "/checkpoints" // GET: []Ckpt
+)
+
+// Error is the body of every non-2xx reply (the agent API's).
+type Error = agentv1.Error
+
+// Error codes beyond the agent API's.
+const (
+	CodeNoNodes  = "no_nodes"  // not enough live nodes for the request
+	CodeNoCkpt   = "no_ckpt"   // no checkpoint that can be restored
+	CodeConflict = "conflict"  // e.g. a round already runs for the job
+	CodeAborted  = "aborted"   // the checkpoint round aborted
+	CodeNodeDead = "node_dead" // a node the request needs is not alive
+)
+
+// Health says who answers.
+type Health struct {
+	Cluster string `json:"cluster"`
+	Version string `json:"version"`
+	Etcd    string `json:"etcd"` // "embedded" or the endpoints
+}
+
+// Join registers an agent's node; its name is the one in its certificate.
+type Join struct {
+	Name     string            `json:"name"`
+	Addr     string            `json:"addr"`     // agent API host:port
+	Underlay string            `json:"underlay"` // address other nodes reach it at (VXLAN)
+	Labels   map[string]string `json:"labels,omitempty"`
+}
+
+// JoinReply tells the agent how often to send heartbeats.
+type JoinReply struct {
+	Heartbeat time.Duration `json:"heartbeat_ns"`
+	TTL       time.Duration `json:"ttl_ns"` // a node silent for that long is dead
+}
+
+// Heartbeat keeps a node's membership alive.
+type Heartbeat struct {
+	Name string `json:"name"`
+}
+
+// Node is a cluster node as the catalog records it.
+type Node struct {
+	Name     string            `json:"name"`
+	Addr     string            `json:"addr"`
+	Underlay string            `json:"underlay"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Joined   time.Time         `json:"joined"`
+	Alive    bool              `json:"alive"`
+	Ranks    int               `json:"ranks"` // ranks of jobs placed on it
+}
+
+// RunJob starts a job.
+type RunJob struct {
+	Name            string        `json:"name"`
+	Ranks           int           `json:"ranks"`
+	PerNode         int           `json:"per_node,omitempty"` // at most this many ranks per node; 0: spread evenly
+	Nodes           []string      `json:"nodes,omitempty"`    // only these nodes
+	Args            []string      `json:"args"`
+	Env             []string      `json:"env,omitempty"`
+	RootFS          string        `json:"rootfs,omitempty"`
+	CheckpointEvery time.Duration `json:"checkpoint_every_ns,omitempty"`
+}
+
+// Job states.
+const (
+	JobStarting   = "starting"
+	JobRunning    = "running" // started or restarted; its ranks may have exited since
+	JobKilled     = "killed"  // cairn kill: processes gone, job and checkpoints kept
+	JobRestarting = "restarting"
+	JobFailed     = "failed" // a start or restart failed; restart it again
+)
+
+// Job is a job as the catalog records it.
+type Job struct {
+	RunJob
+	VNI          uint32    `json:"vni"`
+	Subnet       string    `json:"subnet"`
+	Addrs        []string  `json:"addrs"`     // rank address, by rank
+	Placement    []string  `json:"placement"` // rank node, by rank
+	State        string    `json:"state"`
+	Reason       string    `json:"reason,omitempty"`
+	Created      time.Time `json:"created"`
+	Restarts     int       `json:"restarts"`
+	NextCkpt     int       `json:"next_ckpt"` // number of the next checkpoint round
+	LastCkpt     int       `json:"last_ckpt"` // newest durable checkpoint; 0: none
+	RestoredFrom int       `json:"restored_from,omitempty"`
+}
+
+// Rank is the live state of one rank.
+type Rank struct {
+	Rank     int    `json:"rank"`
+	Node     string `json:"node"`
+	Addr     string `json:"addr"`
+	Alive    bool   `json:"node_alive"`
+	Status   string `json:"status"` // the container's status; "unknown" if its node does not answer
+	Pid      int    `json:"pid,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// JobStatus is a job with the live state of its ranks.
+type JobStatus struct {
+	Job
+	RankStates []Rank `json:"rank_states"`
+	Exited     bool   `json:"exited"` // every rank has exited
+	Failed     bool   `json:"failed"` // some rank exited non-zero or is gone
+}
+
+// Checkpoint states.
+const (
+	CkptPreparing = "preparing"
+	CkptCommitted = "committed"
+	CkptDurable   = "durable"
+	CkptAborted   = "aborted"
+)
+
+// CkptRank is one rank's part of a global checkpoint.
+type CkptRank struct {
+	Rank   int           `json:"rank"`
+	Node   string        `json:"node"` // where its image is
+	State  string        `json:"state"`
+	Size   int64         `json:"size,omitempty"`
+	Dump   time.Duration `json:"dump_ns,omitempty"`
+	Reason string        `json:"reason,omitempty"`
+}
+
+// Ckpt is a global checkpoint of a job.
+type Ckpt struct {
+	Job      string        `json:"job"`
+	Seq      int           `json:"seq"`
+	State    string        `json:"state"`
+	Reason   string        `json:"reason,omitempty"`
+	Created  time.Time     `json:"created"`
+	Decided  time.Time     `json:"decided,omitempty"`
+	Finished time.Time     `json:"finished,omitempty"`
+	Ranks    []CkptRank    `json:"ranks"`
+	Stall    time.Duration `json:"stall_ns,omitempty"` // ranks frozen, as the coordinator saw it
+	Coord    time.Duration `json:"coord_ns,omitempty"` // stall minus the slowest dump
+	MaxDump  time.Duration `json:"max_dump_ns,omitempty"`
+	Persist  time.Duration `json:"persist_ns,omitempty"` // writing the decision
+	Ingest   time.Duration `json:"ingest_ns,omitempty"`
+	Bytes    int64         `json:"bytes,omitempty"`
+	Periodic bool          `json:"periodic,omitempty"`
+}
+
+// Restart restarts a job from a checkpoint.
+type Restart struct {
+	From  int      `json:"from,omitempty"`  // checkpoint number; 0: the newest restorable
+	Nodes []string `json:"nodes,omitempty"` // place ranks on these nodes
+	// Placement, if set, gives the node of every rank, by rank.
+	Placement []string `json:"placement,omitempty"`
+}

@@ -1,0 +1,460 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"cairn/internal/catalog"
+	"cairn/internal/container"
+	"cairn/internal/coord"
+	"cairn/internal/durable"
+	"cairn/internal/netw"
+	"cairn/internal/pki"
+)
+
+func newCoordinatorCmd() *cobra.Command {
+	var listen, creds, dir, etcd string
+	var deadline, ttl time.Duration
+	var jobSubnets string
+	cmd := &cobra.Command{
+		Use:   "coordinator --creds DIR --dir DIR [--listen ADDR] [--etcd URLS]",
+		Short: "Run the cluster coordinator (catalog in etcd, checkpoint rounds, restarts)",
+		Long: `Run the coordinator in the foreground. It keeps the catalog (nodes, jobs,
+global checkpoints) in etcd: an embedded single-member etcd in DIR/etcd by
+default, or the cluster given by --etcd (comma-separated client URLs). It
+places ranks, runs the two-phase commit of global checkpoints and whole-job
+restarts, and on start finishes any round a previous coordinator left.
+Credentials: 'cairn node cert coordinator --role coordinator -o DIR'.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if creds == "" || dir == "" {
+				return usageError{errors.New("--creds DIR and --dir DIR are required")}
+			}
+			c, err := pki.LoadCredentials(creds)
+			if err != nil {
+				return err
+			}
+			if c.Role != pki.Coordinator {
+				return fmt.Errorf("credentials in %s are for a %s, not the coordinator", creds, c.Role)
+			}
+			subnets, err := netip.ParsePrefix(jobSubnets)
+			if err != nil || subnets.Bits() > 24 || !subnets.Addr().Is4() {
+				return usageError{fmt.Errorf("--job-subnets %q: want an IPv4 prefix of /24 or shorter", jobSubnets)}
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			ctx := cmd.Context()
+			endpoints := strings.Split(etcd, ",")
+			desc := etcd
+			if etcd == "" {
+				// A coordinator restarted right after the old one died may
+				// find the old one still letting go of its etcd dir.
+				var e *catalog.Embedded
+				for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+					e, err = catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: filepath.Join(dir, "etcd")})
+					if !errors.Is(err, catalog.ErrLocked) || time.Since(start) > 10*time.Second {
+						break
+					}
+				}
+				if err != nil {
+					return err
+				}
+				defer e.Close()
+				endpoints, desc = e.Endpoints(), "embedded"
+			}
+			cat, err := catalog.Open(ctx, catalog.Config{Endpoints: endpoints})
+			if err != nil {
+				return err
+			}
+			defer cat.Close()
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			log.Info("coordinator serving", "addr", ln.Addr().String(), "cluster", c.ClusterID, "etcd", desc)
+			co := coord.New(cat, c, log, coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, EtcdDesc: desc})
+			return co.Run(ctx, ln)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:7400", "address to serve on")
+	f.StringVar(&creds, "creds", "", "directory with the coordinator's credentials (required)")
+	f.StringVar(&dir, "dir", "", "directory for the coordinator's state (the embedded etcd) (required)")
+	f.StringVar(&etcd, "etcd", "", "use this etcd cluster (comma-separated client URLs) instead of an embedded one")
+	f.DurationVar(&deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
+	f.DurationVar(&ttl, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
+	f.StringVar(&jobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
+	return cmd
+}
+
+// localCluster is what `cairn up` records in DATA/cluster/cluster.json:
+// enough for the CLI to find the coordinator and for `cairn down` to
+// remove everything.
+type localCluster struct {
+	Prefix      string      `json:"prefix"`
+	Underlay    string      `json:"underlay"`
+	Coordinator string      `json:"coordinator"`
+	CoordPID    int         `json:"coordinator_pid"`
+	Nodes       []localNode `json:"nodes"`
+	Created     time.Time   `json:"created"`
+}
+
+type localNode struct {
+	Name    string `json:"name"`
+	Addr    string `json:"addr"`
+	Data    string `json:"data"`
+	Staging string `json:"staging"`
+	PID     int    `json:"pid"`
+}
+
+func clusterDir() string { return filepath.Join(global.dataDir, "cluster") }
+
+func loadLocalCluster() (*localCluster, error) {
+	b, err := os.ReadFile(filepath.Join(clusterDir(), "cluster.json"))
+	if err != nil {
+		return nil, err
+	}
+	var lc localCluster
+	if err := json.Unmarshal(b, &lc); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(clusterDir(), "cluster.json"), err)
+	}
+	return &lc, nil
+}
+
+// coordFlags are how the CLI finds a coordinator.
+var coordFlags struct {
+	addr  string
+	creds string
+}
+
+// errNoCluster says that no coordinator is configured.
+var errNoCluster = errors.New("no cluster: start one with `cairn up`, or give --coordinator ADDR and --creds DIR")
+
+// coordClient returns a client of the configured coordinator: the one of
+// --coordinator ($CAIRN_COORDINATOR) with --creds ($CAIRN_CREDS), or the
+// local cluster `cairn up` made.
+func coordClient() (*coord.Client, error) {
+	addr, creds := coordFlags.addr, coordFlags.creds
+	if addr == "" {
+		lc, err := loadLocalCluster()
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, errNoCluster
+		}
+		if err != nil {
+			return nil, err
+		}
+		addr = lc.Coordinator
+		if creds == "" {
+			creds = filepath.Join(clusterDir(), "client")
+		}
+	}
+	if creds == "" {
+		return nil, usageError{errors.New("--creds DIR (client credentials) is required with --coordinator")}
+	}
+	c, err := pki.LoadCredentials(creds)
+	if err != nil {
+		return nil, err
+	}
+	return coord.NewClient(addr, c), nil
+}
+
+func newUpCmd() *cobra.Command {
+	var nodes int
+	var prefix, underlay, jobSubnets string
+	var deadline, ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "up [--nodes N]",
+		Short: "Start a local cluster: a coordinator and N agents, each node in its own network namespace",
+		Long: `Start a cluster on this machine: a coordinator (with an embedded etcd) on the
+host and N agents, each in a network namespace of its own (a "node", with its
+own data dir in DATA/cluster/nodes/NAME and its own bridges), joined by veths
+to a host bridge that plays the physical network. A fresh CA signs every
+credential. The CLI finds this cluster without flags; 'cairn down' removes
+all of it.`,
+		Example: `  cairn up --nodes 3
+  cairn run --job sim --ranks 4 -- /usr/bin/my-solver
+  cairn down`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if nodes < 1 || nodes > 64 {
+				return usageError{fmt.Errorf("--nodes must be 1..64")}
+			}
+			sub, err := netip.ParsePrefix(underlay)
+			if err != nil {
+				return usageError{fmt.Errorf("--underlay: %w", err)}
+			}
+			return clusterUp(cmd.Context(), cmd, nodes, prefix, sub, jobSubnets, deadline, ttl)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&nodes, "nodes", 3, "number of nodes")
+	f.StringVar(&prefix, "prefix", "cl-", "name prefix of the cluster's namespaces, bridges and nodes")
+	f.StringVar(&underlay, "underlay", "10.212.0.0/24", "subnet of the network between nodes")
+	f.StringVar(&jobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
+	f.DurationVar(&deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
+	f.DurationVar(&ttl, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
+	return cmd
+}
+
+// coordPort and agentPort are the local cluster's service ports.
+const (
+	coordPort = 7400
+	agentPort = 7420
+)
+
+func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, underlay netip.Prefix, jobSubnets string, deadline, ttl time.Duration) (err error) {
+	out := cmd.OutOrStdout()
+	dir := clusterDir()
+	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err == nil {
+		return fmt.Errorf("a local cluster exists (%s); remove it with `cairn down` first", dir)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cl, err := netw.NewCluster(prefix, underlay, n)
+	if err != nil {
+		return usageError{err}
+	}
+	cl.HostAddr = true
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	lc := &localCluster{Prefix: prefix, Underlay: underlay.String(), Created: time.Now().UTC(),
+		Coordinator: netip.AddrPortFrom(cl.Underlay.Gateway(), coordPort).String()}
+	save := func() error {
+		b, _ := json.MarshalIndent(lc, "", "  ")
+		return durable.WriteFile(filepath.Join(dir, "cluster.json"), b, 0o600)
+	}
+	// From here on, whatever fails takes everything down again.
+	if err := save(); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = clusterDown(context.WithoutCancel(ctx), lc, nil)
+		}
+	}()
+	ca, err := pki.Init(filepath.Join(dir, "pki"), pki.InitOptions{Force: true})
+	if err != nil {
+		return err
+	}
+	issue := func(name string, role pki.Role, to string, ips ...net.IP) error {
+		c, err := ca.Issue(name, role, pki.IssueOptions{IPs: ips})
+		if err != nil {
+			return err
+		}
+		return c.Write(to)
+	}
+	if err := issue(coord.ServerName, pki.Coordinator, filepath.Join(dir, "coordinator", "creds"), net.IP(cl.Underlay.Gateway().AsSlice())); err != nil {
+		return err
+	}
+	if err := issue("client", pki.Client, filepath.Join(dir, "client")); err != nil {
+		return err
+	}
+	if err := cl.Create(ctx); err != nil {
+		return err
+	}
+	// The coordinator, on the host.
+	pid, err := spawn(filepath.Join(dir, "coordinator", "coordinator.log"), nil, exe,
+		"--data", filepath.Join(dir, "coordinator"), "coordinator",
+		"--creds", filepath.Join(dir, "coordinator", "creds"), "--dir", filepath.Join(dir, "coordinator"),
+		"--listen", lc.Coordinator, "--job-subnets", jobSubnets,
+		"--deadline", deadline.String(), "--node-ttl", ttl.String())
+	if err != nil {
+		return err
+	}
+	lc.CoordPID = pid
+	if err := save(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "coordinator at %s (pid %d)\n", lc.Coordinator, pid)
+	// The agents, one in each node's network namespace.
+	for _, node := range cl.Nodes {
+		nd := filepath.Join(dir, "nodes", node.Name)
+		ln := localNode{Name: node.Name, Addr: netip.AddrPortFrom(node.Addr, agentPort).String(),
+			Data: filepath.Join(nd, "data"), Staging: filepath.Join(global.stagingDir, node.Name)}
+		if err := issue(node.Name, pki.Agent, filepath.Join(nd, "creds"), net.IP(node.Addr.AsSlice())); err != nil {
+			return err
+		}
+		pid, err := spawn(filepath.Join(nd, "agent.log"), []string{"nsenter", "--net=" + node.Path(), "--"}, exe,
+			"--data", ln.Data, "--staging", ln.Staging, "--criu", global.criuPath, "--runc", global.runcPath,
+			"agent", "--creds", filepath.Join(nd, "creds"), "--listen", ln.Addr,
+			"--coordinator", lc.Coordinator, "--underlay", node.Addr.String(), "--netns-prefix", node.Name+"-")
+		if err != nil {
+			return err
+		}
+		ln.PID = pid
+		lc.Nodes = append(lc.Nodes, ln)
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	// Ready when every node has joined.
+	c, err := coordClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	deadlineAt := time.Now().Add(60 * time.Second)
+	for {
+		nodes, err := c.Nodes(ctx)
+		alive := 0
+		for _, nd := range nodes {
+			if nd.Alive {
+				alive++
+			}
+		}
+		if err == nil && alive == n {
+			break
+		}
+		if time.Now().After(deadlineAt) {
+			return fmt.Errorf("only %d of %d nodes joined within 60s (%v); see the logs in %s", alive, n, err, dir)
+		}
+		for _, p := range append([]int{lc.CoordPID}, nodePIDs(lc)...) {
+			if !pidRuns(p) {
+				return fmt.Errorf("a cluster process (pid %d) exited; see the logs in %s", p, dir)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, nd := range lc.Nodes {
+		fmt.Fprintf(out, "node %s: agent at %s (pid %d)\n", nd.Name, nd.Addr, nd.PID)
+	}
+	fmt.Fprintf(out, "cluster up: %d nodes (state and logs in %s; remove with `cairn down`)\n", n, dir)
+	return nil
+}
+
+func nodePIDs(lc *localCluster) []int {
+	var pids []int
+	for _, n := range lc.Nodes {
+		pids = append(pids, n.PID)
+	}
+	return pids
+}
+
+func pidRuns(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// A zombie has exited.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// spawn starts a detached process (its own session, output to logPath)
+// and returns its pid.
+func spawn(logPath string, wrapper []string, exe string, args ...string) (int, error) {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+		return 0, err
+	}
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer lf.Close()
+	argv := append(append(wrapper, exe), args...)
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Stdout, c.Stderr = lf, lf
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		return 0, err
+	}
+	pid := c.Process.Pid
+	go func() { _ = c.Wait() }() // reap it if it exits while this process lives
+	return pid, nil
+}
+
+func newDownCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Remove the local cluster made by `cairn up`: processes, containers, namespaces, data",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lc, err := loadLocalCluster()
+			if errors.Is(err, os.ErrNotExist) {
+				fmt.Fprintln(cmd.OutOrStdout(), "no local cluster")
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := clusterDown(cmd.Context(), lc, cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "cluster down")
+			return nil
+		},
+	}
+}
+
+// stopPID ends a process this cluster started: SIGTERM, then SIGKILL.
+func stopPID(pid int) {
+	if !pidRuns(pid) {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	for i := 0; i < 50 && pidRuns(pid); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if pidRuns(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		for i := 0; i < 50 && pidRuns(pid); i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// clusterDown stops the agents, removes every container of every node,
+// the namespaces and links named with the cluster's prefix, stops the
+// coordinator and deletes the cluster's directory.
+func clusterDown(ctx context.Context, lc *localCluster, out interface{ Write([]byte) (int, error) }) error {
+	var errs []error
+	for _, n := range lc.Nodes {
+		stopPID(n.PID)
+	}
+	for _, n := range lc.Nodes {
+		if _, err := os.Stat(n.Data); err != nil {
+			continue
+		}
+		m, err := container.New(container.Options{DataDir: n.Data, StagingDir: n.Staging, CRIU: global.criuPath, Runc: global.runcPath})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		list, err := m.List(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, in := range list {
+			if err := m.Remove(ctx, in.Name, true); err != nil {
+				errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+			}
+		}
+		_ = os.RemoveAll(n.Staging)
+	}
+	stopPID(lc.CoordPID)
+	if err := netw.Cleanup(ctx, lc.Prefix); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cluster down (state kept in %s): %w", clusterDir(), err)
+	}
+	return os.RemoveAll(clusterDir())
+}

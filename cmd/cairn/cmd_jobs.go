@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/agent"
+	"cairn/internal/coord"
+	"cairn/internal/pki"
+)
+
+// asJob returns a client of the cluster's coordinator when name is a job
+// there and not a container on this node: commands such as wait, kill, rm
+// and checkpoint then act on the job.
+func asJob(ctx context.Context, name string) (*coord.Client, bool) {
+	if strings.Contains(name, ":") || strings.Contains(name, "/") {
+		return nil, false
+	}
+	if m, err := manager(); err == nil {
+		if _, err := m.Get(ctx, name); err == nil {
+			return nil, false
+		}
+	}
+	c, err := coordClient()
+	if err != nil {
+		return nil, false
+	}
+	if _, err := c.Status(ctx, name); err != nil {
+		c.Close()
+		return nil, false
+	}
+	return c, true
+}
+
+func runJob(cmd *cobra.Command, req coordv1.RunJob, asJSON bool) error {
+	c, err := coordClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	j, err := c.RunJob(cmd.Context(), req)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(cmd.OutOrStdout(), j)
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "job %s: %d ranks on subnet %s\n", j.Name, j.Ranks, j.Subnet)
+	for r, n := range j.Placement {
+		fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
+	}
+	return nil
+}
+
+func newJobsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List the cluster's jobs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := coordClient()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			jobs, err := c.Jobs(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if jobs == nil {
+					jobs = []coordv1.Job{}
+				}
+				return printJSON(cmd.OutOrStdout(), jobs)
+			}
+			tw := newTable(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "JOB\tRANKS\tSTATE\tNODES\tLAST CKPT\tRESTARTS\tCREATED\tCOMMAND")
+			for _, j := range jobs {
+				last := "-"
+				if j.LastCkpt > 0 {
+					last = strconv.Itoa(j.LastCkpt)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", j.Name, j.Ranks, j.State, nodeSet(j.Placement),
+					last, j.Restarts, ago(j.Created), truncate(strings.Join(j.Args, " "), 30))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newNodesCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "List the cluster's nodes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := coordClient()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			nodes, err := c.Nodes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if nodes == nil {
+					nodes = []coordv1.Node{}
+				}
+				return printJSON(cmd.OutOrStdout(), nodes)
+			}
+			tw := newTable(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "NODE\tSTATE\tRANKS\tAGENT\tUNDERLAY\tJOINED")
+			for _, n := range nodes {
+				state := "dead"
+				if n.Alive {
+					state = "alive"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, ago(n.Joined))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// nodeSet lists the distinct nodes of a placement in order.
+func nodeSet(placement []string) string {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range placement {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func jobPs(cmd *cobra.Command, name string, asJSON bool) error {
+	c, err := coordClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, err := c.Status(cmd.Context(), name)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(cmd.OutOrStdout(), st)
+	}
+	tw := newTable(cmd.OutOrStdout())
+	fmt.Fprintln(tw, "RANK\tNODE\tADDRESS\tSTATUS\tPID")
+	for _, r := range st.RankStates {
+		status := r.Status
+		if r.ExitCode != nil && (status == "exited" || status == "stopped") {
+			status = fmt.Sprintf("exited (%d)", *r.ExitCode)
+		}
+		if r.Error != "" {
+			status += " (" + r.Error + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Rank, r.Node, r.Addr, status, pidText(r.Pid))
+	}
+	return tw.Flush()
+}
+
+// jobLogs prints a rank's output, fetched from its node's agent.
+func jobLogs(cmd *cobra.Command, ref string, follow bool) error {
+	job, rs, _ := strings.Cut(ref, "/")
+	rank, err := strconv.Atoi(rs)
+	if err != nil || rank < 0 {
+		return usageError{fmt.Errorf("%q: want JOB/RANK", ref)}
+	}
+	c, err := coordClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := cmd.Context()
+	st, err := c.Status(ctx, job)
+	if err != nil {
+		return err
+	}
+	if rank >= len(st.Placement) {
+		return usageError{fmt.Errorf("job %s has ranks 0..%d", job, len(st.Placement)-1)}
+	}
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	addr := ""
+	for _, n := range nodes {
+		if n.Name == st.Placement[rank] {
+			addr = n.Addr
+		}
+	}
+	creds, err := clientCreds()
+	if err != nil {
+		return err
+	}
+	ac := agent.NewClient(addr, st.Placement[rank], creds)
+	defer ac.Close()
+	body, err := ac.Logs(ctx, agent.RankName(job, rank), follow)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	_, err = io.Copy(cmd.OutOrStdout(), body)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// clientCreds loads the CLI's credentials for the configured cluster.
+func clientCreds() (*pki.Credentials, error) {
+	dir := coordFlags.creds
+	if dir == "" {
+		dir = clusterDir() + "/client"
+	}
+	return pki.LoadCredentials(dir)
+}
+
+// jobWait waits until every rank of a job has exited.
+func jobWait(cmd *cobra.Command, c *coord.Client, name string) error {
+	ctx := cmd.Context()
+	for {
+		st, err := c.Status(ctx, name)
+		if err != nil {
+			return err
+		}
+		if st.Exited {
+			out := cmd.OutOrStdout()
+			worst := 0
+			for _, r := range st.RankStates {
+				code := -1
+				if r.ExitCode != nil {
+					code = *r.ExitCode
+				}
+				fmt.Fprintf(out, "rank %d: %s (%d)\n", r.Rank, r.Status, code)
+				if code != 0 && worst == 0 {
+					worst = code
+					if worst < 0 {
+						worst = 1
+					}
+				}
+			}
+			if worst != 0 {
+				return exitCodeError{worst}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func jobCheckpoint(cmd *cobra.Command, c *coord.Client, name string, asJSON bool) error {
+	ck, err := c.Checkpoint(cmd.Context(), name)
+	var we *agentv1.Error
+	aborted := errors.As(err, &we) && we.Code == coordv1.CodeAborted
+	if err != nil && !aborted {
+		return err
+	}
+	if asJSON {
+		if perr := printJSON(cmd.OutOrStdout(), ck); perr != nil {
+			return perr
+		}
+		return err
+	}
+	if aborted {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s:%d %s: %d ranks, %s; ranks frozen %s (slowest dump %s, coordination %s)\n",
+		ck.Job, ck.Seq, ck.State, len(ck.Ranks), humanBytes(ck.Bytes), humanDuration(ck.Stall), humanDuration(ck.MaxDump), humanDuration(ck.Coord))
+	return nil
+}
+
+func jobCheckpoints(cmd *cobra.Command, c *coord.Client, name string, asJSON bool) error {
+	cks, err := c.Checkpoints(cmd.Context(), name)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if cks == nil {
+			cks = []coordv1.Ckpt{}
+		}
+		return printJSON(cmd.OutOrStdout(), cks)
+	}
+	tw := newTable(cmd.OutOrStdout())
+	fmt.Fprintln(tw, "CHECKPOINT\tSTATE\tCREATED\tRANKS\tSIZE\tSTALL\tCOORD\tNODES\tREASON")
+	for _, ck := range cks {
+		var nodes []string
+		for _, r := range ck.Ranks {
+			nodes = append(nodes, r.Node)
+		}
+		fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", ck.Job, ck.Seq, ck.State, ago(ck.Created), len(ck.Ranks),
+			humanBytes(ck.Bytes), humanDuration(ck.Stall), humanDuration(ck.Coord), nodeSet(nodes), truncate(ck.Reason, 50))
+	}
+	return tw.Flush()
+}
+
+func newRestartCmd() *cobra.Command {
+	var from int
+	var nodes, placement []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "restart JOB [--from N] [--nodes n1,n2,... | --placement NODE0,NODE1,...]",
+		Short: "Restart a whole job from a global checkpoint, on any nodes",
+		Long: `Restart every rank of JOB from checkpoint N (default: the newest durable one
+whose every rank image is on a live node). Whatever is left of the job is
+removed first. Each target node fetches its ranks' images from the nodes that
+hold them and restores them frozen with their network locked, all in
+parallel; once every rank is restored, all resume together. Ranks keep their
+addresses and the TCP connections between them. --nodes places the ranks on
+those nodes (default: where their images are, else the least loaded);
+--placement gives the node of every rank, in rank order.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := coordClient()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			start := time.Now()
+			j, err := c.Restart(cmd.Context(), args[0], coordv1.Restart{From: from, Nodes: nodes, Placement: placement})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), j)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "job %s restarted from checkpoint %d in %s\n", j.Name, j.RestoredFrom, humanDuration(time.Since(start)))
+			for r, n := range j.Placement {
+				fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&from, "from", 0, "checkpoint number (default: the newest restorable)")
+	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "nodes to place the ranks on")
+	cmd.Flags().StringSliceVar(&placement, "placement", nil, "node of each rank, in rank order")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

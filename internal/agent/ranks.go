@@ -1,0 +1,532 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	v1 "cairn/api/agent/v1"
+	"cairn/internal/container"
+	"cairn/internal/netw"
+)
+
+// RankName is the name of a job rank's container on its node.
+func RankName(job string, rank int) string { return fmt.Sprintf("%s.%d", job, rank) }
+
+// Node is what an agent knows of the node it runs on, for job networks.
+type Node struct {
+	Underlay netip.Addr // this node's address on the network between nodes
+	Dev      string     // underlay device; "" means eth0
+	// NetnsPrefix starts the names of the rank network namespaces this
+	// agent makes; it must be unique on the machine.
+	NetnsPrefix string
+}
+
+// pendingKey names a prepared rank.
+type pendingKey struct {
+	name string
+	seq  int
+}
+
+// pending is a prepared rank waiting for Commit or Abort.
+type pending struct {
+	prep   *container.Prepared
+	netns  string
+	timer  *time.Timer // thaws the rank when the hold expires
+	expire *time.Timer // aborts the prepare when nobody ever decides
+	mu     sync.Mutex  // serializes commit, abort and the timers
+	thawed bool
+	stall  time.Duration
+}
+
+// ranks is the agent's state for job ranks.
+type ranks struct {
+	netMu   sync.Mutex // job network changes on this node
+	mu      sync.Mutex
+	pending map[pendingKey]*pending
+	// committing holds commits in progress, so that a commit sent again
+	// (by a coordinator that restarted) waits for the first.
+	committing map[pendingKey]chan struct{}
+	// aborted holds aborts that came while their prepare was still
+	// running: the prepare then gives up as soon as it ends, instead of
+	// holding its rank frozen until the hold expires.
+	aborted map[pendingKey]time.Time
+	// preparing holds prepares in progress; closed when each ends.
+	preparing map[pendingKey]chan struct{}
+}
+
+func (s *Server) jobNet(j v1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr, error) {
+	sub, err := netip.ParsePrefix(j.Subnet)
+	if err != nil {
+		return netw.NodeJobNet{}, nil, fmt.Errorf("job subnet: %w", err)
+	}
+	n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: j.VNI, Subnet: sub.Masked(), Prefix: s.Node.NetnsPrefix}
+	remotes := map[netip.Addr]netip.Addr{}
+	for r, at := range j.Remotes {
+		ra, err1 := netip.ParseAddr(r)
+		aa, err2 := netip.ParseAddr(at)
+		if err := errors.Join(err1, err2); err != nil {
+			return n, nil, fmt.Errorf("job network remotes: %w", err)
+		}
+		remotes[ra] = aa
+	}
+	return n, remotes, nil
+}
+
+// ensureJobNet makes the job's devices on this node and points them at the
+// ranks on other nodes.
+func (s *Server) ensureJobNet(ctx context.Context, j v1.JobNet) (netw.NodeJobNet, error) {
+	n, remotes, err := s.jobNet(j)
+	if err != nil {
+		return n, err
+	}
+	// Ranks of one job on this node start in parallel: one makes the
+	// devices, the others find them.
+	s.ranks.netMu.Lock()
+	defer s.ranks.netMu.Unlock()
+	if err := n.Ensure(ctx); err != nil {
+		return n, err
+	}
+	return n, n.SetRemotes(ctx, remotes)
+}
+
+func (s *Server) rankNetns(vni uint32, addr netip.Addr) string {
+	n := netw.NodeJobNet{VNI: vni, Prefix: s.Node.NetnsPrefix}
+	return netw.NetnsPath(n.RankNetns(addr))
+}
+
+func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, error) {
+	addr, err := netip.ParseAddr(req.Addr)
+	if err != nil {
+		return nil, badRequest(err)
+	}
+	n, err := s.ensureJobNet(ctx, req.Net)
+	if err != nil {
+		return nil, err
+	}
+	name := RankName(req.Job, req.Rank.Rank)
+	r, err := n.AttachRank(ctx, addr, false)
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.Manager.Run(ctx, container.Config{
+		Name: name, Args: req.Args, Env: req.Env, RootFS: req.RootFS,
+		Hostname: fmt.Sprintf("%s-%d", req.Job, req.Rank.Rank),
+		Net:      &container.NetAttach{Netns: r.Path(), Addr: addr},
+	})
+	if err != nil {
+		_ = n.DetachRank(context.WithoutCancel(ctx), addr)
+		return nil, err
+	}
+	return in, nil
+}
+
+func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
+	name := RankName(req.Job, req.Rank.Rank)
+	s.dropPending(ctx, name)
+	var errs []error
+	if err := s.Manager.Remove(ctx, name, true); err != nil && !errors.Is(err, container.ErrNotFound) {
+		errs = append(errs, err)
+	}
+	if req.Addr != "" {
+		addr, err := netip.ParseAddr(req.Addr)
+		if err != nil {
+			return badRequest(err)
+		}
+		n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: req.VNI, Prefix: s.Node.NetnsPrefix}
+		errs = append(errs, n.DetachRank(ctx, addr))
+	}
+	return errors.Join(errs...)
+}
+
+// rankRestore restores a rank frozen into a fresh, locked network
+// namespace with its address. A container of that name left on this node
+// (a rank that died here) is replaced.
+func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore) (*container.Info, error) {
+	addr, err := netip.ParseAddr(req.Addr)
+	if err != nil {
+		return nil, badRequest(err)
+	}
+	name := RankName(req.Job, req.Rank.Rank)
+	if _, err := s.Manager.Repo().Load(name, req.Seq); err != nil {
+		return nil, err
+	}
+	n, err := s.ensureJobNet(ctx, req.Net)
+	if err != nil {
+		return nil, err
+	}
+	s.dropPending(ctx, name)
+	if err := s.Manager.Remove(ctx, name, true); err != nil && !errors.Is(err, container.ErrNotFound) {
+		return nil, err
+	}
+	if err := n.DetachRank(ctx, addr); err != nil {
+		return nil, err
+	}
+	r, err := n.AttachRank(ctx, addr, true)
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.Manager.Restore(ctx, name, container.RestoreOptions{
+		Seq: req.Seq, Paused: true,
+		Net: &container.NetAttach{Netns: r.Path(), Addr: addr},
+	})
+	if err != nil {
+		_ = n.DetachRank(context.WithoutCancel(ctx), addr)
+		return nil, err
+	}
+	return in, nil
+}
+
+func (s *Server) rankResume(ctx context.Context, req v1.RankResume) error {
+	var errs []error
+	for _, r := range req.Ranks {
+		name := RankName(r.Job, r.Rank)
+		in, err := s.Manager.Get(ctx, name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if n := in.Config.Net; n != nil {
+			if err := netw.UnlockNetns(ctx, n.Netns); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := s.Manager.Resume(ctx, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prepare locks, freezes and dumps a rank, and keeps it so until Commit,
+// Abort or the end of the hold.
+func (s *Server) prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, error) {
+	start := time.Now()
+	name := RankName(req.Job, req.Rank.Rank)
+	key := pendingKey{name, req.Seq}
+	s.ranks.mu.Lock()
+	if _, ok := s.ranks.pending[key]; ok {
+		s.ranks.mu.Unlock()
+		return v1.Prepared{}, fmt.Errorf("%w: %s:%d is already prepared", container.ErrExists, name, req.Seq)
+	}
+	if s.ranks.preparing == nil {
+		s.ranks.preparing = map[pendingKey]chan struct{}{}
+	}
+	if _, ok := s.ranks.preparing[key]; ok {
+		s.ranks.mu.Unlock()
+		return v1.Prepared{}, fmt.Errorf("%w: %s:%d is being prepared", container.ErrExists, name, req.Seq)
+	}
+	ended := make(chan struct{})
+	s.ranks.preparing[key] = ended
+	s.ranks.mu.Unlock()
+	defer func() {
+		s.ranks.mu.Lock()
+		delete(s.ranks.preparing, key)
+		s.ranks.mu.Unlock()
+		close(ended)
+	}()
+	in, err := s.Manager.Get(ctx, name)
+	if err != nil {
+		return v1.Prepared{}, err
+	}
+	netns := ""
+	if in.Config.Net != nil {
+		netns = in.Config.Net.Netns
+		if err := netw.LockNetns(ctx, netns); err != nil {
+			return v1.Prepared{}, err
+		}
+	}
+	// The prepare belongs to the round, not to this request: a caller that
+	// goes away must not cancel a dump half-way.
+	prep, err := s.Manager.Prepare(context.WithoutCancel(ctx), name, req.Seq)
+	if err != nil {
+		if netns != "" {
+			_ = netw.UnlockNetns(context.WithoutCancel(ctx), netns)
+		}
+		return v1.Prepared{}, err
+	}
+	p := &pending{prep: prep, netns: netns}
+	hold := req.Hold
+	if hold <= 0 {
+		hold = DefaultHold
+	}
+	p.timer = time.AfterFunc(hold, func() {
+		s.log().Warn("no decision within the hold: thawing", "rank", name, "seq", req.Seq, "hold", hold)
+		p.thaw(context.Background())
+	})
+	p.expire = time.AfterFunc(hold+PendingTTL, func() {
+		s.log().Warn("no decision: dropping the prepared image", "rank", name, "seq", req.Seq)
+		s.finish(context.Background(), key, false)
+	})
+	// An abort that came while the rank dumped was remembered: checking for
+	// it and publishing the prepare happen under one lock, so that every
+	// abort either finds the prepare or is found by it.
+	s.ranks.mu.Lock()
+	_, abortedMeanwhile := s.ranks.aborted[key]
+	delete(s.ranks.aborted, key)
+	if !abortedMeanwhile {
+		if s.ranks.pending == nil {
+			s.ranks.pending = map[pendingKey]*pending{}
+		}
+		s.ranks.pending[key] = p
+	}
+	s.ranks.mu.Unlock()
+	if abortedMeanwhile {
+		p.timer.Stop()
+		p.expire.Stop()
+		err := errors.Join(p.thaw(context.WithoutCancel(ctx)), prep.Abort(context.WithoutCancel(ctx)))
+		return v1.Prepared{}, errors.Join(&v1.Error{Code: v1.CodeNoSuchRound, Message: fmt.Sprintf("%s:%d was aborted while it prepared", name, req.Seq)}, err)
+	}
+	return v1.Prepared{Size: prep.Size(), Dump: time.Since(start)}, nil
+}
+
+// Defaults of the prepare hold.
+var (
+	DefaultHold = 30 * time.Second
+	// PendingTTL is how long a prepared image is kept after its rank was
+	// thawed for want of a decision: a coordinator that comes back within
+	// it can still commit the round.
+	PendingTTL = 10 * time.Minute
+)
+
+// thaw unlocks and thaws the rank once.
+func (p *pending) thaw(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.thawLocked(ctx)
+}
+
+func (p *pending) thawLocked(ctx context.Context) error {
+	if p.thawed {
+		return nil
+	}
+	p.thawed = true
+	err := p.prep.Thaw(ctx)
+	if p.netns != "" {
+		err = errors.Join(err, netw.UnlockNetns(ctx, p.netns))
+	}
+	return err
+}
+
+func (s *Server) takePending(key pendingKey) *pending {
+	s.ranks.mu.Lock()
+	defer s.ranks.mu.Unlock()
+	p := s.ranks.pending[key]
+	delete(s.ranks.pending, key)
+	return p
+}
+
+// dropPending aborts every prepare of the named container.
+func (s *Server) dropPending(ctx context.Context, name string) {
+	s.ranks.mu.Lock()
+	var keys []pendingKey
+	for k := range s.ranks.pending {
+		if k.name == name {
+			keys = append(keys, k)
+		}
+	}
+	s.ranks.mu.Unlock()
+	for _, k := range keys {
+		_, _ = s.finish(ctx, k, false)
+	}
+}
+
+// finish commits or aborts a prepared rank. A commit of a rank whose image
+// is already in the store (a commit sent again) succeeds.
+func (s *Server) finish(ctx context.Context, key pendingKey, commit bool) (*v1.Committed, error) {
+	ctx = context.WithoutCancel(ctx)
+	p := s.takePending(key)
+	if p == nil {
+		if !commit {
+			// Nothing prepared here (yet): if a prepare is still running,
+			// it must not keep its rank once it ends.
+			s.ranks.mu.Lock()
+			if s.ranks.aborted == nil {
+				s.ranks.aborted = map[pendingKey]time.Time{}
+			}
+			for k, at := range s.ranks.aborted {
+				if time.Since(at) > PendingTTL {
+					delete(s.ranks.aborted, k)
+				}
+			}
+			s.ranks.aborted[key] = time.Now()
+			ended := s.ranks.preparing[key]
+			s.ranks.mu.Unlock()
+			if ended != nil {
+				// Answer once the rank runs again: an aborted round means
+				// its ranks go on.
+				<-ended
+			}
+			return nil, nil
+		}
+		s.ranks.mu.Lock()
+		wait := s.ranks.committing[key]
+		s.ranks.mu.Unlock()
+		if wait != nil {
+			<-wait
+		}
+		if rec, err := s.Manager.Repo().Load(key.name, key.seq); err == nil {
+			return &v1.Committed{Checkpoint: checkpointWire(rec)}, nil
+		}
+		return nil, &v1.Error{Code: v1.CodeNoSuchRound, Message: fmt.Sprintf("%s:%d is not prepared on this node", key.name, key.seq)}
+	}
+	p.timer.Stop()
+	p.expire.Stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	thawErr := p.thawLocked(ctx)
+	if !commit {
+		return nil, errors.Join(thawErr, p.prep.Abort(ctx))
+	}
+	done := make(chan struct{})
+	s.ranks.mu.Lock()
+	if s.ranks.committing == nil {
+		s.ranks.committing = map[pendingKey]chan struct{}{}
+	}
+	s.ranks.committing[key] = done
+	s.ranks.mu.Unlock()
+	defer func() {
+		s.ranks.mu.Lock()
+		delete(s.ranks.committing, key)
+		s.ranks.mu.Unlock()
+		close(done)
+	}()
+	rec, err := p.prep.Commit(ctx, nil)
+	if err != nil {
+		return nil, errors.Join(err, thawErr)
+	}
+	return &v1.Committed{Checkpoint: checkpointWire(rec), Stall: rec.Timing.Stall}, thawErr
+}
+
+// fetch copies an image from another agent unless it is here already.
+func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
+	start := time.Now()
+	repo := s.Manager.Repo()
+	if rec, err := repo.Load(req.Container, req.Seq); err == nil {
+		return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+	}
+	c := NewClient(req.From, req.FromNode, s.Creds)
+	defer c.Close()
+	body, err := c.Export(ctx, req.Container, req.Seq)
+	if err != nil {
+		return v1.Image{}, err
+	}
+	defer body.Close()
+	cr := &countingReader{r: body}
+	rec, err := repo.Receive(ctx, cr, nil)
+	if err != nil {
+		return v1.Image{}, fmt.Errorf("fetch %s:%d from %s: %w", req.Container, req.Seq, req.FromNode, err)
+	}
+	if rec.Container != req.Container || rec.Seq != req.Seq {
+		return v1.Image{}, fmt.Errorf("fetch %s:%d from %s: got %s", req.Container, req.Seq, req.FromNode, rec.Name())
+	}
+	return v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Bytes: cr.n, Duration: time.Since(start)}, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// export streams a checkpoint to another agent or a client.
+func (s *Server) export(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	name := q.Get("container")
+	seq, err := strconv.Atoi(q.Get("seq"))
+	if err != nil || container.ValidName(name) != nil {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "export needs ?container=NAME&seq=N")
+		return
+	}
+	if _, err := s.Manager.Repo().Load(name, seq); err != nil {
+		failErr(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	// Errors after the header can only cut the stream short; the receiver
+	// verifies everything and refuses a truncated export.
+	if _, err := s.Manager.Repo().Export(r.Context(), name, seq, w, nil); err != nil {
+		s.log().Warn("export", "ckpt", fmt.Sprintf("%s:%d", name, seq), "err", err)
+	}
+}
+
+// logs streams a container's output; with follow=1 until it exits.
+func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
+	in, err := s.Manager.Get(r.Context(), name)
+	if err != nil {
+		failErr(w, err)
+		return
+	}
+	f, err := os.Open(in.Log)
+	if err != nil {
+		failErr(w, err)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	follow := r.URL.Query().Get("follow") == "1"
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			continue
+		}
+		if err != nil && err != io.EOF {
+			return
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		if !follow {
+			return
+		}
+		if in, err := s.Manager.Get(r.Context(), name); err != nil || (in.Status != "running" && in.Status != "paused" && in.Status != "created") {
+			// One more read for what was written before the exit.
+			if n, _ := f.Read(buf); n > 0 {
+				_, _ = w.Write(buf[:n])
+				continue
+			}
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func badRequest(err error) error { return &v1.Error{Code: v1.CodeBadRequest, Message: err.Error()} }
+
+// Export opens the export stream of a checkpoint on the agent.
+func (c *Client) Export(ctx context.Context, container string, seq int) (io.ReadCloser, error) {
+	return c.stream(ctx, v1.PathExport+"?container="+url.QueryEscape(container)+"&seq="+strconv.Itoa(seq))
+}
+
+// Logs opens a container's output; with follow until it exits.
+func (c *Client) Logs(ctx context.Context, name string, follow bool) (io.ReadCloser, error) {
+	q := ""
+	if follow {
+		q = "?follow=1"
+	}
+	return c.stream(ctx, v1.PathLogs+url.PathEscape(name)+q)
+}

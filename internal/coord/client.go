@@ -1,0 +1,100 @@
+package coord
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	v1 "cairn/api/coord/v1"
+	"cairn/internal/pki"
+	"cairn/internal/rpc"
+)
+
+// ServerName is the name in the coordinator's certificate.
+const ServerName = "coordinator"
+
+// Client calls the coordinator. Errors it returns are *v1.Error.
+type Client struct{ rpc *rpc.Client }
+
+// NewClient returns a client for the coordinator at addr.
+func NewClient(addr string, creds *pki.Credentials) *Client {
+	return &Client{rpc.New(addr, ServerName, creds, time.Hour)}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.rpc.Close() }
+
+func jobPath(name, suffix string) string { return v1.PathJob + url.PathEscape(name) + suffix }
+
+// Health asks who the coordinator is.
+func (c *Client) Health(ctx context.Context) (v1.Health, error) {
+	var h v1.Health
+	return h, c.rpc.Do(ctx, http.MethodGet, v1.PathHealth, nil, &h)
+}
+
+// Join registers the caller's node (agents only).
+func (c *Client) Join(ctx context.Context, j v1.Join) (v1.JoinReply, error) {
+	var out v1.JoinReply
+	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathJoin, j, &out)
+}
+
+// Heartbeat keeps the caller's node alive (agents only).
+func (c *Client) Heartbeat(ctx context.Context, name string) error {
+	return c.rpc.Do(ctx, http.MethodPost, v1.PathHeartbeat, v1.Heartbeat{Name: name}, nil)
+}
+
+// Nodes lists the cluster's nodes.
+func (c *Client) Nodes(ctx context.Context) ([]v1.Node, error) {
+	var out []v1.Node
+	return out, c.rpc.Do(ctx, http.MethodGet, v1.PathNodes, nil, &out)
+}
+
+// Jobs lists the jobs.
+func (c *Client) Jobs(ctx context.Context) ([]v1.Job, error) {
+	var out []v1.Job
+	return out, c.rpc.Do(ctx, http.MethodGet, v1.PathJobs, nil, &out)
+}
+
+// RunJob starts a job.
+func (c *Client) RunJob(ctx context.Context, req v1.RunJob) (v1.Job, error) {
+	var out v1.Job
+	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathJobs, req, &out)
+}
+
+// Status returns a job with the live state of its ranks.
+func (c *Client) Status(ctx context.Context, name string) (v1.JobStatus, error) {
+	var out v1.JobStatus
+	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(name, ""), nil, &out)
+}
+
+// RemoveJob removes a job.
+func (c *Client) RemoveJob(ctx context.Context, name string) error {
+	return c.rpc.Do(ctx, http.MethodDelete, jobPath(name, ""), nil, nil)
+}
+
+// KillJob kills a job's processes.
+func (c *Client) KillJob(ctx context.Context, name string) (v1.Job, error) {
+	var out v1.Job
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixKill), nil, &out)
+}
+
+// Checkpoint runs a global checkpoint round and returns its outcome. An
+// aborted round returns the checkpoint record and an error of code
+// aborted.
+func (c *Client) Checkpoint(ctx context.Context, name string) (v1.Ckpt, error) {
+	var out v1.Ckpt
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixCheckpoint), nil, &out)
+}
+
+// Checkpoints lists a job's checkpoints.
+func (c *Client) Checkpoints(ctx context.Context, name string) ([]v1.Ckpt, error) {
+	var out []v1.Ckpt
+	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(name, v1.SuffixCheckpoints), nil, &out)
+}
+
+// Restart restarts a job from a checkpoint.
+func (c *Client) Restart(ctx context.Context, name string, req v1.Restart) (v1.Job, error) {
+	var out v1.Job
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixRestart), req, &out)
+}

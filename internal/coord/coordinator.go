@@ -1,0 +1,436 @@
+package coord
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	v1 "cairn/api/coord/v1"
+	"cairn/internal/agent"
+	"cairn/internal/catalog"
+	"cairn/internal/pki"
+)
+
+// Options tunes a Coordinator.
+type Options struct {
+	// Deadline is how long the prepare phase of a round may take.
+	Deadline time.Duration
+	// Hold is how long an agent keeps a prepared rank frozen waiting for
+	// the decision; it must exceed Deadline.
+	Hold time.Duration
+	// NodeTTL is how long a node may stay silent before it is dead.
+	NodeTTL time.Duration
+	// JobSubnets is where job subnets (/24 each) are taken from.
+	JobSubnets netip.Prefix
+	// EtcdDesc describes the catalog's etcd for health replies.
+	EtcdDesc string
+}
+
+// Defaults for Options.
+const (
+	DefaultDeadline = 20 * time.Second
+	DefaultNodeTTL  = 4 * time.Second
+)
+
+// DefaultJobSubnets is the default range of job subnets.
+var DefaultJobSubnets = netip.MustParsePrefix("10.224.0.0/12")
+
+// Coordinator serves the coordinator API on top of a catalog.
+type Coordinator struct {
+	cat   *catalog.Catalog
+	creds *pki.Credentials
+	log   *slog.Logger
+	opts  Options
+
+	mu      sync.Mutex
+	clients map[string]*agent.Client // by node name
+	addrs   map[string]string        // the address each client was made for
+	members map[string]*catalog.Membership
+	jobMu   map[string]*sync.Mutex
+	lastRun map[string]time.Time // start of each job's last round
+
+	wg sync.WaitGroup
+}
+
+// New returns a coordinator over cat, calling agents with creds.
+func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Options) *Coordinator {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Deadline <= 0 {
+		opts.Deadline = DefaultDeadline
+	}
+	if opts.Hold <= opts.Deadline {
+		opts.Hold = opts.Deadline + 10*time.Second
+	}
+	if opts.NodeTTL <= 0 {
+		opts.NodeTTL = DefaultNodeTTL
+	}
+	if !opts.JobSubnets.IsValid() {
+		opts.JobSubnets = DefaultJobSubnets
+	}
+	return &Coordinator{
+		cat: cat, creds: creds, log: log, opts: opts,
+		clients: map[string]*agent.Client{}, addrs: map[string]string{},
+		members: map[string]*catalog.Membership{}, jobMu: map[string]*sync.Mutex{},
+		lastRun: map[string]time.Time{},
+	}
+}
+
+// Run serves the API on ln and runs the background work (recovery of
+// unfinished rounds, periodic checkpoints) until ctx is done.
+func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           c,
+		TLSConfig:         pki.ServerConfig(c.creds),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(tls.NewListener(ln, hs.TLSConfig)) }()
+	c.wg.Add(2)
+	go func() { defer c.wg.Done(); c.recoverRounds(ctx) }()
+	go func() { defer c.wg.Done(); c.periodic(ctx) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	c.wg.Wait()
+	c.mu.Lock()
+	for _, cl := range c.clients {
+		cl.Close()
+	}
+	c.mu.Unlock()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// jobLock serializes everything that changes one job's processes: rounds,
+// restarts, kill and removal.
+func (c *Coordinator) jobLock(job string) *sync.Mutex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.jobMu[job]
+	if m == nil {
+		m = &sync.Mutex{}
+		c.jobMu[job] = m
+	}
+	return m
+}
+
+// client returns a client for the named node's agent.
+func (c *Coordinator) client(ctx context.Context, node string) (*agent.Client, error) {
+	var n v1.Node
+	if _, err := c.cat.Get(ctx, nodeKey(node), &n); err != nil {
+		return nil, fmt.Errorf("node %s: %w", node, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl := c.clients[node]; cl != nil && c.addrs[node] == n.Addr {
+		return cl, nil
+	}
+	if old := c.clients[node]; old != nil {
+		old.Close()
+	}
+	cl := agent.NewClient(n.Addr, node, c.creds)
+	c.clients[node], c.addrs[node] = cl, n.Addr
+	return cl, nil
+}
+
+func nodeKey(name string) string         { return "nodes/" + name }
+func jobKey(name string) string          { return "jobs/" + name }
+func ckptPrefix(job string) string       { return "ckpts/" + job + "/" }
+func ckptKey(job string, seq int) string { return fmt.Sprintf("ckpts/%s/%08d", job, seq) }
+
+// ServeHTTP authenticates the caller and routes the request.
+func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.TLS == nil {
+		fail(w, http.StatusUnauthorized, agentv1.CodeUnauthorized, "TLS required")
+		return
+	}
+	id, err := pki.PeerIdentity(*r.TLS)
+	if err != nil {
+		fail(w, http.StatusUnauthorized, agentv1.CodeUnauthorized, err.Error())
+		return
+	}
+	ctx := r.Context()
+	p := r.URL.Path
+	switch {
+	case p == v1.PathHealth && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, v1.Health{Cluster: c.creds.ClusterID, Version: "v1", Etcd: c.opts.EtcdDesc})
+		return
+	case p == v1.PathJoin || p == v1.PathHeartbeat:
+		if id.Role != pki.Agent {
+			fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("only agents join; %s %s is not one", id.Role, id.Name))
+			return
+		}
+		c.serveNode(w, r, id.Name)
+		return
+	}
+	if id.Role != pki.Client && id.Role != pki.Coordinator {
+		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("%s %s may not call %s", id.Role, id.Name, p))
+		return
+	}
+	switch {
+	case p == v1.PathNodes && r.Method == http.MethodGet:
+		nodes, err := c.Nodes(ctx)
+		reply(w, http.StatusOK, nodes, err)
+	case p == v1.PathJobs && r.Method == http.MethodGet:
+		jobs, err := c.Jobs(ctx)
+		reply(w, http.StatusOK, jobs, err)
+	case p == v1.PathJobs && r.Method == http.MethodPost:
+		var req v1.RunJob
+		if !decode(w, r, &req) {
+			return
+		}
+		j, err := c.RunJob(ctx, req)
+		reply(w, http.StatusCreated, j, err)
+	case strings.HasPrefix(p, v1.PathJob):
+		rest := strings.TrimPrefix(p, v1.PathJob)
+		name, suffix, _ := strings.Cut(rest, "/")
+		if suffix != "" {
+			suffix = "/" + suffix
+		}
+		if err := validJobName(name); err != nil {
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
+			return
+		}
+		switch {
+		case suffix == "" && r.Method == http.MethodGet:
+			st, err := c.Status(ctx, name)
+			reply(w, http.StatusOK, st, err)
+		case suffix == "" && r.Method == http.MethodDelete:
+			reply(w, http.StatusNoContent, nil, c.RemoveJob(ctx, name))
+		case suffix == v1.SuffixKill && r.Method == http.MethodPost:
+			j, err := c.KillJob(ctx, name)
+			reply(w, http.StatusOK, j, err)
+		case suffix == v1.SuffixCheckpoint && r.Method == http.MethodPost:
+			// The round belongs to the cluster, not to this request: a CLI
+			// that goes away does not cancel it.
+			ck, err := c.Checkpoint(context.WithoutCancel(ctx), name, false)
+			reply(w, http.StatusOK, ck, err)
+		case suffix == v1.SuffixCheckpoints && r.Method == http.MethodGet:
+			cks, err := c.Checkpoints(ctx, name)
+			reply(w, http.StatusOK, cks, err)
+		case suffix == v1.SuffixRestart && r.Method == http.MethodPost:
+			var req v1.Restart
+			if !decode(w, r, &req) {
+				return
+			}
+			j, err := c.Restart(context.WithoutCancel(ctx), name, req)
+			reply(w, http.StatusOK, j, err)
+		default:
+			fail(w, http.StatusNotFound, agentv1.CodeNotFound, r.Method+" "+p+" is not in the coordinator API")
+		}
+	default:
+		fail(w, http.StatusNotFound, agentv1.CodeNotFound, r.Method+" "+p+" is not in the coordinator API")
+	}
+}
+
+// serveNode handles an agent's join or heartbeat. An agent may only speak
+// for the node its certificate names.
+func (c *Coordinator) serveNode(w http.ResponseWriter, r *http.Request, certName string) {
+	ctx := r.Context()
+	if r.URL.Path == v1.PathHeartbeat {
+		var hb v1.Heartbeat
+		if !decode(w, r, &hb) {
+			return
+		}
+		if hb.Name != certName {
+			fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("agent %s may not speak for node %s", certName, hb.Name))
+			return
+		}
+		reply(w, http.StatusNoContent, nil, c.heartbeat(ctx, certName))
+		return
+	}
+	var j v1.Join
+	if !decode(w, r, &j) {
+		return
+	}
+	if j.Name != certName {
+		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("agent %s may not join as node %s", certName, j.Name))
+		return
+	}
+	if _, err := netip.ParseAddr(j.Underlay); err != nil {
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "underlay: "+err.Error())
+		return
+	}
+	if _, _, err := net.SplitHostPort(j.Addr); err != nil {
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "addr: "+err.Error())
+		return
+	}
+	n := v1.Node{Name: j.Name, Addr: j.Addr, Underlay: j.Underlay, Labels: j.Labels, Joined: time.Now().UTC()}
+	if err := c.cat.Put(ctx, nodeKey(j.Name), &n); err != nil {
+		failErr(w, err)
+		return
+	}
+	if err := c.register(ctx, j.Name); err != nil {
+		failErr(w, err)
+		return
+	}
+	c.log.Info("node joined", "node", j.Name, "addr", j.Addr)
+	writeJSON(w, http.StatusOK, v1.JoinReply{Heartbeat: c.opts.NodeTTL / 4, TTL: c.opts.NodeTTL})
+}
+
+func (c *Coordinator) register(ctx context.Context, name string) error {
+	m, err := c.cat.Register(ctx, name, c.opts.NodeTTL)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	old := c.members[name]
+	c.members[name] = m
+	c.mu.Unlock()
+	_ = old // its lease expires by itself; the key now belongs to m
+	return nil
+}
+
+// heartbeat refreshes a node's lease. A node the catalog does not know
+// must join again; a known node whose lease this coordinator does not
+// hold (it restarted) gets a new one.
+func (c *Coordinator) heartbeat(ctx context.Context, name string) error {
+	var n v1.Node
+	if _, err := c.cat.Get(ctx, nodeKey(name), &n); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	m := c.members[name]
+	c.mu.Unlock()
+	if m != nil {
+		err := m.KeepAlive(ctx)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, catalog.ErrLeaseExpired) {
+			return err
+		}
+		c.log.Warn("node came back after its lease expired", "node", name)
+	}
+	return c.register(ctx, name)
+}
+
+// Nodes lists the nodes with their liveness and load.
+func (c *Coordinator) Nodes(ctx context.Context) ([]v1.Node, error) {
+	alive, err := c.cat.Alive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	load, err := c.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []v1.Node
+	_, err = c.cat.List(ctx, "nodes/", func(_ string, raw []byte) error {
+		var n v1.Node
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return err
+		}
+		n.Alive, n.Ranks = alive[n.Name], load[n.Name]
+		out = append(out, n)
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
+
+// load counts the ranks placed on each node by jobs that are not killed.
+func (c *Coordinator) load(ctx context.Context) (map[string]int, error) {
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	load := map[string]int{}
+	for _, j := range jobs {
+		if j.State == v1.JobKilled || j.State == v1.JobFailed {
+			continue
+		}
+		for _, n := range j.Placement {
+			load[n]++
+		}
+	}
+	return load, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if v != nil {
+		_ = json.NewEncoder(w).Encode(v)
+	}
+}
+
+func fail(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, &v1.Error{Code: code, Message: msg})
+}
+
+func reply(w http.ResponseWriter, status int, v any, err error) {
+	if err != nil {
+		failErr(w, err)
+		return
+	}
+	if status == http.StatusNoContent {
+		w.WriteHeader(status)
+		return
+	}
+	writeJSON(w, status, v)
+}
+
+// failErr maps an error to the wire.
+func failErr(w http.ResponseWriter, err error) {
+	var we *v1.Error
+	switch {
+	case errors.As(err, &we):
+		status := http.StatusInternalServerError
+		switch we.Code {
+		case agentv1.CodeBadRequest:
+			status = http.StatusBadRequest
+		case agentv1.CodeNotFound, v1.CodeNoCkpt:
+			status = http.StatusNotFound
+		case agentv1.CodeExists, v1.CodeConflict:
+			status = http.StatusConflict
+		case v1.CodeNoNodes, v1.CodeNodeDead:
+			status = http.StatusServiceUnavailable
+		case v1.CodeAborted:
+			status = http.StatusConflict
+		}
+		// Keep the code, but say where it came from.
+		writeJSON(w, status, &v1.Error{Code: we.Code, Message: err.Error()})
+	case errors.Is(err, catalog.ErrNotFound):
+		fail(w, http.StatusNotFound, agentv1.CodeNotFound, err.Error())
+	case errors.Is(err, catalog.ErrExists):
+		fail(w, http.StatusConflict, agentv1.CodeExists, err.Error())
+	default:
+		fail(w, http.StatusInternalServerError, agentv1.CodeInternal, err.Error())
+	}
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "request body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func apiErr(code, format string, args ...any) error {
+	return &v1.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,198 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	v1 "cairn/api/coord/v1"
+	"cairn/internal/agent"
+)
+
+// restorable picks the checkpoint to restart from: number from, or the
+// newest durable one whose every rank image is on a live node.
+func restorable(cks []v1.Ckpt, from int, live map[string]v1.Node) (*v1.Ckpt, error) {
+	for i := len(cks) - 1; i >= 0; i-- {
+		ck := &cks[i]
+		if from != 0 && ck.Seq != from {
+			continue
+		}
+		if ck.State != v1.CkptDurable {
+			if from != 0 {
+				return nil, apiErr(v1.CodeNoCkpt, "checkpoint %s:%d is %s, not durable", ck.Job, ck.Seq, ck.State)
+			}
+			continue
+		}
+		var missing []string
+		for _, r := range ck.Ranks {
+			if _, ok := live[r.Node]; !ok {
+				missing = append(missing, fmt.Sprintf("rank %d (on %s)", r.Rank, r.Node))
+			}
+		}
+		if len(missing) == 0 {
+			return ck, nil
+		}
+		if from != 0 {
+			return nil, apiErr(v1.CodeNoCkpt, "checkpoint %s:%d cannot be restored: no live copy of %v", ck.Job, ck.Seq, missing)
+		}
+	}
+	if from != 0 {
+		return nil, apiErr(v1.CodeNoCkpt, "no checkpoint %d", from)
+	}
+	return nil, apiErr(v1.CodeNoCkpt, "no durable checkpoint with every rank image on a live node")
+}
+
+// Restart restarts a whole job from a checkpoint: what is left of the job
+// is removed; every target node fetches its ranks' images from the nodes
+// that hold them and restores them frozen, with their network locked, all
+// in parallel; once every rank is restored, all are resumed together.
+// Ranks keep their addresses wherever they land.
+func (c *Coordinator) Restart(ctx context.Context, name string, req v1.Restart) (*v1.Job, error) {
+	mu := c.jobLock(name)
+	mu.Lock()
+	defer mu.Unlock()
+	start := time.Now()
+	j, err := c.job(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	cks, err := c.ckpts(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	live, err := c.liveNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := restorable(cks, req.From, live)
+	if err != nil {
+		return nil, err
+	}
+	cands, err := c.candidates(ctx, req.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	holders := make([]string, len(ck.Ranks))
+	for i, r := range ck.Ranks {
+		holders[i] = r.Node
+	}
+	// Each rank's current node is no longer loaded by it.
+	for i := range cands {
+		for _, n := range j.Placement {
+			if cands[i].Name == n && cands[i].Ranks > 0 {
+				cands[i].Ranks--
+			}
+		}
+	}
+	var placement []string
+	if len(req.Placement) > 0 {
+		if len(req.Placement) != len(ck.Ranks) {
+			return nil, apiErr(agentv1.CodeBadRequest, "placement names %d nodes for %d ranks", len(req.Placement), len(ck.Ranks))
+		}
+		if _, err := c.candidates(ctx, req.Placement); err != nil {
+			return nil, err
+		}
+		placement = req.Placement
+	} else if placement, err = place(len(ck.Ranks), j.PerNode, cands, holders); err != nil {
+		return nil, err
+	}
+	// Stop what is left of the job.
+	old := *j
+	c.teardownRanks(ctx, &old)
+	j, err = c.updateJob(ctx, name, func(j *v1.Job) error {
+		j.Placement, j.State, j.Reason = placement, v1.JobRestarting, ""
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	underlays := c.underlays(ctx)
+	nodes := map[string]v1.Node{}
+	for _, n := range cands {
+		nodes[n.Name] = n
+	}
+	for n, v := range live {
+		nodes[n] = v
+	}
+	err = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
+		rn := agent.RankName(name, r)
+		if src := holders[r]; src != placement[r] {
+			if _, err := cl.Fetch(ctx, agentv1.Fetch{Container: rn, Seq: ck.Seq, From: nodes[src].Addr, FromNode: src}); err != nil {
+				return err
+			}
+		}
+		_, err := cl.RankRestore(ctx, agentv1.RankRestore{
+			Rank: agentv1.Rank{Job: name, Rank: r}, Net: jobNet(j, placement[r], underlays),
+			Addr: j.Addrs[r], Seq: ck.Seq,
+		})
+		return err
+	})
+	if err != nil {
+		c.teardownRanks(context.WithoutCancel(ctx), j)
+		reason := err.Error()
+		_, _ = c.updateJob(context.WithoutCancel(ctx), name, func(j *v1.Job) error {
+			j.State, j.Reason = v1.JobFailed, reason
+			return nil
+		})
+		return nil, fmt.Errorf("restart %s from checkpoint %d: %w", name, ck.Seq, err)
+	}
+	// Every rank is restored, frozen: resume them all, one call per node.
+	byNode := map[string][]agentv1.Rank{}
+	for r, n := range placement {
+		byNode[n] = append(byNode[n], agentv1.Rank{Job: name, Rank: r})
+	}
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	var errs []error
+	for n, ranks := range byNode {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, err := c.client(ctx, n)
+			if err == nil {
+				err = cl.RankResume(ctx, agentv1.RankResume{Ranks: ranks})
+			}
+			if err != nil {
+				emu.Lock()
+				errs = append(errs, fmt.Errorf("resume on %s: %w", n, err))
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	// The job network is gone from nodes the job left.
+	for _, n := range old.Placement {
+		if _, ok := live[n]; ok && !slices.Contains(placement, n) {
+			if cl, err := c.client(ctx, n); err == nil {
+				_ = cl.DeleteJobNet(ctx, j.VNI)
+			}
+		}
+	}
+	c.mu.Lock()
+	c.lastRun[name] = time.Now()
+	c.mu.Unlock()
+	c.log.Info("job restarted", "job", name, "ckpt", ck.Seq, "placement", placement, "took", time.Since(start))
+	return c.updateJob(ctx, name, func(j *v1.Job) error {
+		j.State, j.Restarts, j.RestoredFrom = v1.JobRunning, j.Restarts+1, ck.Seq
+		return nil
+	})
+}
+
+// teardownRanks removes j's rank containers on the live nodes of its
+// placement, keeping the job networks.
+func (c *Coordinator) teardownRanks(ctx context.Context, j *v1.Job) {
+	live, _ := c.liveNodes(ctx)
+	_ = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
+		if _, ok := live[j.Placement[r]]; !ok {
+			return nil
+		}
+		return cl.RankRemove(ctx, agentv1.RankRemove{Rank: agentv1.Rank{Job: j.Name, Rank: r}, VNI: j.VNI, Addr: j.Addrs[r]})
+	})
+}

@@ -1,0 +1,95 @@
+// Package rpc is the client side shared by cairn's two wire APIs (the
+// agent's, api/agent/v1, and the coordinator's, api/coord/v1): JSON over
+// HTTPS with mutual TLS from package pki, errors as a v1.Error body.
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	v1 "cairn/api/agent/v1"
+	"cairn/internal/pki"
+)
+
+// Client calls one server. Errors the server returns are *v1.Error.
+type Client struct {
+	base    string
+	http    *http.Client
+	streams *http.Client // no overall timeout: a stream lasts as long as it lasts
+}
+
+// New returns a client for the server at addr (host:port) whose
+// certificate names serverName, authenticating with creds. timeout bounds
+// each call but streams.
+func New(addr, serverName string, creds *pki.Credentials, timeout time.Duration) *Client {
+	tr := &http.Transport{TLSClientConfig: pki.ClientConfig(creds, serverName), ForceAttemptHTTP2: true}
+	return &Client{base: "https://" + addr, http: &http.Client{Transport: tr, Timeout: timeout}, streams: &http.Client{Transport: tr}}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Do sends body (if not nil) as JSON and decodes the reply into out (if
+// not nil).
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if err := replyError(method, path, resp); err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Stream GETs path and returns the body for the caller to read and close.
+func (c *Client) Stream(ctx context.Context, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.streams.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	if err := replyError(http.MethodGet, path, resp); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+func replyError(method, path string, resp *http.Response) error {
+	if resp.StatusCode < 300 {
+		return nil
+	}
+	var e v1.Error
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Code == "" {
+		return fmt.Errorf("%s %s: HTTP %d", method, path, resp.StatusCode)
+	}
+	return &e
+}

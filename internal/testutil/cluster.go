@@ -1,0 +1,507 @@
+package testutil
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"cairn/internal/durable"
+	"cairn/internal/netw"
+)
+
+// Cluster is a local cluster made by `cairn up` for one test.
+type Cluster struct {
+	t       testing.TB
+	Bin     string // the cairn binary
+	Data    string // the data dir of every cairn command
+	Staging string
+	Prefix  string
+	Nodes   []string
+	placed  map[string][]string // the last placement status saw, by job
+}
+
+// ClusterFile mirrors the parts of DATA/cluster/cluster.json tests use.
+type ClusterFile struct {
+	Coordinator string `json:"coordinator"`
+	CoordPID    int    `json:"coordinator_pid"`
+	Nodes       []struct {
+		Name    string `json:"name"`
+		Data    string `json:"data"`
+		Staging string `json:"staging"`
+		PID     int    `json:"pid"`
+	} `json:"nodes"`
+}
+
+func randBytes(t testing.TB, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// NewCluster starts a cluster of n nodes; extra flags go to `cairn up`. It
+// is removed when the test ends, and nothing of it may be left.
+func NewCluster(t testing.TB, n int, extra ...string) *Cluster {
+	t.Helper()
+	RequiresRoot(t)
+	r := randBytes(t, 3)
+	c := &Cluster{
+		t:       t,
+		Bin:     CairnBinary(t),
+		Data:    t.TempDir(),
+		Staging: "/dev/shm/cairn-e2e-" + hex.EncodeToString(r),
+		Prefix:  "e" + hex.EncodeToString(r[:2]) + "-",
+	}
+	underlay := fmt.Sprintf("10.218.%d.0/24", r[2])
+	jobs := fmt.Sprintf("10.%d.%d.0/20", 232+r[0]%8, r[1]%16*16)
+	t.Cleanup(c.down)
+	c.OK(append([]string{"up", "--nodes", strconv.Itoa(n), "--prefix", c.Prefix, "--underlay", underlay, "--job-subnets", jobs}, extra...)...)
+	for i := 1; i <= n; i++ {
+		c.Nodes = append(c.Nodes, fmt.Sprintf("%sn%d", c.Prefix, i))
+	}
+	return c
+}
+
+func (c *Cluster) File() ClusterFile {
+	c.t.Helper()
+	var f ClusterFile
+	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "cluster.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &f)
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return f
+}
+
+// down removes the cluster and checks that nothing of it is left:
+// processes, namespaces, links, mounts, cgroups.
+func (c *Cluster) down() {
+	t := c.t
+	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "cluster.json"))
+	if err != nil {
+		return // up failed before it wrote anything
+	}
+	var f ClusterFile
+	_ = json.Unmarshal(b, &f)
+	type inst struct{ data, id string }
+	var insts []inst
+	for _, n := range f.Nodes {
+		if id, err := os.ReadFile(filepath.Join(n.Data, "instance")); err == nil {
+			insts = append(insts, inst{n.Data, strings.TrimSpace(string(id))})
+		}
+	}
+	if out, err := c.Run("down"); err != nil {
+		t.Errorf("cairn down: %v\n%s", err, out)
+	}
+	for _, in := range insts {
+		CheckNoLeaks(t, in.data, in.id)
+	}
+	for _, pid := range append([]int{f.CoordPID}, pids(f)...) {
+		if processRuns(pid) {
+			t.Errorf("cluster process %d still runs", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if ents, _ := os.ReadDir(netw.NetnsDir); len(ents) > 0 {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), c.Prefix) {
+				t.Errorf("leaked netns %s", e.Name())
+			}
+		}
+	}
+	if ents, _ := os.ReadDir("/sys/class/net"); len(ents) > 0 {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), c.Prefix) {
+				t.Errorf("leaked link %s", e.Name())
+			}
+		}
+	}
+	os.RemoveAll(c.Staging)
+	if _, err := os.Stat(filepath.Join(c.Data, "cluster")); err == nil {
+		t.Errorf("cluster dir left behind")
+	}
+}
+
+func pids(f ClusterFile) []int {
+	var out []int
+	for _, n := range f.Nodes {
+		out = append(out, n.PID)
+	}
+	return out
+}
+
+// waitGone waits until a killed process has exited.
+func waitGone(t testing.TB, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for processRuns(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still runs 10s after SIGKILL", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func processRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(b), ") Z ")
+}
+
+// Run runs the cairn binary against the cluster.
+func (c *Cluster) Run(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.Bin, append([]string{"--data", c.Data, "--staging", c.Staging}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (c *Cluster) OK(args ...string) string {
+	c.t.Helper()
+	out, err := c.Run(args...)
+	if err != nil {
+		c.t.Fatalf("cairn %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// JobStatus is `cairn ps --job NAME --json`.
+type JobStatus struct {
+	State      string   `json:"state"`
+	Placement  []string `json:"placement"`
+	RankStates []struct {
+		Rank     int    `json:"rank"`
+		Node     string `json:"node"`
+		Status   string `json:"status"`
+		Pid      int    `json:"pid"`
+		ExitCode *int   `json:"exit_code"`
+	} `json:"rank_states"`
+}
+
+func (c *Cluster) Status(job string) JobStatus {
+	c.t.Helper()
+	var st JobStatus
+	if err := json.Unmarshal([]byte(c.OK("ps", "--job", job, "--json")), &st); err != nil {
+		c.t.Fatal(err)
+	}
+	if c.placed == nil {
+		c.placed = map[string][]string{}
+	}
+	c.placed[job] = st.Placement
+	return st
+}
+
+// Ckpt is one line of `cairn checkpoints JOB --json`.
+type Ckpt struct {
+	Seq    int    `json:"seq"`
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+	Ranks  []struct {
+		Node  string `json:"node"`
+		State string `json:"state"`
+	} `json:"ranks"`
+	Stall int64 `json:"stall_ns"`
+	Coord int64 `json:"coord_ns"`
+}
+
+func (c *Cluster) Ckpts(job string) []Ckpt {
+	c.t.Helper()
+	var out []Ckpt
+	if err := json.Unmarshal([]byte(c.OK("checkpoints", job, "--json")), &out); err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+var progressRE = regexp.MustCompile(`rank (\d+): (\d+)/(\d+) msgs`)
+
+// Logs returns a rank's output: through the cluster, or, when its
+// coordinator is down, from the rank's log file on the node it was last
+// seen on.
+func (c *Cluster) Logs(job string, rank int) string {
+	out, err := c.Run("logs", fmt.Sprintf("%s/%d", job, rank))
+	if err == nil {
+		return out
+	}
+	if p := c.placed[job]; rank < len(p) {
+		b, _ := os.ReadFile(filepath.Join(c.Data, "cluster", "nodes", p[rank], "data", "containers", fmt.Sprintf("%s.%d", job, rank), "container.log"))
+		return string(b)
+	}
+	return ""
+}
+
+// Progress returns the last message count a rank logged.
+func (c *Cluster) Progress(job string, rank int) int {
+	c.t.Helper()
+	out := c.Logs(job, rank)
+	m := progressRE.FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[len(m)-1][2])
+	return n
+}
+
+// WaitProgress waits until every rank has logged more than min messages.
+func (c *Cluster) WaitProgress(job string, ranks, min int, within time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for r := 0; r < ranks; r++ {
+		for c.Progress(job, r) <= min {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("rank %d of %s made no progress past %d messages within %s\n%s", r, job, min, within, c.Logs(job, r))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+var resultRE = regexp.MustCompile(`result=([0-9a-f]+)`)
+
+// Result waits for the job to end and returns rank 0's result.
+func (c *Cluster) Result(job string) string {
+	c.t.Helper()
+	if out, err := c.Run("wait", job); err != nil {
+		for r := range len(c.Status(job).RankStates) {
+			out += fmt.Sprintf("\n--- rank %d:\n%s", r, c.OK("logs", fmt.Sprintf("%s/%d", job, r)))
+		}
+		c.t.Fatalf("cairn wait %s: %v\n%s", job, err, out)
+	}
+	m := resultRE.FindStringSubmatch(c.OK("logs", job+"/0"))
+	if m == nil {
+		c.t.Fatalf("no result in rank 0's log:\n%s", c.OK("logs", job+"/0"))
+	}
+	return m[1]
+}
+
+// agentCmdline returns the argv of a node's agent.
+func agentCmdline(t testing.TB, pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// KillAgent SIGKILLs a node's agent (its containers go on) and returns
+// what restarts it: the same command in the node's network namespace.
+func (c *Cluster) KillAgent(node string) (restart func()) {
+	c.t.Helper()
+	f := c.File()
+	for i, n := range f.Nodes {
+		if n.Name != node {
+			continue
+		}
+		argv := agentCmdline(c.t, n.PID)
+		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
+			c.t.Fatal(err)
+		}
+		waitGone(c.t, n.PID)
+		return func() {
+			c.t.Helper()
+			// The agent itself is already in the node's netns: join it.
+			full := append([]string{"nsenter", "--net=" + netw.NetnsPath(node), "--"}, argv...)
+			pid := c.spawn(filepath.Join(c.Data, "cluster", "nodes", node, "agent.log"), full)
+			f := c.File()
+			f.Nodes[i].PID = pid
+			c.saveFile(f)
+		}
+	}
+	c.t.Fatalf("no node %s", node)
+	return nil
+}
+
+// KillCoordinator SIGKILLs the coordinator and returns what restarts it.
+func (c *Cluster) KillCoordinator(env ...string) (restart func(env ...string)) {
+	c.t.Helper()
+	f := c.File()
+	argv := agentCmdline(c.t, f.CoordPID)
+	if err := syscall.Kill(f.CoordPID, syscall.SIGKILL); err != nil {
+		c.t.Fatal(err)
+	}
+	// Until it is gone it holds its port and the etcd dir's lock.
+	waitGone(c.t, f.CoordPID)
+	return func(env ...string) {
+		c.t.Helper()
+		pid := c.spawnEnv(filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log"), argv, env)
+		f := c.File()
+		f.CoordPID = pid
+		c.saveFile(f)
+	}
+}
+
+func (c *Cluster) spawn(logPath string, argv []string) int { return c.spawnEnv(logPath, argv, nil) }
+
+func (c *Cluster) spawnEnv(logPath string, argv, env []string) int {
+	c.t.Helper()
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer lf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait() }()
+	return cmd.Process.Pid
+}
+
+// saveFile rewrites cluster.json with processes a test restarted, so that
+// `cairn down` stops them.
+func (c *Cluster) saveFile(f ClusterFile) {
+	c.t.Helper()
+	path := filepath.Join(c.Data, "cluster", "cluster.json")
+	var raw map[string]any
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &raw)
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	raw["coordinator_pid"] = f.CoordPID
+	nodes := raw["nodes"].([]any)
+	for i, n := range f.Nodes {
+		nodes[i].(map[string]any)["pid"] = n.PID
+	}
+	b, _ = json.MarshalIndent(raw, "", "  ")
+	if err := durable.WriteFile(path, b, 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// WaitNodes waits until the coordinator sees want nodes alive.
+func (c *Cluster) WaitNodes(want int, within time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		out, err := c.Run("nodes", "--json")
+		var nodes []struct {
+			Alive bool `json:"alive"`
+		}
+		alive := 0
+		if err == nil && json.Unmarshal([]byte(out), &nodes) == nil {
+			for _, n := range nodes {
+				if n.Alive {
+					alive++
+				}
+			}
+			if alive == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log"))
+			if len(b) > 3000 {
+				b = b[len(b)-3000:]
+			}
+			c.t.Fatalf("%d nodes alive, want %d: %v %s\ncoordinator log:\n%s", alive, want, err, out, b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// CheckpointAsync starts `cairn checkpoint JOB` and returns a channel that
+// yields its output and error when it ends.
+func (c *Cluster) CheckpointAsync(job string) <-chan error {
+	ch := make(chan error, 1)
+	cmd := exec.Command(c.Bin, "--data", c.Data, "--staging", c.Staging, "checkpoint", job)
+	go func() {
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
+		ch <- err
+	}()
+	return ch
+}
+
+// Moves waits until every rank's message count grows past what it was.
+func (c *Cluster) Moves(job string, ranks int, within time.Duration) {
+	c.t.Helper()
+	min := c.Progress(job, 0)
+	for r := 1; r < ranks; r++ {
+		if p := c.Progress(job, r); p < min {
+			min = p
+		}
+	}
+	c.WaitProgress(job, ranks, min, within)
+}
+
+// RankNetns lists the network namespaces of a job's ranks.
+func (c *Cluster) RankNetns(job string) []string {
+	c.t.Helper()
+	var jobs []struct {
+		Name      string   `json:"name"`
+		VNI       uint32   `json:"vni"`
+		Addrs     []string `json:"addrs"`
+		Placement []string `json:"placement"`
+	}
+	if err := json.Unmarshal([]byte(c.OK("jobs", "--json")), &jobs); err != nil {
+		c.t.Fatal(err)
+	}
+	var out []string
+	for _, j := range jobs {
+		if j.Name != job {
+			continue
+		}
+		for r, a := range j.Addrs {
+			n := netw.NodeJobNet{VNI: j.VNI, Prefix: j.Placement[r] + "-"}
+			out = append(out, netw.NetnsPath(n.RankNetns(netip.MustParseAddr(a))))
+		}
+	}
+	return out
+}
+
+// WaitFailpoint waits until the coordinator's log says it hangs at a
+// failpoint.
+func (c *Cluster) WaitFailpoint(name string, within time.Duration) {
+	c.t.Helper()
+	log := filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log")
+	deadline := time.Now().Add(within)
+	for {
+		b, _ := os.ReadFile(log)
+		if strings.Contains(string(b), "failpoint="+name) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the coordinator never reached failpoint %s:\n%s", name, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitUntil polls cond until it holds, failing t with its message after within.
+func WaitUntil(t testing.TB, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,181 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"cairn/internal/netw"
+	"cairn/internal/ringapp"
+	"cairn/internal/testutil"
+)
+
+// TestRoundAborts: a participant that dies during prepare, or whose dump
+// fails, aborts the round; the other ranks are thawed at once, the job goes
+// on, and the previous checkpoint stays durable and restorable.
+func TestRoundAborts(t *testing.T) {
+	const messages = 1_500_000
+	c := testutil.NewCluster(t, 4, "--deadline", "8s")
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--per-node", "1"}, ringArgs(c, messages)...)...)
+	c.WaitProgress("ring", 4, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+
+	// 1. The agent of rank 1's node dies while the ranks prepare.
+	victim := c.Status("ring").Placement[1]
+	start := time.Now()
+	done := c.CheckpointAsync("ring")
+	time.Sleep(60 * time.Millisecond)
+	restart := c.KillAgent(victim)
+	err := <-done
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "abort") {
+		t.Fatalf("checkpoint with a dead agent: %v, want aborted", err)
+	}
+	if took > 8*time.Second {
+		t.Fatalf("the round took %s to abort, more than its 8s deadline", took)
+	}
+	t.Logf("round aborted %s after it began: %v", took.Round(time.Millisecond), err)
+	st := c.Status("ring")
+	for _, r := range st.RankStates {
+		if r.Node != victim && r.Status != "running" {
+			t.Fatalf("rank %d on %s is %s after the abort, want running", r.Rank, r.Node, r.Status)
+		}
+	}
+	// The dead agent's rank stays frozen until an agent comes back to its
+	// node: the new agent thaws and unlocks it, and the ring moves on.
+	restart()
+	c.WaitNodes(4, 30*time.Second)
+	c.Moves("ring", 4, 60*time.Second)
+
+	// 2. Rank 2's dump fails: its node's staging has no room.
+	node2 := c.Status("ring").Placement[2]
+	staging := filepath.Join(c.Staging, node2)
+	if err := os.MkdirAll(staging, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", staging, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(staging, syscall.MNT_DETACH) })
+	out, err := c.Run("checkpoint", "ring")
+	if err == nil || !strings.Contains(out, "abort") {
+		t.Fatalf("checkpoint with a failing dump: %v\n%s", err, out)
+	}
+	t.Logf("round with a failing dump: %s", strings.TrimSpace(out))
+	if err := syscall.Unmount(staging, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.Moves("ring", 4, 60*time.Second)
+
+	cks := c.Ckpts("ring")
+	want := []string{"durable", "aborted", "aborted"}
+	if len(cks) != len(want) {
+		t.Fatalf("%d checkpoints, want %d: %+v", len(cks), len(want), cks)
+	}
+	for i, ck := range cks {
+		if ck.State != want[i] {
+			t.Fatalf("checkpoint %d is %s (%s), want %s", ck.Seq, ck.State, ck.Reason, want[i])
+		}
+	}
+	if !strings.Contains(cks[2].Reason, "rank 2") {
+		t.Errorf("abort reason %q does not name rank 2", cks[2].Reason)
+	}
+	// The job is healthy: a new round commits.
+	c.OK("checkpoint", "ring")
+
+	// The first checkpoint is still restorable, and the job finishes right.
+	c.OK("kill", "ring")
+	c.OK("restart", "ring", "--from", "1")
+	if got, want := c.Result("ring"), ringapp.Expected(4, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}
+
+// TestCoordinatorDeath kills the coordinator in the middle of rounds: with
+// every rank prepared but no decision, and with the commit decided but not
+// yet sent. In both cases no rank stays frozen or network-locked longer
+// than the agents' hold, and the restarted coordinator resolves the round:
+// the first aborts, the second becomes durable, and no checkpoint is left
+// half-committed. The committed one then restores the job correctly.
+func TestCoordinatorDeath(t *testing.T) {
+	const messages = 2_000_000
+	const deadline, hold = 4 * time.Second, 14 * time.Second // hold: the coordinator's default, deadline + 10s
+	c := testutil.NewCluster(t, 3, "--deadline", deadline.String())
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3"}, ringArgs(c, messages)...)...)
+	c.Status("ring")
+	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+	nets := c.RankNetns("ring") // asked now: the coordinator is down at times below
+
+	for _, fp := range []string{"before-decision", "after-decision"} {
+		restart := c.KillCoordinator()
+		restart(coordFailpointEnv + "=" + fp)
+		c.WaitNodes(3, 30*time.Second)
+		done := c.CheckpointAsync("ring")
+		c.WaitFailpoint(fp, 30*time.Second)
+		frozenAt := time.Now()
+		// Every rank is prepared: frozen, network locked.
+		for _, ns := range nets {
+			if locked, err := netw.NetnsLocked(context.Background(), ns); err != nil || !locked {
+				t.Fatalf("%s: rank netns %s locked=%v (%v) while prepared", fp, ns, locked, err)
+			}
+		}
+		restart = c.KillCoordinator()
+		if err := <-done; err == nil {
+			t.Fatalf("%s: checkpoint succeeded though its coordinator died", fp)
+		}
+		// The agents give up on the round after their hold: they thaw and
+		// unlock their ranks.
+		testutil.WaitUntil(t, hold+15*time.Second, func() (bool, string) {
+			for _, ns := range nets {
+				if locked, err := netw.NetnsLocked(context.Background(), ns); err != nil || locked {
+					return false, fmt.Sprintf("%s: rank netns %s still locked (%v) %s after the prepare", fp, ns, err, time.Since(frozenAt))
+				}
+			}
+			return true, ""
+		})
+		thawed := time.Since(frozenAt)
+		if thawed > hold+5*time.Second {
+			t.Fatalf("%s: ranks frozen for %s, more than the %s hold", fp, thawed, hold)
+		}
+		// TCP's retransmission timer backed off during the long lock: the
+		// ring may take a while longer to move again.
+		c.Moves("ring", 3, 60*time.Second)
+		t.Logf("%s: ranks thawed and unlocked %s after they were frozen (hold %s), moving again after %s",
+			fp, thawed.Round(100*time.Millisecond), hold, time.Since(frozenAt).Round(100*time.Millisecond))
+		restart()
+		c.WaitNodes(3, 30*time.Second)
+		for _, r := range c.Status("ring").RankStates {
+			if r.Status != "running" {
+				t.Fatalf("%s: rank %d is %s after the hold", fp, r.Rank, r.Status)
+			}
+		}
+		// The restarted coordinator resolves the round.
+		want := map[string]string{"before-decision": "aborted", "after-decision": "durable"}[fp]
+		testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
+			cks := c.Ckpts("ring")
+			last := cks[len(cks)-1]
+			return last.State == want, fmt.Sprintf("%s: round %d is %s (%s), want %s", fp, last.Seq, last.State, last.Reason, want)
+		})
+	}
+	for _, ck := range c.Ckpts("ring") {
+		if ck.State == "preparing" || ck.State == "committed" {
+			t.Fatalf("checkpoint %d left %s", ck.Seq, ck.State)
+		}
+	}
+	// The round committed before the coordinator died restores the job.
+	cks := c.Ckpts("ring")
+	last := cks[len(cks)-1]
+	c.OK("kill", "ring")
+	c.OK("restart", "ring", "--from", fmt.Sprint(last.Seq))
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}
+
+const coordFailpointEnv = "CAIRN_FAILPOINT"
