@@ -149,7 +149,12 @@ func runClusterDemo(ctx context.Context, w io.Writer, keep bool, messages int) (
 	if _, err := d.run(ctx, true, "ps", "--job", "ring"); err != nil {
 		return err
 	}
-	moved := append(slices.Clone(before[1:]), before[0])
+	// Every node's ranks go to the next node.
+	nodes := slices.Compact(slices.Sorted(slices.Values(before)))
+	moved := make([]string, len(before))
+	for r, n := range before {
+		moved[r] = nodes[(slices.Index(nodes, n)+1)%len(nodes)]
+	}
 	d.say("Restart the whole job from its last checkpoint, every rank on another node")
 	d.detail("each node fetches its ranks' images, restores them frozen with their network locked; then all resume")
 	if _, err := d.run(ctx, true, "restart", "ring", "--placement", strings.Join(moved, ",")); err != nil {

@@ -233,13 +233,13 @@ func (s *Server) prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, erro
 		s.ranks.mu.Unlock()
 		close(ended)
 	}()
-	in, err := s.Manager.Get(ctx, name)
+	cfg, err := s.Manager.Config(name)
 	if err != nil {
 		return v1.Prepared{}, err
 	}
 	netns := ""
-	if in.Config.Net != nil {
-		netns = in.Config.Net.Netns
+	if cfg.Net != nil {
+		netns = cfg.Net.Netns
 		if err := netw.LockNetns(ctx, netns); err != nil {
 			return v1.Prepared{}, err
 		}
@@ -285,7 +285,7 @@ func (s *Server) prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, erro
 		err := errors.Join(p.thaw(context.WithoutCancel(ctx)), prep.Abort(context.WithoutCancel(ctx)))
 		return v1.Prepared{}, errors.Join(&v1.Error{Code: v1.CodeNoSuchRound, Message: fmt.Sprintf("%s:%d was aborted while it prepared", name, req.Seq)}, err)
 	}
-	return v1.Prepared{Size: prep.Size(), Dump: time.Since(start)}, nil
+	return v1.Prepared{Size: prep.Size(), Dump: time.Since(start), CRIU: prep.CRIUTime()}, nil
 }
 
 // Defaults of the prepare hold.

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/container"
@@ -20,6 +18,7 @@ import (
 	"cairn/internal/image"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 )
 
 // Server serves one node's Manager over the agent API.
@@ -41,41 +40,14 @@ func (s *Server) log() *slog.Logger {
 
 // Serve accepts connections on ln (TLS is added here) until ctx is done.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	log := s.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	hs := &http.Server{
-		Handler:           s,
-		TLSConfig:         pki.ServerConfig(s.Creds),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(tls.NewListener(ln, hs.TLSConfig)) }()
-	select {
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-		return nil
-	case err := <-errc:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
-		return err
-	}
+	return rpc.Serve(ctx, ln, s, s.Creds, s.Logger)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { rpc.WriteJSON(w, status, v) }
 
-func fail(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, &v1.Error{Code: code, Message: msg})
-}
+func fail(w http.ResponseWriter, status int, code, msg string) { rpc.Fail(w, status, code, msg) }
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool { return rpc.Decode(w, r, v) }
 
 // failErr maps a Manager error to the wire: this is the API boundary.
 func failErr(w http.ResponseWriter, err error) {
@@ -111,13 +83,8 @@ func failErr(w http.ResponseWriter, err error) {
 
 // ServeHTTP authenticates the caller and routes the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.TLS == nil {
-		fail(w, http.StatusUnauthorized, v1.CodeUnauthorized, "TLS required")
-		return
-	}
-	id, err := pki.PeerIdentity(*r.TLS)
-	if err != nil {
-		fail(w, http.StatusUnauthorized, v1.CodeUnauthorized, err.Error())
+	id, ok := rpc.Caller(w, r)
+	if !ok {
 		return
 	}
 	// Other agents may only read images (to fetch a rank's image to their
@@ -342,16 +309,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		fail(w, http.StatusNotFound, v1.CodeNotFound, r.Method+" "+r.URL.Path+" is not in the agent API")
 	}
-}
-
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "request body: "+err.Error())
-		return false
-	}
-	return true
 }
 
 func toWire(in *container.Info) v1.Container {

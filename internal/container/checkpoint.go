@@ -79,6 +79,9 @@ func (p *Prepared) Seq() int { return p.seq }
 // Size is the staged image's size in bytes.
 func (p *Prepared) Size() int64 { return p.staged }
 
+// CRIUTime is the time runc and CRIU took to dump the processes.
+func (p *Prepared) CRIUTime() time.Duration { return p.rec.Timing.Dump }
+
 // Dump is the time spent capturing the fs delta and dumping the processes.
 func (p *Prepared) Dump() time.Duration { return p.rec.Timing.Capture + p.rec.Timing.Dump }
 

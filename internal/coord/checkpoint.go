@@ -133,7 +133,8 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 		}
 		return round.Lost{Rank: rank, Reason: err.Error()}
 	}
-	sizes := map[int]int64{}
+	var criuMu sync.Mutex
+	criuTime := map[int]time.Duration{}
 	var aborts sync.WaitGroup // a round ends once its aborts are delivered: its ranks then run
 	var done *round.Done
 	var queue []round.Event
@@ -155,6 +156,9 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 						send(rpcEvent(a.Rank, err))
 						return
 					}
+					criuMu.Lock()
+					criuTime[a.Rank] = out.CRIU
+					criuMu.Unlock()
 					send(round.Prepared{Rank: a.Rank, ImageSize: out.Size, Dump: out.Dump})
 				}()
 			case round.SendCommit:
@@ -232,9 +236,6 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 	for done == nil {
 		select {
 		case ev := <-events:
-			if p, ok := ev.(round.Prepared); ok {
-				sizes[p.Rank] = p.ImageSize
-			}
 			step(ev)
 		case <-tick.C:
 			step(round.Tick{})
@@ -249,11 +250,20 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 		st := done.Stats
 		final.Finished = time.Now().UTC()
 		final.Stall, final.Coord, final.MaxDump, final.Persist, final.Ingest, final.Bytes = st.Stall, st.Coord, st.MaxDump, st.Persist, st.Ingest, st.Bytes
+		criuMu.Lock()
+		defer criuMu.Unlock()
+		var slowest round.RankStats
 		for i, rs := range st.Ranks {
 			if i < len(final.Ranks) {
 				final.Ranks[i].State, final.Ranks[i].Reason = rs.State.String(), rs.Reason
-				final.Ranks[i].Size, final.Ranks[i].Dump = rs.Size, rs.Dump
+				final.Ranks[i].Size, final.Ranks[i].Dump, final.Ranks[i].CRIU = rs.Size, rs.Dump, criuTime[rs.Rank]
 			}
+			if rs.Dump > slowest.Dump {
+				slowest = rs
+			}
+		}
+		if c, ok := criuTime[slowest.Rank]; ok && slowest.Dump > c {
+			final.Cont = slowest.Dump - c
 		}
 		return nil
 	})

@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"cairn/internal/agent"
 	"cairn/internal/catalog"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 )
 
 // Options tunes a Coordinator.
@@ -91,34 +91,19 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 // Run serves the API on ln and runs the background work (recovery of
 // unfinished rounds, periodic checkpoints) until ctx is done.
 func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
-		Handler:           c,
-		TLSConfig:         pki.ServerConfig(c.creds),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(tls.NewListener(ln, hs.TLSConfig)) }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	c.wg.Add(2)
 	go func() { defer c.wg.Done(); c.recoverRounds(ctx) }()
 	go func() { defer c.wg.Done(); c.periodic(ctx) }()
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
+	err := rpc.Serve(ctx, ln, c, c.creds, c.log)
+	cancel()
 	c.wg.Wait()
 	c.mu.Lock()
 	for _, cl := range c.clients {
 		cl.Close()
 	}
 	c.mu.Unlock()
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
 	return err
 }
 
@@ -161,13 +146,8 @@ func ckptKey(job string, seq int) string { return fmt.Sprintf("ckpts/%s/%08d", j
 
 // ServeHTTP authenticates the caller and routes the request.
 func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.TLS == nil {
-		fail(w, http.StatusUnauthorized, agentv1.CodeUnauthorized, "TLS required")
-		return
-	}
-	id, err := pki.PeerIdentity(*r.TLS)
-	if err != nil {
-		fail(w, http.StatusUnauthorized, agentv1.CodeUnauthorized, err.Error())
+	id, ok := rpc.Caller(w, r)
+	if !ok {
 		return
 	}
 	ctx := r.Context()
@@ -368,17 +348,11 @@ func (c *Coordinator) load(ctx context.Context) (map[string]int, error) {
 	return load, nil
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	if v != nil {
-		_ = json.NewEncoder(w).Encode(v)
-	}
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { rpc.WriteJSON(w, status, v) }
 
-func fail(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, &v1.Error{Code: code, Message: msg})
-}
+func fail(w http.ResponseWriter, status int, code, msg string) { rpc.Fail(w, status, code, msg) }
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool { return rpc.Decode(w, r, v) }
 
 func reply(w http.ResponseWriter, status int, v any, err error) {
 	if err != nil {
@@ -419,16 +393,6 @@ func failErr(w http.ResponseWriter, err error) {
 	default:
 		fail(w, http.StatusInternalServerError, agentv1.CodeInternal, err.Error())
 	}
-}
-
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "request body: "+err.Error())
-		return false
-	}
-	return true
 }
 
 func apiErr(code, format string, args ...any) error {

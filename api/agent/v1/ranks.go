@@ -88,6 +88,7 @@ type Prepare struct {
 type Prepared struct {
 	Size int64         `json:"size"`    // staged image bytes
 	Dump time.Duration `json:"dump_ns"` // lock, freeze, capture and dump
+	CRIU time.Duration `json:"criu_ns"` // of which the dump by runc and CRIU
 }
 
 // Finish commits or aborts a prepared rank: in both cases the rank is

@@ -141,7 +141,8 @@ type CkptRank struct {
 	Node   string        `json:"node"` // where its image is
 	State  string        `json:"state"`
 	Size   int64         `json:"size,omitempty"`
-	Dump   time.Duration `json:"dump_ns,omitempty"`
+	Dump   time.Duration `json:"dump_ns,omitempty"` // its agent's prepare: lock, freeze, capture files, dump
+	CRIU   time.Duration `json:"criu_ns,omitempty"` // of which the dump by runc and CRIU
 	Reason string        `json:"reason,omitempty"`
 }
 
@@ -156,7 +157,8 @@ type Ckpt struct {
 	Finished time.Time     `json:"finished,omitempty"`
 	Ranks    []CkptRank    `json:"ranks"`
 	Stall    time.Duration `json:"stall_ns,omitempty"` // ranks frozen, as the coordinator saw it
-	Coord    time.Duration `json:"coord_ns,omitempty"` // stall minus the slowest dump
+	Coord    time.Duration `json:"coord_ns,omitempty"` // stall minus the slowest prepare: t_coord
+	Cont     time.Duration `json:"cont_ns,omitempty"`  // the slowest prepare minus its CRIU dump: t_cont
 	MaxDump  time.Duration `json:"max_dump_ns,omitempty"`
 	Persist  time.Duration `json:"persist_ns,omitempty"` // writing the decision
 	Ingest   time.Duration `json:"ingest_ns,omitempty"`

@@ -1,0 +1,84 @@
+package rpc
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	v1 "cairn/api/agent/v1"
+	"cairn/internal/pki"
+)
+
+// Serve serves h on ln with mutual TLS from creds until ctx is done, then
+// shuts down, giving requests in flight 5 s.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, creds *pki.Credentials, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	hs := &http.Server{
+		Handler:           h,
+		TLSConfig:         pki.ServerConfig(creds),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(tls.NewListener(ln, hs.TLSConfig)) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Caller returns who made the request, from its client certificate; if
+// there is none, it answers 401 and returns false.
+func Caller(w http.ResponseWriter, r *http.Request) (pki.Identity, bool) {
+	if r.TLS == nil {
+		Fail(w, http.StatusUnauthorized, v1.CodeUnauthorized, "TLS required")
+		return pki.Identity{}, false
+	}
+	id, err := pki.PeerIdentity(*r.TLS)
+	if err != nil {
+		Fail(w, http.StatusUnauthorized, v1.CodeUnauthorized, err.Error())
+		return pki.Identity{}, false
+	}
+	return id, true
+}
+
+// WriteJSON answers with status and v as JSON (no body if v is nil).
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if v != nil {
+		_ = json.NewEncoder(w).Encode(v)
+	}
+}
+
+// Fail answers with an Error body.
+func Fail(w http.ResponseWriter, status int, code, msg string) {
+	WriteJSON(w, status, &v1.Error{Code: code, Message: msg})
+}
+
+// Decode reads a JSON request body of at most 1 MiB with no unknown
+// fields into v; on error it answers 400 and returns false.
+func Decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		Fail(w, http.StatusBadRequest, v1.CodeBadRequest, "request body: "+err.Error())
+		return false
+	}
+	return true
+}
