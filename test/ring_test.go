@@ -52,8 +52,8 @@ func TestRingCheckpointRestart(t *testing.T) {
 		t.Fatalf("%d checkpoints, want 3: %+v", len(cks), cks)
 	}
 	for _, ck := range cks {
-		if ck.State != "durable" || len(ck.Ranks) != 4 {
-			t.Fatalf("checkpoint %d: %s with %d ranks, want durable with 4", ck.Seq, ck.State, len(ck.Ranks))
+		if !restorable(ck.State) || len(ck.Ranks) != 4 {
+			t.Fatalf("checkpoint %d: %s with %d ranks, want durable (or protected) with 4", ck.Seq, ck.State, len(ck.Ranks))
 		}
 		t.Logf("checkpoint %d: ranks frozen %s, coordination %s", ck.Seq, time.Duration(ck.Stall), time.Duration(ck.Coord))
 	}
@@ -89,7 +89,7 @@ func TestPeriodicCheckpoints(t *testing.T) {
 	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
 		n := 0
 		for _, ck := range c.Ckpts("tick") {
-			if ck.State == "durable" {
+			if restorable(ck.State) {
 				n++
 			}
 		}
@@ -124,3 +124,7 @@ func TestPeriodicCheckpoints(t *testing.T) {
 		t.Fatalf("checkpoints of a removed job: %s", out)
 	}
 }
+
+// restorable says whether a checkpoint state is one a restart may use:
+// durable, or protected (durable and replicated).
+func restorable(state string) bool { return state == "durable" || state == "protected" }

@@ -458,3 +458,62 @@ func clusterDown(ctx context.Context, lc *localCluster, out interface{ Write([]b
 	}
 	return os.RemoveAll(clusterDir())
 }
+
+func newNodeFailCmd() *cobra.Command {
+	var loseData bool
+	cmd := &cobra.Command{
+		Use:   "fail NODE [--lose-data]",
+		Short: "Local clusters only: make a node fail (its agent and containers killed)",
+		Long: `Simulate the failure of a node of the local cluster made by 'cairn up': its
+agent and every container on it are killed (SIGKILL), as if the machine had
+stopped; with --lose-data its data dir (its checkpoint images) is deleted
+too. The coordinator sees the node dead once its lease expires.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lc, err := loadLocalCluster()
+			if errors.Is(err, os.ErrNotExist) {
+				return errNoCluster
+			}
+			if err != nil {
+				return err
+			}
+			for _, n := range lc.Nodes {
+				if n.Name == args[0] {
+					return failNode(cmd.Context(), n, loseData)
+				}
+			}
+			return usageError{fmt.Errorf("no node %s in the local cluster", args[0])}
+		},
+	}
+	cmd.Flags().BoolVar(&loseData, "lose-data", false, "delete the node's data dir too")
+	return cmd
+}
+
+// failNode kills a local node's agent and containers, and with loseData
+// deletes its data.
+func failNode(ctx context.Context, n localNode, loseData bool) error {
+	if pidRuns(n.PID) {
+		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
+			return err
+		}
+		for pidRuns(n.PID) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	m, err := container.New(container.Options{DataDir: n.Data, StagingDir: n.Staging, CRIU: global.criuPath, Runc: global.runcPath})
+	if err != nil {
+		return err
+	}
+	list, err := m.List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, in := range list {
+		errs = append(errs, m.Remove(ctx, in.Name, true))
+	}
+	if loseData {
+		errs = append(errs, os.RemoveAll(n.Data), os.RemoveAll(n.Staging))
+	}
+	return errors.Join(errs...)
+}

@@ -25,12 +25,14 @@ func newDemoClusterCmd() *cobra.Command {
 	var messages int
 	cmd := &cobra.Command{
 		Use:   "cluster",
-		Short: "Show a 3-node cluster: a 4-rank job, global checkpoints, a restart on other nodes",
+		Short: "Show a cluster: a 4-rank job, global checkpoints, a restart on other nodes, a node failure",
 		Long: `Start a local cluster of 3 nodes (cairn up), run a 4-rank job that passes
 checksummed messages around a ring over TCP at full speed, take global
 checkpoints while it runs, kill every rank, restart the job from the last
-checkpoint with every rank on another node, and check that it finishes with
-exactly the result of an uninterrupted run. Every step is a cairn command,
+checkpoint with every rank on another node; take one more checkpoint, which is
+replicated to another node, and make a node fail with its disk: the job
+restarts by itself on the spare from the replica. It must finish with exactly
+the result of an uninterrupted run. Every step is a cairn command,
 printed before it runs. Uses a data dir of its own and removes the cluster
 afterwards (unless --keep).`,
 		Args: cobra.NoArgs,
@@ -39,7 +41,7 @@ afterwards (unless --keep).`,
 		},
 	}
 	cmd.Flags().BoolVar(&keep, "keep", false, "leave the cluster up afterwards (remove it with cairn --data DIR down)")
-	cmd.Flags().IntVar(&messages, "messages", 1_000_000, "messages each rank of the ring handles")
+	cmd.Flags().IntVar(&messages, "messages", 1_500_000, "messages each rank of the ring handles")
 	return cmd
 }
 
@@ -92,6 +94,15 @@ func (d *clusterDemo) placement(ctx context.Context) ([]string, error) {
 	return st.Placement, nil
 }
 
+func (d *clusterDemo) ckpts(ctx context.Context) ([]coordv1.Ckpt, error) {
+	out, err := d.run(ctx, false, "checkpoints", "ring", "--json")
+	if err != nil {
+		return nil, err
+	}
+	var cks []coordv1.Ckpt
+	return cks, json.Unmarshal([]byte(out), &cks)
+}
+
 func runClusterDemo(ctx context.Context, w io.Writer, keep bool, messages int) (err error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -114,8 +125,11 @@ func runClusterDemo(ctx context.Context, w io.Writer, keep bool, messages int) (
 		os.RemoveAll(dir)
 	}()
 
-	d.say("Start a local cluster: a coordinator (embedded etcd) and 3 agents, each in its own network namespace")
-	if _, err := d.run(ctx, true, "up", "--nodes", "3", "--prefix", "cdemo-", "--underlay", "10.211.0.0/24", "--job-subnets", "10.236.0.0/20"); err != nil {
+	d.say("Start a local cluster: a coordinator (embedded etcd) and 4 agents, each in its own network namespace; one node is a spare")
+	if _, err := d.run(ctx, true, "up", "--nodes", "4", "--prefix", "cdemo-", "--underlay", "10.211.0.0/24", "--job-subnets", "10.236.0.0/20"); err != nil {
+		return err
+	}
+	if _, err := d.run(ctx, true, "node", "spare", "cdemo-n4"); err != nil {
 		return err
 	}
 	d.say("Run a 4-rank job: each rank passes checksummed 4 KiB messages to the next over TCP, as fast as it can")
@@ -168,6 +182,58 @@ func runClusterDemo(ctx context.Context, w io.Writer, keep bool, messages int) (
 		if err := d.check(after[r] != before[r], "rank %d moved from %s to %s, keeping its address and its TCP connections", r, before[r], after[r]); err != nil {
 			return err
 		}
+	}
+	d.say("Take another checkpoint: after it is durable, each rank image is copied to another node")
+	if _, err := d.run(ctx, true, "checkpoint", "ring"); err != nil {
+		return err
+	}
+	for {
+		cks, err := d.ckpts(ctx)
+		if err != nil {
+			return err
+		}
+		if cks[len(cks)-1].State == coordv1.CkptProtected {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := d.run(ctx, true, "checkpoints", "ring"); err != nil {
+		return err
+	}
+	victim := after[0]
+	d.say("Node %s fails, and its disk with it", victim)
+	if _, err := d.run(ctx, true, "node", "fail", victim, "--lose-data"); err != nil {
+		return err
+	}
+	d.detail("the coordinator sees its lease expire, and restarts the job from the replicas, the lost ranks on the spare")
+	start := time.Now()
+	for {
+		out, err := d.run(ctx, false, "jobs", "--json")
+		if err != nil {
+			return err
+		}
+		var jobs []coordv1.Job
+		if err := json.Unmarshal([]byte(out), &jobs); err != nil {
+			return err
+		}
+		if len(jobs) == 1 && jobs[0].Restarts == 2 && jobs[0].State == coordv1.JobRunning {
+			break
+		}
+		if time.Since(start) > 2*time.Minute {
+			return fmt.Errorf("the job did not restart by itself within 2 minutes: %s", out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	d.detail("restarted by itself %s after the failure", humanDuration(time.Since(start)))
+	if _, err := d.run(ctx, true, "ps", "--job", "ring"); err != nil {
+		return err
+	}
+	final, err := d.placement(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.check(slices.Contains(final, "cdemo-n4") && !slices.Contains(final, victim), "no rank on %s any more; the spare took over", victim); err != nil {
+		return err
 	}
 	d.say("Wait for the job to finish")
 	if _, err := d.run(ctx, true, "wait", "ring"); err != nil {

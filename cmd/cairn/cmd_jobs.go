@@ -130,6 +130,9 @@ func newNodesCmd() *cobra.Command {
 				if n.Alive {
 					state = "alive"
 				}
+				if n.Spare {
+					state += " (spare)"
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, ago(n.Joined))
 			}
 			return tw.Flush()
@@ -307,14 +310,18 @@ func jobCheckpoints(cmd *cobra.Command, c *coord.Client, name string, asJSON boo
 		return printJSON(cmd.OutOrStdout(), cks)
 	}
 	tw := newTable(cmd.OutOrStdout())
-	fmt.Fprintln(tw, "CHECKPOINT\tSTATE\tCREATED\tRANKS\tSIZE\tSTALL\tCOORD\tNODES\tREASON")
+	fmt.Fprintln(tw, "CHECKPOINT\tSTATE\tCREATED\tRANKS\tSIZE\tSTALL\tCOORD\tCOPIES\tNODES\tREASON")
 	for _, ck := range cks {
 		var nodes []string
+		copies := -1
 		for _, r := range ck.Ranks {
 			nodes = append(nodes, r.Node)
+			if copies < 0 || len(r.Copies) < copies {
+				copies = len(r.Copies)
+			}
 		}
-		fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", ck.Job, ck.Seq, ck.State, ago(ck.Created), len(ck.Ranks),
-			humanBytes(ck.Bytes), humanDuration(ck.Stall), humanDuration(ck.Coord), nodeSet(nodes), truncate(ck.Reason, 50))
+		fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", ck.Job, ck.Seq, ck.State, ago(ck.Created), len(ck.Ranks),
+			humanBytes(ck.Bytes), humanDuration(ck.Stall), humanDuration(ck.Coord), max(copies, 0), nodeSet(nodes), truncate(ck.Reason, 50))
 	}
 	return tw.Flush()
 }
@@ -361,5 +368,33 @@ those nodes (default: where their images are, else the least loaded);
 	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "nodes to place the ranks on")
 	cmd.Flags().StringSliceVar(&placement, "placement", nil, "node of each rank, in rank order")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newNodeSpareCmd() *cobra.Command {
+	var off bool
+	cmd := &cobra.Command{
+		Use:   "spare NODE [--off]",
+		Short: "Keep a node as a spare: no new jobs on it; restarts go there first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := coordClient()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			n, err := c.SetSpare(cmd.Context(), args[0], !off)
+			if err != nil {
+				return err
+			}
+			what := "a spare"
+			if !n.Spare {
+				what = "no longer a spare"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s is %s\n", n.Name, what)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&off, "off", false, "make the node an ordinary node again")
 	return cmd
 }

@@ -27,7 +27,9 @@ its nodes (at most --per-node on each, only on --nodes if given), each with
 CAIRN_RANK, CAIRN_SIZE, CAIRN_JOB and CAIRN_PEERS (the IPs of all ranks in
 rank order) in its environment. Each job has its own subnet, and a rank keeps
 its IP wherever it runs. --checkpoint-every takes a global checkpoint at that
-interval.`,
+interval. After each checkpoint, every rank image is copied to --replicas other
+nodes; when a node of the job dies, the job restarts by itself from the newest
+checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 		Example: `  cairn run --name sim -- /usr/bin/python3 -c 'import time; time.sleep(1e9)'
   cairn run --name sim --env OMP_NUM_THREADS=2 --rootfs /srv/rootfs -- ./solver
   cairn run --job ring --ranks 4 --checkpoint-every 5m -- /usr/bin/ring-solver`,
@@ -82,5 +84,8 @@ interval.`,
 	f.IntVar(&job.PerNode, "per-node", 0, "at most this many ranks per node (default: spread evenly)")
 	f.StringSliceVar(&job.Nodes, "nodes", nil, "place the job's ranks on these nodes only")
 	f.DurationVar(&job.CheckpointEvery, "checkpoint-every", 0, "take a global checkpoint of the job at this interval")
+	f.IntVar(&job.Replicas, "replicas", 1, "copies of every rank image on other nodes, made after each checkpoint")
+	f.StringVar(&job.OnFailure, "on-failure", coordv1.OnFailureRestart, "when a node of the job dies: restart (from the newest restorable checkpoint) or stop")
+	f.IntVar(&job.MaxRestarts, "max-restarts", 10, "automatic restarts allowed (0: no limit)")
 	return cmd
 }

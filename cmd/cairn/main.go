@@ -60,7 +60,7 @@ or a new name.`,
 	pf.StringVar(&global.bridge, "bridge", envOr("CAIRN_BRIDGE", container.DefaultBridge), "node bridge containers attach to ($CAIRN_BRIDGE)")
 	pf.StringVar(&global.subnet, "subnet", envOr("CAIRN_SUBNET", container.DefaultSubnet), "subnet of the node bridge ($CAIRN_SUBNET)")
 	pf.BoolVar(&global.debug, "debug", false, "log what cairn does to stderr")
-	pf.StringVar(&coordFlags.addr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "coordinator of the cluster (default: the local cluster of `cairn up`) ($CAIRN_COORDINATOR)")
+	pf.StringVar(&coordFlags.addr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "coordinator of the cluster (default: the local cluster of 'cairn up') ($CAIRN_COORDINATOR)")
 	pf.StringVar(&coordFlags.creds, "creds", os.Getenv("CAIRN_CREDS"), "credentials directory ($CAIRN_CREDS)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(

@@ -30,7 +30,20 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 }
 
 func (c *Client) stream(ctx context.Context, path string) (io.ReadCloser, error) {
-	return c.rpc.Stream(ctx, path)
+	return c.rpc.Stream(ctx, path, nil)
+}
+
+// Chunks lists the chunk ids of a checkpoint image on the agent.
+func (c *Client) Chunks(ctx context.Context, container string, seq int) ([]string, error) {
+	var out v1.Chunks
+	err := c.do(ctx, http.MethodGet, fmt.Sprintf("%s?container=%s&seq=%d", v1.PathChunks, url.QueryEscape(container), seq), nil, &out)
+	return out.IDs, err
+}
+
+// ExportDelta opens a delta export stream of a checkpoint image holding
+// only the given chunks.
+func (c *Client) ExportDelta(ctx context.Context, req v1.ExportDelta) (io.ReadCloser, error) {
+	return c.rpc.Stream(ctx, v1.PathExportDelta, req)
 }
 
 // JobNet ensures a job's network on the agent's node.

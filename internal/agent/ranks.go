@@ -16,6 +16,8 @@ import (
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/netw"
+	"cairn/internal/rpc"
+	"cairn/internal/store"
 )
 
 // RankName is the name of a job rank's container on its node.
@@ -415,13 +417,24 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	}
 	c := NewClient(req.From, req.FromNode, s.Creds)
 	defer c.Close()
-	body, err := c.Export(ctx, req.Container, req.Seq)
+	// Only the chunks this node lacks travel; the full stream when it
+	// lacks most of them anyway, or when the delta finds a chunk gone
+	// since it was counted (a gc in between).
+	body, err := s.openDelta(ctx, c, req)
 	if err != nil {
 		return v1.Image{}, err
 	}
-	defer body.Close()
 	cr := &countingReader{r: body}
 	rec, err := repo.Receive(ctx, cr, nil)
+	body.Close()
+	if errors.Is(err, store.ErrNotFound) {
+		if body, err = c.Export(ctx, req.Container, req.Seq); err != nil {
+			return v1.Image{}, err
+		}
+		cr = &countingReader{r: body, n: cr.n}
+		rec, err = repo.Receive(ctx, cr, nil)
+		body.Close()
+	}
 	if err != nil {
 		return v1.Image{}, fmt.Errorf("fetch %s:%d from %s: %w", req.Container, req.Seq, req.FromNode, err)
 	}
@@ -429,6 +442,94 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 		return v1.Image{}, fmt.Errorf("fetch %s:%d from %s: got %s", req.Container, req.Seq, req.FromNode, rec.Name())
 	}
 	return v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Bytes: cr.n, Duration: time.Since(start)}, nil
+}
+
+// openDelta opens the stream to fetch an image with: a delta stream of the
+// chunks this node lacks, or the full one if it lacks most.
+func (s *Server) openDelta(ctx context.Context, c *Client, req v1.Fetch) (io.ReadCloser, error) {
+	hexIDs, err := c.Chunks(ctx, req.Container, req.Seq)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]store.ID, 0, len(hexIDs))
+	for _, h := range hexIDs {
+		id, err := store.ParseID(h)
+		if err != nil {
+			return nil, fmt.Errorf("chunk list from %s: %w", req.FromNode, err)
+		}
+		ids = append(ids, id)
+	}
+	missing, err := s.Manager.Repo().Missing(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	if 2*len(missing) > len(ids) {
+		return c.Export(ctx, req.Container, req.Seq)
+	}
+	d := v1.ExportDelta{Container: req.Container, Seq: req.Seq, Missing: make([]string, len(missing))}
+	for i, id := range missing {
+		d.Missing[i] = id.String()
+	}
+	return c.ExportDelta(ctx, d)
+}
+
+// chunks lists the chunk ids of a checkpoint image.
+func (s *Server) chunks(w http.ResponseWriter, r *http.Request) {
+	name, seq, ok := imageRef(w, r.URL.Query().Get("container"), r.URL.Query().Get("seq"))
+	if !ok {
+		return
+	}
+	ids, err := s.Manager.Repo().ChunkIDs(r.Context(), name, seq)
+	if err != nil {
+		failErr(w, err)
+		return
+	}
+	out := v1.Chunks{IDs: make([]string, len(ids))}
+	for i, id := range ids {
+		out.IDs[i] = id.String()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// exportDelta streams a checkpoint image without the chunks the caller
+// has (every chunk but the ones it says it misses).
+func (s *Server) exportDelta(w http.ResponseWriter, r *http.Request) {
+	var req v1.ExportDelta
+	if !rpc.DecodeLimit(w, r, &req, 64<<20) {
+		return
+	}
+	name, seq, ok := imageRef(w, req.Container, strconv.Itoa(req.Seq))
+	if !ok {
+		return
+	}
+	missing := make(map[store.ID]bool, len(req.Missing))
+	for _, h := range req.Missing {
+		id, err := store.ParseID(h)
+		if err != nil {
+			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "missing: "+err.Error())
+			return
+		}
+		missing[id] = true
+	}
+	if _, err := s.Manager.Repo().Load(name, seq); err != nil {
+		failErr(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	have := func(id store.ID) bool { return !missing[id] }
+	if _, err := s.Manager.Repo().ExportDelta(r.Context(), name, seq, w, have, nil); err != nil {
+		s.log().Warn("delta export", "ckpt", fmt.Sprintf("%s:%d", name, seq), "err", err)
+	}
+}
+
+func imageRef(w http.ResponseWriter, name, seqs string) (string, int, bool) {
+	seq, err := strconv.Atoi(seqs)
+	if err != nil || container.ValidName(name) != nil {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "want a container name and a checkpoint number")
+		return "", 0, false
+	}
+	return name, seq, true
 }
 
 type countingReader struct {

@@ -89,7 +89,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Other agents may only read images (to fetch a rank's image to their
 	// node); everything else is for the coordinator and clients.
-	if id.Role != pki.Coordinator && id.Role != pki.Client && !(id.Role == pki.Agent && r.URL.Path == v1.PathExport) {
+	imageRead := r.URL.Path == v1.PathExport || r.URL.Path == v1.PathChunks || r.URL.Path == v1.PathExportDelta
+	if id.Role != pki.Coordinator && id.Role != pki.Client && !(id.Role == pki.Agent && imageRead) {
 		fail(w, http.StatusForbidden, v1.CodeForbidden, fmt.Sprintf("%s %s may not call %s on an agent", id.Role, id.Name, r.URL.Path))
 		return
 	}
@@ -287,6 +288,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 	case r.URL.Path == v1.PathExport && r.Method == http.MethodGet:
 		s.export(w, r)
+	case r.URL.Path == v1.PathChunks && r.Method == http.MethodGet:
+		s.chunks(w, r)
+	case r.URL.Path == v1.PathExportDelta && r.Method == http.MethodPost:
+		s.exportDelta(w, r)
 	case strings.HasPrefix(r.URL.Path, v1.PathLogs) && r.Method == http.MethodGet:
 		name := strings.TrimPrefix(r.URL.Path, v1.PathLogs)
 		if err := container.ValidName(name); err != nil {

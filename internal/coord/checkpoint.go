@@ -257,6 +257,9 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 			if i < len(final.Ranks) {
 				final.Ranks[i].State, final.Ranks[i].Reason = rs.State.String(), rs.Reason
 				final.Ranks[i].Size, final.Ranks[i].Dump, final.Ranks[i].CRIU = rs.Size, rs.Dump, criuTime[rs.Rank]
+				if rs.State == round.RankDurable {
+					final.Ranks[i].Copies = []string{rs.Node}
+				}
 			}
 			if rs.Dump > slowest.Dump {
 				slowest = rs
@@ -278,6 +281,7 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 			}
 			return nil
 		})
+		c.replicateLater(context.WithoutCancel(ctx), ck.Job, ck.Seq)
 		return &final, nil
 	}
 	return &final, apiErr(v1.CodeAborted, "checkpoint %s:%d aborted: %s", ck.Job, ck.Seq, done.Reason)
@@ -321,6 +325,11 @@ func (c *Coordinator) recoverRounds(ctx context.Context) {
 				s = round.StatePreparing
 			case ck.State == v1.CkptCommitted:
 				s = round.StateCommitted
+			case ck.State == v1.CkptDurable:
+				// Durable but maybe not yet replicated when the last
+				// coordinator stopped.
+				c.replicateLater(ctx, j.Name, ck.Seq)
+				continue
 			case ck.State == v1.CkptAborted && ck.Finished.IsZero():
 				s = round.StateAborted
 			default:

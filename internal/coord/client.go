@@ -98,3 +98,9 @@ func (c *Client) Restart(ctx context.Context, name string, req v1.Restart) (v1.J
 	var out v1.Job
 	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixRestart), req, &out)
 }
+
+// SetSpare marks a node as a spare or not.
+func (c *Client) SetSpare(ctx context.Context, node string, spare bool) (v1.Node, error) {
+	var out v1.Node
+	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathNode+url.PathEscape(node)+v1.SuffixSpare, v1.Spare{Spare: spare}, &out)
+}

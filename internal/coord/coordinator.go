@@ -60,7 +60,8 @@ type Coordinator struct {
 	jobMu   map[string]*sync.Mutex
 	lastRun map[string]time.Time // start of each job's last round
 
-	wg sync.WaitGroup
+	wg     sync.WaitGroup
+	runCtx context.Context // Run's; background work ends with it
 }
 
 // New returns a coordinator over cat, calling agents with creds.
@@ -93,9 +94,11 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c.wg.Add(2)
+	c.runCtx = ctx
+	c.wg.Add(3)
 	go func() { defer c.wg.Done(); c.recoverRounds(ctx) }()
 	go func() { defer c.wg.Done(); c.periodic(ctx) }()
+	go func() { defer c.wg.Done(); c.watchNodes(ctx) }()
 	err := rpc.Serve(ctx, ln, c, c.creds, c.log)
 	cancel()
 	c.wg.Wait()
@@ -172,6 +175,13 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p == v1.PathNodes && r.Method == http.MethodGet:
 		nodes, err := c.Nodes(ctx)
 		reply(w, http.StatusOK, nodes, err)
+	case strings.HasPrefix(p, v1.PathNode) && strings.HasSuffix(p, v1.SuffixSpare) && r.Method == http.MethodPost:
+		var req v1.Spare
+		if !decode(w, r, &req) {
+			return
+		}
+		n, err := c.SetSpare(ctx, strings.TrimSuffix(strings.TrimPrefix(p, v1.PathNode), v1.SuffixSpare), req.Spare)
+		reply(w, http.StatusOK, n, err)
 	case p == v1.PathJobs && r.Method == http.MethodGet:
 		jobs, err := c.Jobs(ctx)
 		reply(w, http.StatusOK, jobs, err)
@@ -257,6 +267,10 @@ func (c *Coordinator) serveNode(w http.ResponseWriter, r *http.Request, certName
 		return
 	}
 	n := v1.Node{Name: j.Name, Addr: j.Addr, Underlay: j.Underlay, Labels: j.Labels, Joined: time.Now().UTC()}
+	var old v1.Node
+	if _, err := c.cat.Get(ctx, nodeKey(j.Name), &old); err == nil {
+		n.Spare = old.Spare // a node that comes back stays what it was
+	}
 	if err := c.cat.Put(ctx, nodeKey(j.Name), &n); err != nil {
 		failErr(w, err)
 		return

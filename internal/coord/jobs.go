@@ -111,13 +111,15 @@ func place(n, perNode int, cands []v1.Node, prefer []string) ([]string, error) {
 		if out[r] != "" {
 			continue
 		}
-		best := ""
+		best, bestSpare := "", false
 		for _, c := range cands {
 			if count[c.Name] >= perNode {
 				continue
 			}
-			if best == "" || load[c.Name]+count[c.Name] < load[best]+count[best] {
-				best = c.Name
+			l, bl := load[c.Name]+count[c.Name], load[best]+count[best]
+			// Least loaded first; among equals, a spare (kept for this).
+			if best == "" || l < bl || l == bl && c.Spare && !bestSpare {
+				best, bestSpare = c.Name, c.Spare
 			}
 		}
 		out[r] = best
@@ -126,9 +128,10 @@ func place(n, perNode int, cands []v1.Node, prefer []string) ([]string, error) {
 	return out, nil
 }
 
-// candidates returns the live nodes among names (all live nodes if none),
-// sorted by name; a named node that is not alive is an error.
-func (c *Coordinator) candidates(ctx context.Context, names []string) ([]v1.Node, error) {
+// candidates returns the live nodes among names (all live nodes if none,
+// spares only if withSpares), sorted by name; a named node that is not
+// alive is an error.
+func (c *Coordinator) candidates(ctx context.Context, names []string, withSpares bool) ([]v1.Node, error) {
 	live, err := c.liveNodes(ctx)
 	if err != nil {
 		return nil, err
@@ -136,6 +139,9 @@ func (c *Coordinator) candidates(ctx context.Context, names []string) ([]v1.Node
 	var out []v1.Node
 	if len(names) == 0 {
 		for _, n := range live {
+			if n.Spare && !withSpares {
+				continue
+			}
 			out = append(out, n)
 		}
 	} else {
@@ -192,7 +198,17 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 	mu := c.jobLock(req.Name)
 	mu.Lock()
 	defer mu.Unlock()
-	cands, err := c.candidates(ctx, req.Nodes)
+	if req.Replicas < 0 {
+		return nil, apiErr(agentv1.CodeBadRequest, "replicas must be 0 or more")
+	}
+	switch req.OnFailure {
+	case "":
+		req.OnFailure = v1.OnFailureRestart
+	case v1.OnFailureRestart, v1.OnFailureStop:
+	default:
+		return nil, apiErr(agentv1.CodeBadRequest, "on-failure must be %s or %s, not %q", v1.OnFailureRestart, v1.OnFailureStop, req.OnFailure)
+	}
+	cands, err := c.candidates(ctx, req.Nodes, false)
 	if err != nil {
 		return nil, err
 	}

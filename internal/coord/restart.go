@@ -14,14 +14,15 @@ import (
 )
 
 // restorable picks the checkpoint to restart from: number from, or the
-// newest durable one whose every rank image is on a live node.
+// newest durable (or protected) one whose every rank image has a copy on a
+// live node.
 func restorable(cks []v1.Ckpt, from int, live map[string]v1.Node) (*v1.Ckpt, error) {
 	for i := len(cks) - 1; i >= 0; i-- {
 		ck := &cks[i]
 		if from != 0 && ck.Seq != from {
 			continue
 		}
-		if ck.State != v1.CkptDurable {
+		if ck.State != v1.CkptDurable && ck.State != v1.CkptProtected {
 			if from != 0 {
 				return nil, apiErr(v1.CodeNoCkpt, "checkpoint %s:%d is %s, not durable", ck.Job, ck.Seq, ck.State)
 			}
@@ -29,8 +30,8 @@ func restorable(cks []v1.Ckpt, from int, live map[string]v1.Node) (*v1.Ckpt, err
 		}
 		var missing []string
 		for _, r := range ck.Ranks {
-			if _, ok := live[r.Node]; !ok {
-				missing = append(missing, fmt.Sprintf("rank %d (on %s)", r.Rank, r.Node))
+			if len(liveCopies(r, live)) == 0 {
+				missing = append(missing, fmt.Sprintf("rank %d (on %v)", r.Rank, copiesOf(r)))
 			}
 		}
 		if len(missing) == 0 {
@@ -52,6 +53,12 @@ func restorable(cks []v1.Ckpt, from int, live map[string]v1.Node) (*v1.Ckpt, err
 // in parallel; once every rank is restored, all are resumed together.
 // Ranks keep their addresses wherever they land.
 func (c *Coordinator) Restart(ctx context.Context, name string, req v1.Restart) (*v1.Job, error) {
+	return c.restart(ctx, name, req, false)
+}
+
+// restart is Restart; with ifLost, only if a rank's node is dead (several
+// nodes dying at once each ask for a restart: the first one does it).
+func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, ifLost bool) (*v1.Job, error) {
 	mu := c.jobLock(name)
 	mu.Lock()
 	defer mu.Unlock()
@@ -59,6 +66,21 @@ func (c *Coordinator) Restart(ctx context.Context, name string, req v1.Restart) 
 	j, err := c.job(ctx, name)
 	if err != nil {
 		return nil, err
+	}
+	if ifLost {
+		live, err := c.liveNodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		lost := false
+		for _, n := range j.Placement {
+			if _, ok := live[n]; !ok {
+				lost = true
+			}
+		}
+		if !lost || (j.State != v1.JobRunning && j.State != v1.JobFailed) {
+			return j, nil
+		}
 	}
 	cks, err := c.ckpts(ctx, name)
 	if err != nil {
@@ -72,13 +94,22 @@ func (c *Coordinator) Restart(ctx context.Context, name string, req v1.Restart) 
 	if err != nil {
 		return nil, err
 	}
-	cands, err := c.candidates(ctx, req.Nodes)
+	// Restarts may use spares: that is what they are for.
+	cands, err := c.candidates(ctx, req.Nodes, true)
 	if err != nil {
 		return nil, err
 	}
-	holders := make([]string, len(ck.Ranks))
+	// Keep a rank where it is if a copy of its image is there, else where
+	// a copy is; ranks whose copies are all gone with their nodes' go to
+	// spares first, then to the least loaded nodes.
+	copies := make([][]string, len(ck.Ranks))
+	prefer := make([]string, len(ck.Ranks))
 	for i, r := range ck.Ranks {
-		holders[i] = r.Node
+		copies[i] = liveCopies(r, live)
+		prefer[i] = copies[i][0]
+		if i < len(j.Placement) && slices.Contains(copies[i], j.Placement[i]) {
+			prefer[i] = j.Placement[i]
+		}
 	}
 	// Each rank's current node is no longer loaded by it.
 	for i := range cands {
@@ -93,11 +124,11 @@ func (c *Coordinator) Restart(ctx context.Context, name string, req v1.Restart) 
 		if len(req.Placement) != len(ck.Ranks) {
 			return nil, apiErr(agentv1.CodeBadRequest, "placement names %d nodes for %d ranks", len(req.Placement), len(ck.Ranks))
 		}
-		if _, err := c.candidates(ctx, req.Placement); err != nil {
+		if _, err := c.candidates(ctx, req.Placement, true); err != nil {
 			return nil, err
 		}
 		placement = req.Placement
-	} else if placement, err = place(len(ck.Ranks), j.PerNode, cands, holders); err != nil {
+	} else if placement, err = place(len(ck.Ranks), j.PerNode, cands, prefer); err != nil {
 		return nil, err
 	}
 	// Stop what is left of the job.
@@ -119,9 +150,20 @@ func (c *Coordinator) Restart(ctx context.Context, name string, req v1.Restart) 
 		nodes[n] = v
 	}
 	err = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
-		rn := agent.RankName(name, r)
-		if src := holders[r]; src != placement[r] {
-			if _, err := cl.Fetch(ctx, agentv1.Fetch{Container: rn, Seq: ck.Seq, From: nodes[src].Addr, FromNode: src}); err != nil {
+		if !slices.Contains(copies[r], placement[r]) {
+			// From any live copy: the receiver verifies every chunk, and a
+			// damaged or unreachable copy makes it try the next.
+			var errs []error
+			for _, src := range copies[r] {
+				_, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(name, r), Seq: ck.Seq, From: nodes[src].Addr, FromNode: src})
+				if err == nil {
+					errs = nil
+					break
+				}
+				c.log.Warn("fetch for restart", "job", name, "rank", r, "from", src, "err", err)
+				errs = append(errs, err)
+			}
+			if err := errors.Join(errs...); err != nil {
 				return err
 			}
 		}

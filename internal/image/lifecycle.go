@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 
 	"cairn/internal/store"
@@ -144,6 +145,28 @@ func (r Repo) DiskUsage(ctx context.Context) (DiskUsage, error) {
 // Export writes one checkpoint as a single self-contained file: its record
 // and every chunk of its image.
 func (r Repo) Export(ctx context.Context, container string, seq int, w io.Writer, progress Progress) (*Record, error) {
+	return r.export(ctx, container, seq, w, nil, progress)
+}
+
+// ExportDelta writes one checkpoint as a delta export stream for a peer:
+// its record and the chunks of its image for which have returns false.
+// have is the peer's answer to Missing for ChunkIDs, turned around; it is
+// called once per distinct chunk, before anything is written. Only the
+// peer's Receive reads such a stream, and it fails (matching ErrCorrupt
+// and store.ErrNotFound, listing nothing) if the peer lacks a chunk that
+// have claimed, e.g. because a gc ran there in between; the sender should
+// then ask again what is missing, or send the full export.
+//
+// ("Delta" here is the difference between two stores, not the fs delta
+// of an image.)
+func (r Repo) ExportDelta(ctx context.Context, container string, seq int, w io.Writer, have func(store.ID) bool, progress Progress) (*Record, error) {
+	if have == nil {
+		return nil, errors.New("export delta: no chunk set to compare against")
+	}
+	return r.export(ctx, container, seq, w, have, progress)
+}
+
+func (r Repo) export(ctx context.Context, container string, seq int, w io.Writer, skip func(store.ID) bool, progress Progress) (*Record, error) {
 	rec, err := r.Load(container, seq)
 	if err != nil {
 		return nil, err
@@ -157,7 +180,7 @@ func (r Repo) Export(ctx context.Context, container string, seq int, w io.Writer
 		return nil, err
 	}
 	defer st.Close()
-	if err := st.Export(ctx, w, []store.ID{rec.Manifest}, meta, store.ExportOptions{Progress: progress}); err != nil {
+	if err := st.Export(ctx, w, []store.ID{rec.Manifest}, meta, store.ExportOptions{Progress: progress, Skip: skip}); err != nil {
 		return nil, r.corrupt(ctx, rec, err)
 	}
 	return rec, nil
@@ -171,21 +194,26 @@ func (r Repo) Import(ctx context.Context, rd io.Reader, as string, progress Prog
 	return r.importStream(ctx, rd, as, false, progress)
 }
 
-// Receive stores a checkpoint exported by another node (Export) under the
-// name and number it has there: how a rank's image follows it to another
-// node. A checkpoint of that name and number already here is left as it is
-// and returned.
+// Receive stores a checkpoint exported by another node (Export or
+// ExportDelta) under the name and number it has there: how a rank's image
+// follows it to another node. Everything in the stream is verified, and
+// every chunk a delta stream leaves out must be in this repo's store
+// already; otherwise Receive fails with ErrCorrupt (and, for a missing
+// chunk, store.ErrNotFound) and lists nothing. A checkpoint of that name
+// and number already here is left as it is and returned.
 func (r Repo) Receive(ctx context.Context, rd io.Reader, progress Progress) (*Record, error) {
 	return r.importStream(ctx, rd, "", true, progress)
 }
 
+// importStream imports an export stream. Only Receive (keepSeq) takes
+// delta streams: a file given to Import must stand alone.
 func (r Repo) importStream(ctx context.Context, rd io.Reader, as string, keepSeq bool, progress Progress) (*Record, error) {
 	st, err := r.OpenWriter(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	ids, meta, err := st.Import(ctx, rd, store.ImportOptions{Progress: progress})
+	ids, meta, err := st.Import(ctx, rd, store.ImportOptions{Progress: progress, AllowDelta: keepSeq})
 	if errors.Is(err, store.ErrCorrupt) {
 		return nil, &CorruptError{Image: "import", What: "export file", Reason: err.Error(), Err: err}
 	}
@@ -217,6 +245,53 @@ func (r Repo) importStream(ctx context.Context, rd io.Reader, as string, keepSeq
 		return nil, err
 	}
 	return &rec, nil
+}
+
+// ChunkIDs returns the distinct chunks of a checkpoint's image, in order
+// of first use: what a peer needs, besides the record and the manifest
+// (which travel in every export stream), to hold the checkpoint. Ask the
+// peer's Missing which of them to send.
+func (r Repo) ChunkIDs(ctx context.Context, container string, seq int) ([]store.ID, error) {
+	rec, err := r.Load(container, seq)
+	if err != nil {
+		return nil, err
+	}
+	st, err := r.OpenReader()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	m, err := r.loadManifest(ctx, st, rec)
+	if err != nil {
+		return nil, err
+	}
+	return m.ChunkIDs(), nil
+}
+
+// Missing returns, in the order given, the ids this repo's store lacks:
+// the chunks a peer must send for a delta export. A repo with no store
+// yet lacks them all. The answer is a snapshot: a gc here may reclaim
+// unused chunks before the delta stream arrives, which Receive then
+// detects.
+func (r Repo) Missing(ctx context.Context, ids []store.ID) ([]store.ID, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	st, err := r.OpenReader()
+	if errors.Is(err, ErrNotFound) {
+		return slices.Clone(ids), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	var out []store.ID
+	for _, id := range ids {
+		if !st.Has(id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
 
 // StoreReport is what CheckStore found, with manifests named by the

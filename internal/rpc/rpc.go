@@ -66,17 +66,26 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-// Stream GETs path and returns the body for the caller to read and close.
-func (c *Client) Stream(ctx context.Context, path string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+// Stream GETs path (or POSTs body as JSON, if not nil) and returns the
+// reply's body for the caller to read and close.
+func (c *Client) Stream(ctx context.Context, path string, body any) (io.ReadCloser, error) {
+	method, rd := http.MethodGet, io.Reader(nil)
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		method, rd = http.MethodPost, bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := c.streams.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	if err := replyError(http.MethodGet, path, resp); err != nil {
+	if err := replyError(method, path, resp); err != nil {
 		resp.Body.Close()
 		return nil, err
 	}

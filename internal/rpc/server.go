@@ -74,7 +74,13 @@ func Fail(w http.ResponseWriter, status int, code, msg string) {
 // Decode reads a JSON request body of at most 1 MiB with no unknown
 // fields into v; on error it answers 400 and returns false.
 func Decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	return DecodeLimit(w, r, v, 1<<20)
+}
+
+// DecodeLimit is Decode with a limit of its own, for the few requests
+// that carry long lists.
+func DecodeLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		Fail(w, http.StatusBadRequest, v1.CodeBadRequest, "request body: "+err.Error())

@@ -49,7 +49,9 @@
 // kept manifests are complete (unreclaimed space is reclaimed by the next
 // GC). Check verifies packs, index and manifests and names, for every bad
 // chunk, the manifests that use it. Export and Import move a set of
-// manifests and their chunks between stores as one self-contained file.
+// manifests and their chunks between stores as one self-contained file,
+// or, as a delta export stream (ExportOptions.Skip), without the chunks
+// the receiving store already has.
 //
 // # Locking
 //

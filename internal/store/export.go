@@ -17,9 +17,15 @@ import (
 
 // Export file format constants; see docs/format.md, "Export file".
 const (
-	// ExportMagic starts every export file: "CAIRNEX" and the format
-	// version 1.
+	// ExportMagic starts every self-contained export file: "CAIRNEX" and
+	// the format version 1.
 	ExportMagic = "CAIRNEX\x01"
+	// DeltaExportMagic starts every delta export stream, one that leaves
+	// out chunks the receiver already has: "CAIRNDX" and the format
+	// version 1. A magic of its own, rather than a flag, makes an importer
+	// that expects a self-contained file (or predates delta streams)
+	// refuse it at the first bytes.
+	DeltaExportMagic = "CAIRNDX\x01"
 	// MaxExportMetaSize is the largest meta an export file may carry.
 	MaxExportMetaSize = 16 << 20
 	// MaxManifestSize is the largest encoded manifest an export file may
@@ -29,11 +35,24 @@ const (
 	exportChunkHeaderSize = IDSize + 4 + 4 + 1 + 3
 )
 
+// ErrDeltaExport is returned, wrapped, by Import without
+// ImportOptions.AllowDelta when given a delta export stream: the stream
+// is not damaged, but it is only complete together with chunks the
+// importing store was expected to have.
+var ErrDeltaExport = errors.New("delta export stream: it leaves out chunks the receiver is expected to have")
+
 // ExportOptions configure Export.
 type ExportOptions struct {
 	// Progress, if set, is called on Export's goroutine after each chunk
 	// written, with the number of chunks done and the total.
 	Progress func(done, total int64)
+	// Skip, if set, makes Export write a delta export stream
+	// (DeltaExportMagic) that leaves out every chunk for which Skip
+	// returns true: how a checkpoint is copied to a peer that has most
+	// of its chunks already. Skip is called once per distinct chunk, on
+	// Export's goroutine, before anything is written to w. The receiver
+	// must have the skipped chunks (Import with AllowDelta checks).
+	Skip func(ID) bool
 }
 
 // ImportOptions configure Import.
@@ -41,10 +60,17 @@ type ImportOptions struct {
 	// Progress, if set, is called on Import's goroutine after each chunk
 	// read, with the number of chunks done and the total.
 	Progress func(done, total int64)
+	// AllowDelta makes Import accept delta export streams
+	// (ExportOptions.Skip) as well as self-contained files. Without it a
+	// delta stream is refused with ErrDeltaExport, so that a file meant
+	// to stand alone never silently depends on what the importing store
+	// happens to hold.
+	AllowDelta bool
 }
 
 // Export writes the manifests, meta and every chunk the manifests reference
-// to w as one self-contained export file (docs/format.md, "Export file").
+// to w as one self-contained export file (docs/format.md, "Export file"),
+// or, with opts.Skip, as a delta export stream without the skipped chunks.
 // Manifests are written in the order given, duplicates dropped; chunks once
 // each, in order of first reference, as stored (compressed) and verified
 // against their IDs on the way. meta is opaque to the store (cairn puts the
@@ -90,11 +116,23 @@ func (s *Store) Export(ctx context.Context, w io.Writer, manifests []ID, meta []
 		}
 	}
 
+	magic := ExportMagic
+	if opts.Skip != nil {
+		magic = DeltaExportMagic
+		sent := chunks[:0:0]
+		for _, c := range chunks {
+			if !opts.Skip(c) {
+				sent = append(sent, c)
+			}
+		}
+		chunks = sent
+	}
+
 	bw := bufio.NewWriterSize(w, 1<<20)
 	h := blake3.New()
 	out := io.MultiWriter(bw, h)
 	var b []byte
-	b = append(b, ExportMagic...)
+	b = append(b, magic...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(meta)))
 	b = append(b, meta...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(encoded)))
@@ -141,6 +179,11 @@ func (s *Store) Export(ctx context.Context, w io.Writer, manifests []ID, meta []
 
 // Import reads an export file from r, stores its chunks and then its
 // manifests, and returns the manifests' IDs in file order and the meta.
+// With opts.AllowDelta it also reads delta export streams: every chunk the
+// manifests reference but the stream leaves out must be in the store
+// already, or Import fails with an error matching both ErrCorrupt and
+// ErrNotFound (the sender's view of this store was stale: a retry should
+// ask again what the store lacks) and writes no manifest.
 //
 // Every chunk is verified against its ID and every manifest against its own
 // encoding, and the file's trailing checksum is checked, before any
@@ -160,7 +203,15 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 	defer s.gcLock.RUnlock()
 
 	ir := &importReader{r: bufio.NewReaderSize(r, 1<<20), h: blake3.New()}
-	if magic := ir.read(len(ExportMagic), len(ExportMagic)); ir.err == nil && string(magic) != ExportMagic {
+	order := &chunkOrder{s: s, referenced: make(map[ID]bool), seen: make(map[ID]bool)}
+	switch magic := ir.read(len(ExportMagic), len(ExportMagic)); {
+	case ir.err != nil, string(magic) == ExportMagic:
+	case string(magic) == DeltaExportMagic:
+		if !opts.AllowDelta {
+			return nil, nil, fmt.Errorf("import: %w", ErrDeltaExport)
+		}
+		order.delta = true
+	default:
 		ir.fail("magic %q", magic)
 	}
 	meta = ir.read(int(ir.u32()), MaxExportMetaSize)
@@ -171,7 +222,6 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 		m  *Manifest
 	}
 	var ms []manifest
-	referenced := make(map[ID]bool)
 	n := ir.u32()
 	for i := uint32(0); i < n && ir.err == nil; i++ {
 		b := ir.read(int(ir.u32()), MaxManifestSize)
@@ -189,27 +239,29 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 				ir.fail("manifest %s twice", id)
 			}
 		}
-		for _, c := range m.ChunkIDs() {
-			referenced[c] = true
-		}
+		order.reference(m)
 		ms = append(ms, manifest{id: id, b: b, m: m})
 	}
 
 	nchunks := ir.u32()
-	if ir.err == nil && int(nchunks) != len(referenced) {
-		ir.fail("%d chunks for manifests that reference %d", nchunks, len(referenced))
+	if ir.err == nil {
+		if nref := len(order.referenced); int(nchunks) > nref || !order.delta && int(nchunks) != nref {
+			ir.fail("%d chunks for manifests that reference %d", nchunks, nref)
+		}
 	}
-	seen := make(map[ID]bool)
 	for i := uint32(0); i < nchunks && ir.err == nil; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("import: %w", err)
 		}
-		if err := s.importChunk(ir, referenced, seen); err != nil {
+		if err := s.importChunk(ir, order); err != nil {
 			return nil, nil, fmt.Errorf("import: %w", err)
 		}
 		if opts.Progress != nil && ir.err == nil {
 			opts.Progress(int64(i+1), int64(nchunks))
 		}
+	}
+	if ir.err == nil {
+		order.finish(ir)
 	}
 	if ir.err == nil {
 		want := ir.h.Sum(nil)
@@ -257,7 +309,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 // importChunk reads one chunk record, verifies it and stores the chunk
 // unless the store has it. Format errors are recorded in ir; the returned
 // error is for failures of the store.
-func (s *Store) importChunk(ir *importReader, referenced, seen map[ID]bool) error {
+func (s *Store) importChunk(ir *importReader, order *chunkOrder) error {
 	hdr := ir.read(exportChunkHeaderSize, exportChunkHeaderSize)
 	if ir.err != nil {
 		return nil
@@ -271,21 +323,18 @@ func (s *Store) importChunk(ir *importReader, referenced, seen map[ID]bool) erro
 		RawLength:   binary.LittleEndian.Uint32(hdr[36:]),
 		Compression: pack.Compression(hdr[40]),
 	}
-	switch {
-	case hdr[41] != 0 || hdr[42] != 0 || hdr[43] != 0:
+	if hdr[41] != 0 || hdr[42] != 0 || hdr[43] != 0 {
 		ir.fail("chunk %s: reserved bytes not zero", id)
-	case !referenced[id]:
-		ir.fail("chunk %s is referenced by no manifest", id)
-	case seen[id]:
-		ir.fail("chunk %s twice", id)
 	}
 	if err := e.Validate(); err != nil && ir.err == nil {
 		ir.fail("chunk %s: %v", id, err)
 	}
+	if ir.err == nil {
+		order.admit(ir, id)
+	}
 	if ir.err != nil {
 		return nil
 	}
-	seen[id] = true
 	blob := ir.read(int(e.Length), pack.MaxBlobSize)
 	if ir.err != nil {
 		return nil
@@ -308,6 +357,87 @@ func (s *Store) importChunk(ir *importReader, referenced, seen map[ID]bool) erro
 		return fmt.Errorf("store chunk %s: %w", id, err)
 	}
 	return nil
+}
+
+// chunkOrder decides which chunk record may come next in an export stream.
+// A self-contained file may hold the referenced chunks in any order, each
+// once. A delta stream must hold them in order of first reference, which
+// makes it canonical and lets the importer check each skipped chunk
+// against its store as soon as the stream passes it, rather than after
+// reading everything.
+type chunkOrder struct {
+	s          *Store
+	delta      bool
+	referenced map[ID]bool
+	seen       map[ID]bool
+	order      []ID // the referenced chunks in order of first reference
+	next       int  // delta: index in order of the next chunk not yet passed
+}
+
+// reference adds the chunks of the next manifest of the stream.
+func (o *chunkOrder) reference(m *Manifest) {
+	for _, c := range m.ChunkIDs() {
+		if !o.referenced[c] {
+			o.referenced[c] = true
+			o.order = append(o.order, c)
+		}
+	}
+}
+
+// admit records in ir why the record for chunk id may not come next, if
+// it may not.
+func (o *chunkOrder) admit(ir *importReader, id ID) {
+	if !o.delta {
+		switch {
+		case !o.referenced[id]:
+			ir.fail("chunk %s is referenced by no manifest", id)
+		case o.seen[id]:
+			ir.fail("chunk %s twice", id)
+		}
+		o.seen[id] = true
+		return
+	}
+	if !o.referenced[id] {
+		// Say so before walking the skipped chunks: a damaged ID must be
+		// reported as damage, not as chunks this store lacks.
+		ir.fail("chunk %s is referenced by no manifest", id)
+		return
+	}
+	for ; o.next < len(o.order) && o.order[o.next] != id; o.next++ {
+		if !o.skipped(ir, o.order[o.next]) {
+			return
+		}
+	}
+	if o.next == len(o.order) {
+		ir.fail("chunk %s repeated or out of order", id)
+		return
+	}
+	o.next++
+}
+
+// finish checks the chunks a delta stream left out after its last record.
+func (o *chunkOrder) finish(ir *importReader) {
+	if !o.delta {
+		return
+	}
+	for ; o.next < len(o.order); o.next++ {
+		if !o.skipped(ir, o.order[o.next]) {
+			return
+		}
+	}
+}
+
+// skipped checks that a chunk the stream left out is in the store. Only
+// presence is checked: the store's own chunks were verified when they
+// were stored, and are verified again whenever they are read.
+func (o *chunkOrder) skipped(ir *importReader, id ID) bool {
+	if o.s.Has(id) {
+		return true
+	}
+	if ir.err == nil {
+		ir.err = fmt.Errorf("%w: delta export stream: chunk %s is in neither the stream nor the store: %w", ErrCorrupt, id, ErrNotFound)
+	}
+	return false
 }
 
 // importReader reads an export file, hashing what it reads. The first

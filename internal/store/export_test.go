@@ -196,3 +196,194 @@ func FuzzImport(f *testing.F) {
 		}
 	})
 }
+
+// deltaFixture puts a base set of files and an edited copy of it (two
+// blocks of one file replaced, the other file unchanged) into src, gives
+// dst the base through a self-contained export, and returns a delta
+// stream of the edited copy against dst's chunks. The stream's records
+// are thus surrounded by skipped chunks, before, between and after them.
+func deltaFixture(t testing.TB) (src, dst *store.Store, base, edited store.ID, want map[string][]byte, delta []byte) {
+	t.Helper()
+	ctx := context.Background()
+	src, dst = store.TestStore(t), store.TestStore(t)
+	files := map[string][]byte{"a": randBytes(1, 16*testChunkSize), "z": compressible(2, 5*testChunkSize)}
+	var err error
+	if base, err = putFiles(ctx, src, files); err != nil {
+		t.Fatal(err)
+	}
+	want = map[string][]byte{"a": bytes.Clone(files["a"]), "z": files["z"]}
+	copy(want["a"][3*testChunkSize:], randBytes(3, testChunkSize))
+	copy(want["a"][9*testChunkSize:], randBytes(4, testChunkSize))
+	if edited, err = putFiles(ctx, src, want); err != nil {
+		t.Fatal(err)
+	}
+	var full bytes.Buffer
+	if err := src.Export(ctx, &full, []store.ID{base}, nil, store.ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.Import(ctx, &full, store.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := src.Export(ctx, &buf, []store.ID{edited}, []byte("meta"), store.ExportOptions{Skip: dst.Has}); err != nil {
+		t.Fatalf("delta Export: %v", err)
+	}
+	return src, dst, base, edited, want, buf.Bytes()
+}
+
+func TestExportDelta(t *testing.T) {
+	src, dst, base, edited, want, delta := deltaFixture(t)
+	ctx := context.Background()
+	if !bytes.HasPrefix(delta, []byte(store.DeltaExportMagic)) {
+		t.Fatalf("delta stream starts with %q", delta[:8])
+	}
+	var full bytes.Buffer
+	if err := src.Export(ctx, &full, []store.ID{edited}, []byte("meta"), store.ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Two new 4 KiB chunks, random so stored as they are, and the manifest.
+	if len(delta) > 3*testChunkSize || len(delta) > full.Len()/4 {
+		t.Errorf("delta stream is %d bytes, the full one %d", len(delta), full.Len())
+	}
+
+	// A plain import refuses it, clearly and without calling it damage.
+	_, _, err := dst.Import(ctx, bytes.NewReader(delta), store.ImportOptions{})
+	if !errors.Is(err, store.ErrDeltaExport) || errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("plain Import of a delta stream = %v, want ErrDeltaExport", err)
+	}
+	if ms, _ := dst.Manifests(ctx); !cmp.Equal(ms, []store.ID{base}) {
+		t.Fatalf("refused Import left manifests %v", ms)
+	}
+
+	before := dst.Stats()
+	var last, total int64
+	got, meta, err := dst.Import(ctx, bytes.NewReader(delta), store.ImportOptions{AllowDelta: true, Progress: func(d, n int64) { last, total = d, n }})
+	if err != nil {
+		t.Fatalf("delta Import: %v", err)
+	}
+	if !cmp.Equal(got, []store.ID{edited}) || string(meta) != "meta" {
+		t.Errorf("delta Import = %v, %q", got, meta)
+	}
+	mustReadFiles(t, dst, edited, want)
+	mustReadFiles(t, dst, base, map[string][]byte{"a": randBytes(1, 16*testChunkSize), "z": compressible(2, 5*testChunkSize)})
+	if added := dst.Stats().Chunks - before.Chunks; added != 2 || last != 2 || total != 2 {
+		t.Errorf("delta Import added %d chunks, progress %d/%d; want 2", added, last, total)
+	}
+
+	// A store that lacks the skipped chunks refuses the stream.
+	empty := store.TestStore(t)
+	_, _, err = empty.Import(ctx, bytes.NewReader(delta), store.ImportOptions{AllowDelta: true})
+	if !errors.Is(err, store.ErrCorrupt) || !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("delta Import into an empty store = %v, want ErrCorrupt and ErrNotFound", err)
+	}
+	if ms, _ := empty.Manifests(ctx); len(ms) != 0 {
+		t.Fatalf("refused delta Import left manifests %v", ms)
+	}
+
+	// AllowDelta takes self-contained files too.
+	if got, _, err := empty.Import(ctx, bytes.NewReader(full.Bytes()), store.ImportOptions{AllowDelta: true}); err != nil || !cmp.Equal(got, []store.ID{edited}) {
+		t.Fatalf("Import of a full file with AllowDelta = %v, %v", got, err)
+	}
+	mustReadFiles(t, empty, edited, want)
+
+	// Skipping nothing still makes a delta stream, one that stands alone.
+	var all bytes.Buffer
+	if err := src.Export(ctx, &all, []store.ID{edited}, nil, store.ExportOptions{Skip: func(store.ID) bool { return false }}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.TestStore(t).Import(ctx, &all, store.ImportOptions{AllowDelta: true}); err != nil {
+		t.Fatalf("Import of a delta stream that skips nothing: %v", err)
+	}
+}
+
+// TestImportDeltaDamaged checks that truncated, corrupted and reordered
+// delta streams give ErrCorrupt and leave no manifest.
+func TestImportDeltaDamaged(t *testing.T) {
+	_, dst, base, _, _, delta := deltaFixture(t)
+	ctx := context.Background()
+	check := func(what string, b []byte) error {
+		t.Helper()
+		_, _, err := dst.Import(ctx, bytes.NewReader(b), store.ImportOptions{AllowDelta: true})
+		if !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("Import of %s = %v, want ErrCorrupt", what, err)
+		}
+		if ms, _ := dst.Manifests(ctx); !cmp.Equal(ms, []store.ID{base}) {
+			t.Fatalf("Import of %s left manifests %v", what, ms)
+		}
+		return err
+	}
+	for n := range len(delta) {
+		check("truncated stream", delta[:n])
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	for range 150 {
+		b := bytes.Clone(delta)
+		b[rng.IntN(len(b))] ^= byte(1 + rng.IntN(255))
+		check("corrupted stream", b)
+	}
+	// Damage inside a chunk, under a valid trailing checksum: only the
+	// chunk's ID can catch it, and it is damage, not a missing chunk.
+	b := bytes.Clone(delta[:len(delta)-store.IDSize])
+	b[len(b)-1] ^= 1
+	sum := store.Hash(b)
+	if err := check("stream with a damaged chunk", append(b, sum[:]...)); errors.Is(err, store.ErrNotFound) {
+		t.Errorf("damaged chunk reported as missing: %v", err)
+	}
+	check("stream with its chunks swapped", swapChunks(t, delta))
+}
+
+// swapChunks returns a stream of two chunk records with the records
+// swapped and a valid checksum.
+func swapChunks(t *testing.T, file []byte) []byte {
+	t.Helper()
+	body := file[:len(file)-store.IDSize]
+	off := chunkCountOffset(t, body) + 4
+	const hdr = store.IDSize + 12
+	size := func(off int) int {
+		return hdr + int(uint32(body[off+32])|uint32(body[off+33])<<8|uint32(body[off+34])<<16|uint32(body[off+35])<<24)
+	}
+	first := body[off : off+size(off)]
+	second := body[off+len(first):]
+	if len(second) != size(off+len(first)) {
+		t.Fatalf("stream does not hold exactly two chunks")
+	}
+	out := append(bytes.Clone(body[:off]), second...)
+	out = append(out, first...)
+	sum := store.Hash(out)
+	return append(out, sum[:]...)
+}
+
+// FuzzImportDelta feeds arbitrary bytes to Import with AllowDelta into a
+// store that holds the base of the seed stream. It must not panic; what it
+// accepts must be readable; what it rejects must leave no manifest.
+func FuzzImportDelta(f *testing.F) {
+	src, s, _, edited, _, delta := deltaFixture(f)
+	ctx := context.Background()
+	f.Add(delta)
+	f.Add(delta[:len(delta)/2])
+	f.Add([]byte(store.DeltaExportMagic))
+	var buf bytes.Buffer
+	if err := src.Export(ctx, &buf, []store.ID{edited}, nil, store.ExportOptions{Skip: func(store.ID) bool { return true }}); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		before, err := s.Manifests(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, _, err := s.Import(ctx, bytes.NewReader(data), store.ImportOptions{AllowDelta: true})
+		if err != nil {
+			after, _ := s.Manifests(ctx)
+			if !cmp.Equal(before, after) {
+				t.Fatalf("failed Import (%v) changed the manifests from %v to %v", err, before, after)
+			}
+			return
+		}
+		for _, id := range ids {
+			if _, err := readFiles(ctx, s, id); err != nil {
+				t.Fatalf("imported manifest %s: %v", id.Short(), err)
+			}
+		}
+	})
+}

@@ -212,8 +212,9 @@ type Ckpt struct {
 	State  string `json:"state"`
 	Reason string `json:"reason"`
 	Ranks  []struct {
-		Node  string `json:"node"`
-		State string `json:"state"`
+		Node   string   `json:"node"`
+		State  string   `json:"state"`
+		Copies []string `json:"copies"`
 	} `json:"ranks"`
 	Stall int64 `json:"stall_ns"`
 	Coord int64 `json:"coord_ns"`
@@ -504,4 +505,70 @@ func WaitUntil(t testing.TB, within time.Duration, cond func() (bool, string)) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// KillNode fails a node: its agent and every container on it are killed
+// (SIGKILL), and with deleteData its data dir is deleted, as if the machine
+// had died with its disk.
+func (c *Cluster) KillNode(node string, deleteData bool) {
+	c.t.Helper()
+	f := c.File()
+	for _, n := range f.Nodes {
+		if n.Name != node {
+			continue
+		}
+		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
+			c.t.Fatal(err)
+		}
+		waitGone(c.t, n.PID)
+		local := func(args ...string) string {
+			out, err := exec.Command(c.Bin, append([]string{"--data", n.Data, "--staging", n.Staging}, args...)...).CombinedOutput()
+			if err != nil {
+				c.t.Fatalf("cairn %v on node %s: %v\n%s", args, node, err, out)
+			}
+			return string(out)
+		}
+		var list []struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal([]byte(local("ps", "--json")), &list); err != nil {
+			c.t.Fatal(err)
+		}
+		for _, in := range list {
+			local("rm", "-f", in.Name)
+		}
+		if deleteData {
+			if err := os.RemoveAll(n.Data); err != nil {
+				c.t.Fatal(err)
+			}
+			os.RemoveAll(n.Staging)
+		}
+		return
+	}
+	c.t.Fatalf("no node %s", node)
+}
+
+// Job is what `cairn jobs --json` says of a job.
+type Job struct {
+	Name      string   `json:"name"`
+	State     string   `json:"state"`
+	Reason    string   `json:"reason"`
+	Placement []string `json:"placement"`
+	Restarts  int      `json:"restarts"`
+}
+
+// Job returns a job as the coordinator records it.
+func (c *Cluster) Job(name string) Job {
+	c.t.Helper()
+	var jobs []Job
+	if err := json.Unmarshal([]byte(c.OK("jobs", "--json")), &jobs); err != nil {
+		c.t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.Name == name {
+			return j
+		}
+	}
+	c.t.Fatalf("no job %s", name)
+	return Job{}
 }

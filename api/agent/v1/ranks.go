@@ -15,7 +15,8 @@ const (
 	PathAbort       = "/v1/ckpt/abort"    // POST Finish
 	PathFetch       = "/v1/images/fetch"  // POST Fetch: Image (copies an image from another agent)
 	PathExport      = "/v1/images/export" // GET ?container=NAME&seq=N: an export stream (agents may call it)
-	PathImages      = "/v1/images"        // GET ?container=NAME: []Checkpoint; DELETE ?container=NAME&seq=N
+	PathChunks      = "/v1/images/chunks" // GET ?container=NAME&seq=N: Chunks (agents may call it)
+	PathExportDelta = "/v1/images/delta"  // POST ExportDelta: a delta export stream (agents may call it)
 	PathLogs        = "/v1/logs/"         // + NAME, GET ?follow=1: the container's output
 	PathKill        = "/v1/kill/"         // + NAME, POST ?signal=N
 )
@@ -120,4 +121,17 @@ type Image struct {
 	Fetched  bool          `json:"fetched"` // false: it was already here
 	Bytes    int64         `json:"bytes"`   // bytes received
 	Duration time.Duration `json:"duration_ns"`
+}
+
+// Chunks lists the chunk ids (hex) a checkpoint image is made of.
+type Chunks struct {
+	IDs []string `json:"ids"`
+}
+
+// ExportDelta asks for a checkpoint image as a delta stream holding only
+// the Missing chunks (hex ids): the rest the caller has.
+type ExportDelta struct {
+	Container string   `json:"container"`
+	Seq       int      `json:"seq"`
+	Missing   []string `json:"missing"`
 }

@@ -12,6 +12,7 @@ const (
 	PathJoin      = "/v1/nodes/join"      // POST Join (agents): JoinReply
 	PathHeartbeat = "/v1/nodes/heartbeat" // POST Heartbeat (agents); 404 means join again
 	PathNodes     = "/v1/nodes"           // GET: []Node
+	PathNode      = "/v1/nodes/"          // + NAME + SuffixSpare, POST Spare: Node
 	PathJobs      = "/v1/jobs"            // GET: []Job; POST RunJob: Job
 	PathJob       = "/v1/jobs/"           // + NAME: GET JobStatus; DELETE
 	// + NAME + one of these, POST:
@@ -19,7 +20,14 @@ const (
 	SuffixCheckpoint  = "/checkpoint"  // Ckpt, once the round has ended
 	SuffixRestart     = "/restart"     // Restart: Job
 	SuffixCheckpoints = "/checkpoints" // GET: []Ckpt
+	SuffixSpare       = "/spare"       // (nodes) POST Spare: Node
 )
+
+// Spare marks a node as a spare (no new jobs are placed on it; restarts
+// and migrations go there first) or not.
+type Spare struct {
+	Spare bool `json:"spare"`
+}
 
 // Error is the body of every non-2xx reply (the agent API's).
 type Error = agentv1.Error
@@ -68,6 +76,7 @@ type Node struct {
 	Joined   time.Time         `json:"joined"`
 	Alive    bool              `json:"alive"`
 	Ranks    int               `json:"ranks"` // ranks of jobs placed on it
+	Spare    bool              `json:"spare,omitempty"`
 }
 
 // RunJob starts a job.
@@ -80,7 +89,21 @@ type RunJob struct {
 	Env             []string      `json:"env,omitempty"`
 	RootFS          string        `json:"rootfs,omitempty"`
 	CheckpointEvery time.Duration `json:"checkpoint_every_ns,omitempty"`
+	// Replicas is how many other nodes get a copy of every rank image of
+	// every checkpoint, in the background after it is durable.
+	Replicas int `json:"replicas"`
+	// OnFailure says what happens when a node holding a rank dies:
+	// OnFailureRestart (restart from the newest restorable checkpoint) or
+	// OnFailureStop.
+	OnFailure   string `json:"on_failure,omitempty"`
+	MaxRestarts int    `json:"max_restarts,omitempty"` // automatic restarts allowed; 0: no limit
 }
+
+// Failure policies of a job.
+const (
+	OnFailureRestart = "restart"
+	OnFailureStop    = "stop"
+)
 
 // Job states.
 const (
@@ -89,6 +112,7 @@ const (
 	JobKilled     = "killed"  // cairn kill: processes gone, job and checkpoints kept
 	JobRestarting = "restarting"
 	JobFailed     = "failed" // a start or restart failed; restart it again
+	JobLost       = "lost"   // a node of it died and its policy is stop, or restarts ran out
 )
 
 // Job is a job as the catalog records it.
@@ -132,13 +156,17 @@ const (
 	CkptPreparing = "preparing"
 	CkptCommitted = "committed"
 	CkptDurable   = "durable"
+	CkptProtected = "protected" // every rank image has Replicas copies on other nodes
 	CkptAborted   = "aborted"
 )
 
 // CkptRank is one rank's part of a global checkpoint.
 type CkptRank struct {
-	Rank   int           `json:"rank"`
-	Node   string        `json:"node"` // where its image is
+	Rank int    `json:"rank"`
+	Node string `json:"node"` // where it was taken
+	// Copies are the nodes holding a complete, verified copy of the
+	// image: Node first, then its replicas.
+	Copies []string      `json:"copies,omitempty"`
 	State  string        `json:"state"`
 	Size   int64         `json:"size,omitempty"`
 	Dump   time.Duration `json:"dump_ns,omitempty"` // its agent's prepare: lock, freeze, capture files, dump

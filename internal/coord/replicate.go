@@ -1,0 +1,348 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	v1 "cairn/api/coord/v1"
+	"cairn/internal/agent"
+	"cairn/internal/catalog"
+)
+
+// replicaTargets picks up to want nodes for new copies of an image whose
+// copies are on have: never a node that has one, nodes of failure domains
+// (label "rack") without a copy first, then the ring order of node names
+// starting after the image's first holder. The ring (rather than random)
+// placement spreads each node's replicas over its successors, which makes
+// restarts after simultaneous failures more likely (docs/planning.md).
+func replicaTargets(have []string, want int, live []v1.Node) []string {
+	if want <= 0 || len(have) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(live)
+	sort.Slice(sorted, func(a, b int) bool { return sorted[a].Name < sorted[b].Name })
+	start := 0
+	for i, n := range sorted {
+		if n.Name > have[0] {
+			start = i
+			break
+		}
+		if i == len(sorted)-1 {
+			start = 0
+		}
+	}
+	racks := map[string]bool{}
+	rackOf := map[string]string{}
+	for _, n := range sorted {
+		rackOf[n.Name] = n.Labels["rack"]
+	}
+	for _, h := range have {
+		racks[rackOf[h]] = true
+	}
+	var ring []v1.Node
+	for i := range sorted {
+		n := sorted[(start+i)%len(sorted)]
+		if !slices.Contains(have, n.Name) {
+			ring = append(ring, n)
+		}
+	}
+	var out []string
+	for pass := 0; pass < 2 && len(out) < want; pass++ {
+		for _, n := range ring {
+			if len(out) == want {
+				break
+			}
+			if slices.Contains(out, n.Name) {
+				continue
+			}
+			if pass == 0 && rackOf[n.Name] != "" && racks[rackOf[n.Name]] {
+				continue // another rack first
+			}
+			out = append(out, n.Name)
+			racks[rackOf[n.Name]] = true
+		}
+	}
+	return out
+}
+
+// liveCopies returns the copies of a rank image on live nodes, in order.
+func liveCopies(r v1.CkptRank, live map[string]v1.Node) []string {
+	var out []string
+	for _, n := range copiesOf(r) {
+		if _, ok := live[n]; ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// copiesOf is where a rank image is: its copies, or where it was taken for
+// a record from before copies were tracked.
+func copiesOf(r v1.CkptRank) []string {
+	if len(r.Copies) > 0 {
+		return r.Copies
+	}
+	return []string{r.Node}
+}
+
+// replicate brings every rank image of a checkpoint to the job's replica
+// count on live nodes: each missing copy is fetched by its target node from
+// a live holder (the receiver verifies every chunk, and the copy counts
+// only once it is complete). It then marks the checkpoint protected if
+// every rank has its copies, or durable if not.
+func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error {
+	j, err := c.job(ctx, job)
+	if err != nil {
+		return err
+	}
+	var ck v1.Ckpt
+	if _, err := c.cat.Get(ctx, ckptKey(job, seq), &ck); err != nil {
+		return err
+	}
+	if ck.State != v1.CkptDurable && ck.State != v1.CkptProtected {
+		return nil
+	}
+	live, err := c.liveNodes(ctx)
+	if err != nil {
+		return err
+	}
+	var liveList []v1.Node
+	for _, n := range live {
+		liveList = append(liveList, n)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(ck.Ranks))
+	for i, r := range ck.Ranks {
+		have := liveCopies(r, live)
+		if len(have) == 0 {
+			errs[i] = fmt.Errorf("rank %d: no live copy", r.Rank)
+			continue
+		}
+		targets := replicaTargets(have, j.Replicas+1-len(have), liveList)
+		if len(targets) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, t := range targets {
+				if err := c.copyImage(ctx, job, seq, r.Rank, have, t, live); err != nil {
+					errs[i] = errors.Join(errs[i], err)
+					continue
+				}
+				have = append(have, t)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(append(errs, c.updateProtection(ctx, job, seq, j.Replicas))...)
+}
+
+// copyImage has node to fetch a rank's image from one of the live holders,
+// trying the next holder if one fails (a damaged copy is refused by the
+// receiver), and records the copy.
+func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, holders []string, to string, live map[string]v1.Node) error {
+	cl, err := c.client(ctx, to)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, from := range holders {
+		start := time.Now()
+		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("copy %s:%d rank %d from %s to %s: %w", job, seq, rank, from, to, err))
+			c.log.Warn("replication", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to, "err", err)
+			continue
+		}
+		c.log.Info("replicated", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to,
+			"bytes", img.Bytes, "took", time.Since(start))
+		var ck v1.Ckpt
+		return c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
+			for i := range ck.Ranks {
+				if ck.Ranks[i].Rank == rank {
+					ck.Ranks[i].Copies = append(copiesOf(ck.Ranks[i]), to)
+					ck.Ranks[i].Copies = slices.Compact(ck.Ranks[i].Copies)
+				}
+			}
+			return nil
+		})
+	}
+	return errors.Join(errs...)
+}
+
+// updateProtection sets a durable checkpoint protected when every rank has
+// 1+k copies on live nodes, and a protected one back to durable when not.
+func (c *Coordinator) updateProtection(ctx context.Context, job string, seq, k int) error {
+	live, err := c.liveNodes(ctx)
+	if err != nil {
+		return err
+	}
+	var ck v1.Ckpt
+	return c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
+		if ck.State != v1.CkptDurable && ck.State != v1.CkptProtected {
+			return nil
+		}
+		protected := true
+		for _, r := range ck.Ranks {
+			if len(liveCopies(r, live)) < 1+k {
+				protected = false
+			}
+		}
+		if protected {
+			ck.State = v1.CkptProtected
+		} else {
+			ck.State = v1.CkptDurable
+		}
+		return nil
+	})
+}
+
+// replicateLater starts replicate in the background.
+func (c *Coordinator) replicateLater(ctx context.Context, job string, seq int) {
+	if c.runCtx != nil {
+		ctx = c.runCtx // it belongs to the coordinator, not to a request
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := c.replicate(ctx, job, seq); err != nil && ctx.Err() == nil {
+			c.log.Warn("replication incomplete", "job", job, "ckpt", seq, "err", err)
+		}
+	}()
+}
+
+// watchNodes reacts to nodes dying: jobs with a rank there restart by
+// their policy, and checkpoints with a copy there are repaired.
+func (c *Coordinator) watchNodes(ctx context.Context) {
+	// After a coordinator restart, agents need a moment to renew their
+	// leases; only then are nodes that stay dead dead.
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(2 * c.opts.NodeTTL):
+	}
+	c.nodesLost(ctx, "")
+	for ev := range c.cat.WatchAlive(ctx) {
+		if ev.Change == catalog.MemberLost {
+			c.log.Warn("node lost", "node", ev.Name)
+			c.nodesLost(ctx, ev.Name)
+		}
+	}
+}
+
+// nodesLost restarts jobs that have a rank on a dead node (by their
+// policy), then repairs the checkpoints that lost copies.
+func (c *Coordinator) nodesLost(ctx context.Context, node string) {
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
+		return
+	}
+	live, err := c.liveNodes(ctx)
+	if err != nil {
+		return
+	}
+	for _, j := range jobs {
+		hit := false
+		for _, n := range j.Placement {
+			if _, ok := live[n]; !ok {
+				hit = true
+			}
+		}
+		if !hit || j.State != v1.JobRunning {
+			continue
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.recoverJob(ctx, j.Name)
+		}()
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.repair(ctx)
+	}()
+}
+
+// recoverJob restarts a job that lost a node, or marks it lost, by its
+// policy.
+func (c *Coordinator) recoverJob(ctx context.Context, name string) {
+	j, err := c.job(ctx, name)
+	if err != nil {
+		return
+	}
+	stop := j.OnFailure == v1.OnFailureStop
+	if !stop && j.MaxRestarts > 0 && j.Restarts >= j.MaxRestarts {
+		stop = true
+	}
+	if stop {
+		c.log.Warn("job lost a node; not restarting it", "job", name, "policy", j.OnFailure, "restarts", j.Restarts)
+		_, _ = c.updateJob(ctx, name, func(j *v1.Job) error {
+			j.State, j.Reason = v1.JobLost, "a node of the job died"
+			return nil
+		})
+		return
+	}
+	c.log.Warn("job lost a node; restarting it", "job", name)
+	// Nodes that die together are seen dead one lease apart: a restart
+	// that picked a node dying too fails, and is tried again once that
+	// node is known dead.
+	for attempt := 1; ; attempt++ {
+		_, err := c.restart(ctx, name, v1.Restart{}, true)
+		if err == nil {
+			return
+		}
+		c.log.Warn("automatic restart failed", "job", name, "attempt", attempt, "err", err)
+		if attempt == 5 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.opts.NodeTTL):
+		}
+	}
+}
+
+// repair re-creates the copies that dead nodes took with them, for every
+// durable checkpoint of every job.
+func (c *Coordinator) repair(ctx context.Context) {
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
+		return
+	}
+	for _, j := range jobs {
+		cks, err := c.ckpts(ctx, j.Name)
+		if err != nil {
+			continue
+		}
+		for _, ck := range cks {
+			if ck.State != v1.CkptDurable && ck.State != v1.CkptProtected {
+				continue
+			}
+			if err := c.replicate(ctx, j.Name, ck.Seq); err != nil && ctx.Err() == nil {
+				c.log.Warn("repair incomplete", "job", j.Name, "ckpt", ck.Seq, "err", err)
+			}
+		}
+	}
+}
+
+// SetSpare marks a node as a spare or not.
+func (c *Coordinator) SetSpare(ctx context.Context, name string, spare bool) (*v1.Node, error) {
+	var n v1.Node
+	err := c.cat.Update(ctx, nodeKey(name), &n, func() error {
+		n.Spare = spare
+		return nil
+	})
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, apiErr(agentv1.CodeNotFound, "no node %s", name)
+	}
+	return &n, err
+}

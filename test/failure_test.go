@@ -1,0 +1,130 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"cairn/internal/ringapp"
+	"cairn/internal/testutil"
+)
+
+// waitProtected waits until the job's newest checkpoint is protected: every
+// rank image has its copies on live nodes.
+func waitProtected(t *testing.T, c *testutil.Cluster, job string, within time.Duration) testutil.Ckpt {
+	t.Helper()
+	var last testutil.Ckpt
+	testutil.WaitUntil(t, within, func() (bool, string) {
+		cks := c.Ckpts(job)
+		last = cks[len(cks)-1]
+		return last.State == "protected", fmt.Sprintf("checkpoint %d is %s, not protected: %+v", last.Seq, last.State, last.Ranks)
+	})
+	return last
+}
+
+// testNodeLoss runs the ring on 4 of 5 nodes (the fifth a spare) with k
+// replicas, checkpoints it, then kills the nodes of the given ranks with
+// their data: the job must restart by itself from the replicas, the lost
+// ranks on the spare first, and finish with an uninterrupted run's result;
+// afterwards the checkpoint is back to k copies on live nodes, without a
+// new checkpoint.
+func testNodeLoss(t *testing.T, k int, lose []int) {
+	const messages = 1_500_000
+	c := testutil.NewCluster(t, 5)
+	spare := c.Nodes[4]
+	c.OK("node", "spare", spare)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--replicas", fmt.Sprint(k)}, ringArgs(c, messages)...)...)
+	before := c.Status("ring").Placement
+	if slices.Contains(before, spare) {
+		t.Fatalf("a rank was placed on the spare: %v", before)
+	}
+	c.WaitProgress("ring", 4, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+	ck := waitProtected(t, c, "ring", 60*time.Second)
+	for _, r := range ck.Ranks {
+		if len(r.Copies) != 1+k || len(slices.Compact(slices.Sorted(slices.Values(r.Copies)))) != 1+k {
+			t.Fatalf("rank image on %s has copies %v, want %d distinct", r.Node, r.Copies, 1+k)
+		}
+	}
+	// A second checkpoint shares most chunks with the first: only what the
+	// replica lacks crosses the network.
+	c.OK("checkpoint", "ring")
+	waitProtected(t, c, "ring", 60*time.Second)
+	first, second := replicatedBytes(t, c, 1), replicatedBytes(t, c, 2)
+	t.Logf("replication moved %d bytes for checkpoint 1, %d for checkpoint 2", first, second)
+	if second*4 > first*3 { // a full stream would move about as much as the first
+		t.Errorf("checkpoint 2's replication moved %d bytes, checkpoint 1's %d: want only the changed chunks sent", second, first)
+	}
+	var dead []string
+	for _, r := range lose {
+		dead = append(dead, before[r])
+	}
+	start := time.Now()
+	for _, n := range dead {
+		c.KillNode(n, true)
+	}
+	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
+		j := c.Job("ring")
+		return j.Restarts == 1 && j.State == "running", fmt.Sprintf("job %s, %d restarts (%s)", j.State, j.Restarts, j.Reason)
+	})
+	t.Logf("job restarted by itself %s after its nodes %v died", time.Since(start).Round(100*time.Millisecond), dead)
+	after := c.Job("ring").Placement
+	for _, r := range lose {
+		if slices.Contains(dead, after[r]) {
+			t.Fatalf("rank %d restarted on dead node %s", r, after[r])
+		}
+	}
+	if !slices.Contains(after, spare) {
+		t.Fatalf("no rank restarted on the spare %s: %v", spare, after)
+	}
+	if got, want := c.Result("ring"), ringapp.Expected(4, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+	// Repair: the checkpoint has its copies again, all on live nodes.
+	ck = waitProtected(t, c, "ring", 90*time.Second)
+	for _, r := range ck.Ranks {
+		live := 0
+		for _, n := range r.Copies {
+			if !slices.Contains(dead, n) {
+				live++
+			}
+		}
+		if live < 1+k {
+			t.Fatalf("after repair a rank image has %d live copies (%v), want %d", live, r.Copies, 1+k)
+		}
+	}
+}
+
+var replicatedRE = regexp.MustCompile(`msg=replicated job=ring ckpt=(\d+) rank=\d+ from=\S+ to=\S+ bytes=(\d+)`)
+
+// replicatedBytes sums what the coordinator logged as sent to replicate
+// checkpoint seq of the ring.
+func replicatedBytes(t *testing.T, c *testutil.Cluster, seq int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, m := range replicatedRE.FindAllStringSubmatch(string(b), -1) {
+		if s, _ := strconv.Atoi(m[1]); s == seq {
+			v, _ := strconv.ParseInt(m[2], 10, 64)
+			n += v
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no replication of checkpoint %d in the coordinator's log", seq)
+	}
+	return n
+}
+
+// TestNodeLossRestart: k=1, the node of one rank dies with its disk.
+func TestNodeLossRestart(t *testing.T) { testNodeLoss(t, 1, []int{1}) }
+
+// TestTwoNodesLost: k=2, two nodes die at once with their disks.
+func TestTwoNodesLost(t *testing.T) { testNodeLoss(t, 2, []int{1, 2}) }
