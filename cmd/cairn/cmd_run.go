@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ func newRunCmd() *cobra.Command {
 	var cfg container.Config
 	var asJSON bool
 	var job coordv1.RunJob
+	var replRate string
 	cmd := &cobra.Command{
 		Use:   "run (--name NAME | --job NAME --ranks N) [--rootfs DIR] [--env K=V]... -- CMD [ARGS...]",
 		Short: "Start a command in a new container, or a job of N ranks on the cluster",
@@ -43,6 +45,13 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 					return usageError{fmt.Errorf("no command given: cairn run --job NAME --ranks N -- CMD [ARGS...]")}
 				}
 				job.Args, job.Env, job.RootFS = args, cfg.Env, cfg.RootFS
+				if replRate != "" {
+					r, err := parseSize(replRate)
+					if err != nil {
+						return usageError{fmt.Errorf("--replication-rate: %w", err)}
+					}
+					job.ReplicationRate = r
+				}
 				return runJob(cmd, job, asJSON)
 			}
 			if cfg.Name == "" {
@@ -87,5 +96,27 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 	f.IntVar(&job.Replicas, "replicas", 1, "copies of every rank image on other nodes, made after each checkpoint")
 	f.StringVar(&job.OnFailure, "on-failure", coordv1.OnFailureRestart, "when a node of the job dies: restart (from the newest restorable checkpoint) or stop")
 	f.IntVar(&job.MaxRestarts, "max-restarts", 10, "automatic restarts allowed (0: no limit)")
+	f.StringVar(&replRate, "replication-rate", "", "limit each replica transfer to this many bytes/s, e.g. 50M (default: no limit)")
 	return cmd
+}
+
+// parseSize reads a byte count with an optional K, M or G suffix (powers
+// of 1024).
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'k', 'K':
+			mult, s = 1<<10, s[:n-1]
+		case 'm', 'M':
+			mult, s = 1<<20, s[:n-1]
+		case 'g', 'G':
+			mult, s = 1<<30, s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a size such as 50M", s)
+	}
+	return v * mult, nil
 }

@@ -424,14 +424,14 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	if err != nil {
 		return v1.Image{}, err
 	}
-	cr := &countingReader{r: body}
+	cr := &countingReader{r: newRateReader(ctx, body, req.Rate)}
 	rec, err := repo.Receive(ctx, cr, nil)
 	body.Close()
 	if errors.Is(err, store.ErrNotFound) {
 		if body, err = c.Export(ctx, req.Container, req.Seq); err != nil {
 			return v1.Image{}, err
 		}
-		cr = &countingReader{r: body, n: cr.n}
+		cr = &countingReader{r: newRateReader(ctx, body, req.Rate), n: cr.n}
 		rec, err = repo.Receive(ctx, cr, nil)
 		body.Close()
 	}

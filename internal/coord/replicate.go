@@ -132,7 +132,7 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 		go func() {
 			defer wg.Done()
 			for _, t := range targets {
-				if err := c.copyImage(ctx, job, seq, r.Rank, have, t, live); err != nil {
+				if err := c.copyImage(ctx, job, seq, r.Rank, have, t, live, j.ReplicationRate); err != nil {
 					errs[i] = errors.Join(errs[i], err)
 					continue
 				}
@@ -147,7 +147,7 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 // copyImage has node to fetch a rank's image from one of the live holders,
 // trying the next holder if one fails (a damaged copy is refused by the
 // receiver), and records the copy.
-func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, holders []string, to string, live map[string]v1.Node) error {
+func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, holders []string, to string, live map[string]v1.Node, rate int64) error {
 	cl, err := c.client(ctx, to)
 	if err != nil {
 		return err
@@ -155,7 +155,7 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 	var errs []error
 	for _, from := range holders {
 		start := time.Now()
-		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from})
+		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Rate: rate})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("copy %s:%d rank %d from %s to %s: %w", job, seq, rank, from, to, err))
 			c.log.Warn("replication", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to, "err", err)

@@ -113,6 +113,9 @@ type Fetch struct {
 	Seq       int    `json:"seq"`
 	From      string `json:"from"`
 	FromNode  string `json:"from_node"`
+	// Rate limits the transfer to this many bytes per second (0: none),
+	// so that background replication leaves the network to the job.
+	Rate int64 `json:"rate,omitempty"`
 }
 
 // Image is the reply to Fetch.

@@ -97,6 +97,9 @@ type RunJob struct {
 	// OnFailureStop.
 	OnFailure   string `json:"on_failure,omitempty"`
 	MaxRestarts int    `json:"max_restarts,omitempty"` // automatic restarts allowed; 0: no limit
+	// ReplicationRate limits each replica transfer to this many bytes
+	// per second (0: no limit). Restarts fetch at full speed.
+	ReplicationRate int64 `json:"replication_rate,omitempty"`
 }
 
 // Failure policies of a job.

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"cairn/internal/netw"
+	"cairn/internal/testutil"
+)
+
+var replLogRE = regexp.MustCompile(`msg=replicated job=(\S+) ckpt=(\d+) rank=\d+ from=\S+ to=\S+ bytes=(\d+) took=(\S+)`)
+
+// BenchmarkReplication measures replication between two nodes of a local
+// cluster next to raw TCP between the same two nodes in the same run: a
+// 1-rank job holding CAIRN_BENCH_REPL_MIB (default 512) MiB of random
+// memory is checkpointed, and its image (incompressible, so every byte
+// travels) is copied to the other node: fetched over the agent API,
+// verified chunk by chunk and stored. The baseline is one TCP stream of
+// the same size between the two nodes' namespaces.
+func BenchmarkReplication(b *testing.B) {
+	mib := envInt("CAIRN_BENCH_REPL_MIB", 512)
+	c := testutil.NewCluster(b, 2)
+	c.OK("run", "--job", "mem", "--ranks", "1", "--nodes", c.Nodes[0], "--", c.Bin, "stateapp", "-no-stream", "-mem", strconv.Itoa(mib), "-dirty-every", "0", "-dir", "/var/lib/stateapp")
+	time.Sleep(time.Duration(mib/64+2) * time.Second) // the memory is written
+	c.OK("checkpoint", "mem")
+	var bytes int64
+	var took time.Duration
+	testutil.WaitUntil(b, 10*time.Minute, func() (bool, string) {
+		log, _ := os.ReadFile(filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log"))
+		for _, m := range replLogRE.FindAllStringSubmatch(string(log), -1) {
+			if m[1] == "mem" && m[2] == "1" {
+				bytes, _ = strconv.ParseInt(m[3], 10, 64)
+				took, _ = time.ParseDuration(m[4])
+				return true, ""
+			}
+		}
+		return false, "no replication of mem:1 logged"
+	})
+	repl := float64(bytes) / took.Seconds()
+
+	// Raw TCP between the same two nodes.
+	var ln net.Listener
+	if err := netw.InNetns(netw.NetnsPath(c.Nodes[1]), func() (err error) {
+		ln, err = net.Listen("tcp", "0.0.0.0:17500")
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		n, _ := io.Copy(io.Discard, conn)
+		conn.Close()
+		got <- n
+	}()
+	var tcp float64
+	buf := make([]byte, 1<<20)
+	if err := netw.InNetns(netw.NetnsPath(c.Nodes[0]), func() error {
+		target := nodeAddr(b, c, c.Nodes[1])
+		conn, err := net.Dial("tcp", net.JoinHostPort(target, "17500"))
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		for sent := int64(0); sent < bytes; sent += int64(len(buf)) {
+			if _, err := conn.Write(buf); err != nil {
+				return err
+			}
+		}
+		conn.(*net.TCPConn).CloseWrite()
+		n := <-got
+		tcp = float64(n) / time.Since(start).Seconds()
+		return conn.Close()
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("replication of a %d MiB image between two nodes: %d bytes in %s = %.0f MiB/s | raw TCP between the same nodes: %.0f MiB/s | ratio %.2f (target >= 0.8)",
+		mib, bytes, took.Round(time.Millisecond), repl/(1<<20), tcp/(1<<20), repl/tcp)
+}
+
+// nodeAddr is a node's underlay address.
+func nodeAddr(b *testing.B, c *testutil.Cluster, node string) string {
+	var nodes []struct {
+		Name     string `json:"name"`
+		Underlay string `json:"underlay"`
+	}
+	if err := jsonUnmarshal(c.OK("nodes", "--json"), &nodes); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Name == node {
+			return n.Underlay
+		}
+	}
+	b.Fatalf("no node %s", node)
+	return ""
+}
+
+func jsonUnmarshal(s string, v any) error {
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return fmt.Errorf("%w: %s", err, s)
+	}
+	return nil
+}
