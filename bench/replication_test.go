@@ -115,3 +115,42 @@ func jsonUnmarshal(s string, v any) error {
 	}
 	return nil
 }
+
+// BenchmarkRestartFromReplica measures a whole-job restart after a node
+// loss, fetching the image from a replica on another node, next to a
+// restart from the image on the rank's own node, in the same run: a 1-rank
+// job holding CAIRN_BENCH_REPL_MIB (default 512) MiB of random memory,
+// replicas 1, on a 3-node cluster.
+func BenchmarkRestartFromReplica(b *testing.B) {
+	mib := envInt("CAIRN_BENCH_REPL_MIB", 512)
+	c := testutil.NewCluster(b, 3)
+	c.OK("run", "--job", "mem", "--ranks", "1", "--nodes", c.Nodes[0], "--on-failure", "stop", "--", c.Bin, "stateapp", "-no-stream", "-mem", strconv.Itoa(mib), "-dirty-every", "0", "-dir", "/var/lib/stateapp")
+	time.Sleep(time.Duration(mib/64+2) * time.Second) // the memory is written
+	c.OK("checkpoint", "mem")
+	var copies []string
+	testutil.WaitUntil(b, 10*time.Minute, func() (bool, string) {
+		cks := c.Ckpts("mem")
+		copies = cks[0].Ranks[0].Copies
+		return cks[0].State == "protected", "checkpoint not protected: " + cks[0].State
+	})
+	timed := func(args ...string) time.Duration {
+		c.OK("kill", "mem")
+		start := time.Now()
+		c.OK(append([]string{"restart", "mem"}, args...)...)
+		return time.Since(start)
+	}
+	local := timed("--placement", copies[0])
+	// The image's first node dies with its disk; the job restarts on the
+	// node without a copy, fetching from the replica.
+	c.OK("node", "fail", copies[0], "--lose-data")
+	c.WaitNodes(2, time.Minute)
+	target := ""
+	for _, n := range c.Nodes {
+		if n != copies[0] && n != copies[1] {
+			target = n
+		}
+	}
+	remote := timed("--placement", target)
+	b.Logf("restart of a %d MiB rank: from its own node %s | after its node died, on %s from the replica on %s: %s | ratio %.2f (target <= 1.3)",
+		mib, local.Round(time.Millisecond), target, copies[1], remote.Round(time.Millisecond), remote.Seconds()/local.Seconds())
+}
