@@ -54,14 +54,7 @@ func failErr(w http.ResponseWriter, err error) {
 	var we *v1.Error
 	switch {
 	case errors.As(err, &we):
-		status := http.StatusInternalServerError
-		switch we.Code {
-		case v1.CodeBadRequest:
-			status = http.StatusBadRequest
-		case v1.CodeNoSuchRound, v1.CodeNotFound:
-			status = http.StatusNotFound
-		}
-		writeJSON(w, status, we)
+		rpc.FailError(w, we)
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
 		fail(w, http.StatusNotFound, v1.CodeNotFound, err.Error())
 	case errors.Is(err, container.ErrExists):

@@ -55,7 +55,6 @@ type Coordinator struct {
 
 	mu      sync.Mutex
 	clients map[string]*agent.Client // by node name
-	addrs   map[string]string        // the address each client was made for
 	members map[string]*catalog.Membership
 	jobMu   map[string]*sync.Mutex
 	lastRun map[string]time.Time // start of each job's last round
@@ -83,7 +82,7 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 	}
 	return &Coordinator{
 		cat: cat, creds: creds, log: log, opts: opts,
-		clients: map[string]*agent.Client{}, addrs: map[string]string{},
+		clients: map[string]*agent.Client{},
 		members: map[string]*catalog.Membership{}, jobMu: map[string]*sync.Mutex{},
 		lastRun: map[string]time.Time{},
 	}
@@ -125,21 +124,37 @@ func (c *Coordinator) jobLock(job string) *sync.Mutex {
 
 // client returns a client for the named node's agent.
 func (c *Coordinator) client(ctx context.Context, node string) (*agent.Client, error) {
+	// Cached: every RPC of a round goes through here, and a node's address
+	// changes only when it joins again (which drops the cached client).
+	c.mu.Lock()
+	cl := c.clients[node]
+	c.mu.Unlock()
+	if cl != nil {
+		return cl, nil
+	}
 	var n v1.Node
 	if _, err := c.cat.Get(ctx, nodeKey(node), &n); err != nil {
 		return nil, fmt.Errorf("node %s: %w", node, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cl := c.clients[node]; cl != nil && c.addrs[node] == n.Addr {
+	if cl := c.clients[node]; cl != nil {
 		return cl, nil
 	}
-	if old := c.clients[node]; old != nil {
-		old.Close()
-	}
-	cl := agent.NewClient(n.Addr, node, c.creds)
-	c.clients[node], c.addrs[node] = cl, n.Addr
+	cl = agent.NewClient(n.Addr, node, c.creds)
+	c.clients[node] = cl
 	return cl, nil
+}
+
+// forgetClient drops a node's cached client: the node joined again,
+// maybe at another address.
+func (c *Coordinator) forgetClient(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl := c.clients[node]; cl != nil {
+		cl.Close()
+		delete(c.clients, node)
+	}
 }
 
 func nodeKey(name string) string         { return "nodes/" + name }
@@ -275,6 +290,7 @@ func (c *Coordinator) serveNode(w http.ResponseWriter, r *http.Request, certName
 		failErr(w, err)
 		return
 	}
+	c.forgetClient(j.Name)
 	if err := c.register(ctx, j.Name); err != nil {
 		failErr(w, err)
 		return
@@ -385,21 +401,8 @@ func failErr(w http.ResponseWriter, err error) {
 	var we *v1.Error
 	switch {
 	case errors.As(err, &we):
-		status := http.StatusInternalServerError
-		switch we.Code {
-		case agentv1.CodeBadRequest:
-			status = http.StatusBadRequest
-		case agentv1.CodeNotFound, v1.CodeNoCkpt:
-			status = http.StatusNotFound
-		case agentv1.CodeExists, v1.CodeConflict:
-			status = http.StatusConflict
-		case v1.CodeNoNodes, v1.CodeNodeDead:
-			status = http.StatusServiceUnavailable
-		case v1.CodeAborted:
-			status = http.StatusConflict
-		}
 		// Keep the code, but say where it came from.
-		writeJSON(w, status, &v1.Error{Code: we.Code, Message: err.Error()})
+		rpc.FailError(w, &v1.Error{Code: we.Code, Message: err.Error()})
 	case errors.Is(err, catalog.ErrNotFound):
 		fail(w, http.StatusNotFound, agentv1.CodeNotFound, err.Error())
 	case errors.Is(err, catalog.ErrExists):

@@ -35,7 +35,7 @@ var rules = []struct {
 	{"cairn/api/", nil, []string{"cairn/internal/"}},
 	{"cairn/internal/catalog", nil, []string{"cairn/"}},
 	{"cairn/internal/ringapp", nil, []string{"cairn/"}},
-	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/internal/pki"}, []string{"cairn/"}},
+	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/internal/pki"}, []string{"cairn/"}},
 	// The coordinator reaches nodes only through the agent API: never
 	// containers, images or the store directly.
 	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/internal/agent", "cairn/internal/catalog", "cairn/internal/coord/round", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},

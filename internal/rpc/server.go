@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/pki"
 )
 
@@ -55,6 +56,35 @@ func Caller(w http.ResponseWriter, r *http.Request) (pki.Identity, bool) {
 		return pki.Identity{}, false
 	}
 	return id, true
+}
+
+// statusOf is the HTTP status each error code of the two APIs is sent with.
+var statusOf = map[string]int{
+	v1.CodeBadRequest:    http.StatusBadRequest,
+	v1.CodeUnauthorized:  http.StatusUnauthorized,
+	v1.CodeForbidden:     http.StatusForbidden,
+	v1.CodeNotFound:      http.StatusNotFound,
+	v1.CodeNoSuchRound:   http.StatusNotFound,
+	coordv1.CodeNoCkpt:   http.StatusNotFound,
+	v1.CodeExists:        http.StatusConflict,
+	v1.CodeRunning:       http.StatusConflict,
+	v1.CodeNotRunning:    http.StatusConflict,
+	coordv1.CodeConflict: http.StatusConflict,
+	coordv1.CodeAborted:  http.StatusConflict,
+	v1.CodeCorrupt:       http.StatusUnprocessableEntity,
+	v1.CodeCRIU:          http.StatusServiceUnavailable,
+	coordv1.CodeNoNodes:  http.StatusServiceUnavailable,
+	coordv1.CodeNodeDead: http.StatusServiceUnavailable,
+}
+
+// FailError answers with e, with the HTTP status of its code (500 for
+// codes without one of their own).
+func FailError(w http.ResponseWriter, e *v1.Error) {
+	status, ok := statusOf[e.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	WriteJSON(w, status, e)
 }
 
 // WriteJSON answers with status and v as JSON (no body if v is nil).
