@@ -252,19 +252,11 @@ func (r Repo) importStream(ctx context.Context, rd io.Reader, as string, keepSeq
 // (which travel in every export stream), to hold the checkpoint. Ask the
 // peer's Missing which of them to send.
 func (r Repo) ChunkIDs(ctx context.Context, container string, seq int) ([]store.ID, error) {
-	rec, err := r.Load(container, seq)
-	if err != nil {
-		return nil, err
-	}
-	st, err := r.OpenReader()
+	_, st, m, err := r.openManifest(ctx, container, seq)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	m, err := r.loadManifest(ctx, st, rec)
-	if err != nil {
-		return nil, err
-	}
 	return m.ChunkIDs(), nil
 }
 

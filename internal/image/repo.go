@@ -447,6 +447,25 @@ func hasAll(st *store.Store, m *store.Manifest) bool {
 	return true
 }
 
+// openManifest loads a checkpoint's record, opens the store for reading
+// and loads the image's manifest. The caller closes st.
+func (r Repo) openManifest(ctx context.Context, container string, seq int) (*Record, *store.Store, *store.Manifest, error) {
+	rec, err := r.Load(container, seq)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, err := r.OpenReader()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m, err := r.loadManifest(ctx, st, rec)
+	if err != nil {
+		st.Close()
+		return nil, nil, nil, err
+	}
+	return rec, st, m, nil
+}
+
 func (r Repo) loadManifest(ctx context.Context, st *store.Store, rec *Record) (*store.Manifest, error) {
 	m, err := st.LoadManifest(ctx, rec.Manifest)
 	if err != nil {
@@ -631,19 +650,11 @@ func (r Repo) Verify(ctx context.Context, container string, seq int, readData bo
 // ReadDeltaFile returns the contents of one regular file of an image's fs
 // delta (path relative to the container root, slash-separated).
 func (r Repo) ReadDeltaFile(ctx context.Context, container string, seq int, name string) ([]byte, error) {
-	rec, err := r.Load(container, seq)
-	if err != nil {
-		return nil, err
-	}
-	st, err := r.OpenReader()
+	rec, st, m, err := r.openManifest(ctx, container, seq)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	m, err := r.loadManifest(ctx, st, rec)
-	if err != nil {
-		return nil, err
-	}
 	want := path.Join(FSDir, name)
 	for _, n := range m.Nodes {
 		if n.Path == want && n.Kind == store.KindFile {
