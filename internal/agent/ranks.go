@@ -15,6 +15,7 @@ import (
 
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/container"
+	"cairn/internal/image"
 	"cairn/internal/netw"
 	"cairn/internal/rpc"
 	"cairn/internal/store"
@@ -409,11 +410,24 @@ func (s *Server) finish(ctx context.Context, key pendingKey, commit bool) (*v1.C
 }
 
 // fetch copies an image from another agent unless it is here already.
+// With req.Repair, an image that is here is read in full first, and what
+// of it is damaged is set aside and fetched again.
 func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	start := time.Now()
 	repo := s.Manager.Repo()
+	var damage image.Damage
 	if rec, err := repo.Load(req.Container, req.Seq); err == nil {
-		return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+		if !req.Repair {
+			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+		}
+		if damage, err = repo.SetAsideDamaged(ctx, req.Container, req.Seq); err != nil {
+			return v1.Image{}, fmt.Errorf("check %s:%d: %w", req.Container, req.Seq, err)
+		}
+		if !damage.Any() {
+			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+		}
+		s.log().Warn("damaged image; fetching the damaged parts again", "ckpt", rec.Name(),
+			"chunks", damage.Chunks, "manifest", damage.Manifest, "peer", req.FromNode)
 	}
 	c := NewClient(req.From, req.FromNode, s.Creds)
 	defer c.Close()
@@ -441,7 +455,8 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	if rec.Container != req.Container || rec.Seq != req.Seq {
 		return v1.Image{}, fmt.Errorf("fetch %s:%d from %s: got %s", req.Container, req.Seq, req.FromNode, rec.Name())
 	}
-	return v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Bytes: cr.n, Duration: time.Since(start)}, nil
+	return v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Bytes: cr.n, Duration: time.Since(start),
+		Repaired: damage.Chunks, RepairedManifest: damage.Manifest}, nil
 }
 
 // openDelta opens the stream to fetch an image with: a delta stream of the

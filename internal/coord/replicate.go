@@ -146,25 +146,30 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 
 // copyImage has node to fetch a rank's image from one of the live holders,
 // trying the next holder if one fails (a damaged copy is refused by the
-// receiver), and records the copy.
+// receiver), and records the copy. A holder whose copy turned out damaged
+// is repaired from the new one.
 func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, holders []string, to string, live map[string]v1.Node, rate int64) error {
 	cl, err := c.client(ctx, to)
 	if err != nil {
 		return err
 	}
 	var errs []error
+	var damaged []string
 	for _, from := range holders {
 		start := time.Now()
 		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Rate: rate})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("copy %s:%d rank %d from %s to %s: %w", job, seq, rank, from, to, err))
 			c.log.Warn("replication", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to, "err", err)
+			if isCorrupt(err) {
+				damaged = append(damaged, from)
+			}
 			continue
 		}
 		c.log.Info("replicated", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to,
 			"bytes", img.Bytes, "took", time.Since(start))
 		var ck v1.Ckpt
-		return c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
+		err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
 			for i := range ck.Ranks {
 				if ck.Ranks[i].Rank == rank {
 					ck.Ranks[i].Copies = append(copiesOf(ck.Ranks[i]), to)
@@ -173,6 +178,46 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 			}
 			return nil
 		})
+		for _, bad := range damaged {
+			_ = c.repairCopy(ctx, job, seq, rank, bad, []string{to}, live)
+		}
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// isCorrupt reports whether an agent refused data as damaged.
+func isCorrupt(err error) bool {
+	var we *agentv1.Error
+	return errors.As(err, &we) && we.Code == agentv1.CodeCorrupt
+}
+
+// repairCopy has node read its copy of a rank image in full and fetch
+// again, from one of the other holders, whatever of it is damaged. It
+// returns nil once node's copy is intact.
+func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int, node string, others []string, live map[string]v1.Node) error {
+	cl, err := c.client(ctx, node)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, from := range others {
+		if from == node {
+			continue
+		}
+		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Repair: true})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("repair %s:%d rank %d on %s from %s: %w", job, seq, rank, node, from, err))
+			continue
+		}
+		if img.Repaired > 0 || img.RepairedManifest {
+			c.log.Warn("damaged copy repaired", "job", job, "ckpt", seq, "rank", rank, "node", node, "from", from,
+				"chunks", img.Repaired, "manifest", img.RepairedManifest, "bytes", img.Bytes)
+		}
+		return nil
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("repair %s:%d rank %d on %s: no other copy", job, seq, rank, node)
 	}
 	return errors.Join(errs...)
 }

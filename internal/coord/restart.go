@@ -154,6 +154,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 			// From any live copy: the receiver verifies every chunk, and a
 			// damaged or unreachable copy makes it try the next.
 			var errs []error
+			var damaged []string
 			for _, src := range copies[r] {
 				_, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(name, r), Seq: ck.Seq, From: nodes[src].Addr, FromNode: src})
 				if err == nil {
@@ -162,15 +163,41 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 				}
 				c.log.Warn("fetch for restart", "job", name, "rank", r, "from", src, "err", err)
 				errs = append(errs, err)
+				if isCorrupt(err) {
+					damaged = append(damaged, src)
+				}
 			}
 			if err := errors.Join(errs...); err != nil {
 				return err
 			}
+			// Sources that sent damaged data are repaired from the good
+			// copy, after the restart.
+			for _, src := range damaged {
+				bg := context.WithoutCancel(ctx)
+				if c.runCtx != nil {
+					bg = c.runCtx // it belongs to the coordinator, not to a request
+				}
+				c.wg.Add(1)
+				go func() {
+					defer c.wg.Done()
+					_ = c.repairCopy(bg, name, ck.Seq, r, src, []string{placement[r]}, nodes)
+				}()
+			}
 		}
-		_, err := cl.RankRestore(ctx, agentv1.RankRestore{
+		restore := agentv1.RankRestore{
 			Rank: agentv1.Rank{Job: name, Rank: r}, Net: jobNet(j, placement[r], underlays),
 			Addr: j.Addrs[r], Seq: ck.Seq,
-		})
+		}
+		_, err := cl.RankRestore(ctx, restore)
+		if isCorrupt(err) {
+			// The copy here is damaged: the restore found it before CRIU
+			// ran. Replace what is damaged from another copy and retry.
+			c.log.Warn("damaged image at restore; repairing it from another copy", "job", name, "rank", r, "node", placement[r], "err", err)
+			if rerr := c.repairCopy(ctx, name, ck.Seq, r, placement[r], copies[r], nodes); rerr != nil {
+				return errors.Join(err, rerr)
+			}
+			_, err = cl.RankRestore(ctx, restore)
+		}
 		return err
 	})
 	if err != nil {

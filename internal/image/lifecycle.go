@@ -335,3 +335,46 @@ func (r Repo) CheckStore(ctx context.Context, readData bool, progress Progress) 
 	}
 	return rep, nil
 }
+
+// Damage is what SetAsideDamaged found wrong with a checkpoint's image.
+type Damage struct {
+	Chunks   int  // chunks that did not read back intact, now set aside
+	Manifest bool // the manifest was damaged (or gone), now removed
+}
+
+// Any reports whether anything was damaged.
+func (d Damage) Any() bool { return d.Chunks > 0 || d.Manifest }
+
+// SetAsideDamaged reads every chunk of a checkpoint's image and sets aside
+// what does not read back intact, so that receiving the image again from a
+// peer (Receive, with a delta stream of what Missing reports) replaces
+// exactly the damaged parts: damaged chunks are set aside in the store
+// (store.Scrub), a damaged manifest is removed. Chunks other images share
+// are repaired for them too. An intact image is left as it is and yields a
+// zero Damage.
+func (r Repo) SetAsideDamaged(ctx context.Context, container string, seq int) (Damage, error) {
+	var d Damage
+	rec, err := r.Load(container, seq)
+	if err != nil {
+		return d, err
+	}
+	st, err := r.OpenWriter(ctx)
+	if err != nil {
+		return d, err
+	}
+	defer st.Close()
+	m, err := st.LoadManifest(ctx, rec.Manifest)
+	if errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrNotFound) {
+		if err := st.RemoveManifest(ctx, rec.Manifest); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return d, err
+		}
+		d.Manifest = true
+		return d, nil
+	}
+	if err != nil {
+		return d, err
+	}
+	bad, err := st.Scrub(ctx, m.ChunkIDs())
+	d.Chunks = len(bad)
+	return d, err
+}

@@ -43,6 +43,10 @@ func (s *Store) reloadIndex(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reload index: %w", err)
 	}
+	// Blobs a writer set aside since this reader opened stay out too.
+	if err := s.loadDamaged(); err != nil {
+		return fmt.Errorf("reload index: %w", err)
+	}
 	var packs []index.PackEntries
 	for _, e := range entries {
 		id, err := ParseID(e.Name())

@@ -162,6 +162,9 @@ func (s *Store) open() error {
 		}
 		defer f.Close()
 	}
+	if err := s.loadDamaged(); err != nil {
+		return err
+	}
 	return s.recover()
 }
 

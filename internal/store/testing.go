@@ -42,3 +42,13 @@ func WaitForCommits(s *Store) {
 		<-c.done
 	}
 }
+
+// Locate returns where the blob of chunk id is: its pack file, offset and
+// stored length. It is for tests that damage a chunk on purpose.
+func Locate(s *Store, id ID) (path string, offset int64, length int, ok bool) {
+	loc, ok := s.idx.Lookup(id)
+	if !ok {
+		return "", 0, 0, false
+	}
+	return s.packPath(loc.Pack), int64(loc.Offset), int(loc.Length), true
+}

@@ -116,14 +116,21 @@ type Fetch struct {
 	// Rate limits the transfer to this many bytes per second (0: none),
 	// so that background replication leaves the network to the job.
 	Rate int64 `json:"rate,omitempty"`
+	// Repair makes a node that has the image already read all of it and
+	// fetch again, from From, whatever does not read back intact.
+	Repair bool `json:"repair,omitempty"`
 }
 
 // Image is the reply to Fetch.
 type Image struct {
 	Checkpoint
-	Fetched  bool          `json:"fetched"` // false: it was already here
+	Fetched  bool          `json:"fetched"` // false: it was already here (and intact, with Repair)
 	Bytes    int64         `json:"bytes"`   // bytes received
 	Duration time.Duration `json:"duration_ns"`
+	// Repaired counts the damaged chunks replaced (Repair); RepairedManifest
+	// says the image's manifest was damaged and replaced.
+	Repaired         int  `json:"repaired,omitempty"`
+	RepairedManifest bool `json:"repaired_manifest,omitempty"`
 }
 
 // Chunks lists the chunk ids (hex) a checkpoint image is made of.

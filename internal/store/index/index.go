@@ -2,6 +2,7 @@ package index
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 
@@ -20,23 +21,43 @@ type Index struct {
 	mu    sync.RWMutex
 	byID  map[[32]byte]Location
 	packs map[[32]byte]struct{}
+	aside map[blobRef]struct{} // damaged blobs, never indexed again
 }
+
+// blobRef names one stored copy of a chunk: the chunk and its pack.
+type blobRef struct{ id, pack [32]byte }
 
 // New returns an empty Index.
 func New() *Index {
-	return &Index{byID: make(map[[32]byte]Location), packs: make(map[[32]byte]struct{})}
+	return &Index{byID: make(map[[32]byte]Location), packs: make(map[[32]byte]struct{}), aside: make(map[blobRef]struct{})}
 }
 
 // AddPack records the entries of the pack packID. A chunk already in the
-// index keeps its first location: any copy of a chunk will do.
+// index keeps its first location: any copy of a chunk will do. Blobs set
+// aside are skipped.
 func (x *Index) AddPack(packID [32]byte, entries []pack.Entry) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.packs[packID] = struct{}{}
 	for _, e := range entries {
-		if _, ok := x.byID[e.ID]; !ok {
+		if _, ok := x.byID[e.ID]; ok {
+			continue
+		}
+		if _, bad := x.aside[blobRef{e.ID, packID}]; !bad {
 			x.byID[e.ID] = Location{Pack: packID, Entry: e}
 		}
+	}
+}
+
+// SetAside records that the blob of chunk id in pack packID is damaged:
+// Lookup stops returning it, and AddPack and Replace skip it from now on,
+// so that a good copy stored later in another pack takes its place.
+func (x *Index) SetAside(id, packID [32]byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.aside[blobRef{id, packID}] = struct{}{}
+	if loc, ok := x.byID[id]; ok && loc.Pack == packID {
+		delete(x.byID, id)
 	}
 }
 
@@ -115,12 +136,18 @@ func cmpID(a, b [32]byte) int {
 // AddPack would one by one, in a single step: a concurrent Lookup sees
 // either the old contents or the new ones.
 func (x *Index) Replace(packs []PackEntries) {
+	x.mu.RLock()
+	aside := maps.Clone(x.aside)
+	x.mu.RUnlock()
 	byID := make(map[[32]byte]Location)
 	ids := make(map[[32]byte]struct{}, len(packs))
 	for _, p := range packs {
 		ids[p.Pack] = struct{}{}
 		for _, e := range p.Entries {
-			if _, ok := byID[e.ID]; !ok {
+			if _, ok := byID[e.ID]; ok {
+				continue
+			}
+			if _, bad := aside[blobRef{e.ID, p.Pack}]; !bad {
 				byID[e.ID] = Location{Pack: p.Pack, Entry: e}
 			}
 		}

@@ -1,0 +1,182 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"cairn/internal/image"
+	"cairn/internal/ringapp"
+	"cairn/internal/store"
+	"cairn/internal/testutil"
+)
+
+// nodeRepo is the image repo of a node of a local cluster.
+func nodeRepo(t *testing.T, c *testutil.Cluster, node string) image.Repo {
+	t.Helper()
+	for _, n := range c.File().Nodes {
+		if n.Name == node {
+			return image.Repo{Dir: filepath.Join(n.Data, "checkpoints"), StoreDir: filepath.Join(n.Data, "store")}
+		}
+	}
+	t.Fatalf("no node %s", node)
+	return image.Repo{}
+}
+
+// damageChunk flips a byte in the stored blob of a chunk of a CRIU page
+// image of checkpoint seq of container name on node, the first from the
+// n-th on that the store of node lacks (if lacks is given), and returns
+// the chunk's id.
+func damageChunk(t *testing.T, c *testutil.Cluster, node, name string, seq, n int, lacks string) store.ID {
+	t.Helper()
+	repo := nodeRepo(t, c, node)
+	rec, err := repo.Load(name, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := repo.OpenReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m, err := st.LoadManifest(context.Background(), rec.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []store.ID
+	for _, nd := range m.Nodes {
+		if strings.HasPrefix(nd.Path, image.CRIUDir+"/pages-") {
+			ids = append(ids, nd.Chunks...)
+		}
+	}
+	for i, id := range ids {
+		if i < n {
+			continue
+		}
+		if lacks != "" {
+			missing, err := nodeRepo(t, c, lacks).Missing(context.Background(), []store.ID{id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(missing) == 0 {
+				continue
+			}
+		}
+		path, off, length, ok := store.Locate(st, id)
+		if !ok {
+			t.Fatalf("chunk %s of %s:%d not in %s's store", id.Short(), name, seq, node)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[off+int64(length)/2] ^= 0x5a
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Get(context.Background(), id); !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("damaged chunk reads as %v", err)
+		}
+		return id
+	}
+	t.Fatalf("%s:%d has no page chunk from the %d-th on that %q lacks", name, seq, n, lacks)
+	return store.ID{}
+}
+
+// coordLog is the coordinator's log so far.
+func coordLog(t *testing.T, c *testutil.Cluster) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestDamagedCopy: a chunk of a rank image is damaged on disk. A restart
+// that restores the rank where the damaged copy is detects it before CRIU
+// runs, replaces the damaged chunk from another copy and finishes with the
+// right result; a restart that fetches from the damaged copy is refused
+// by the receiver, takes the next copy, and the damaged source is repaired.
+func TestDamagedCopy(t *testing.T) {
+	const messages = 1_500_000
+	c := testutil.NewCluster(t, 4)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1"}, ringArgs(c, messages)...)...)
+	place := c.Status("ring").Placement
+	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+	ck := waitProtected(t, c, "ring", 60*time.Second)
+	home := place[1]
+	var replica string
+	for _, n := range ck.Ranks[1].Copies {
+		if n != home {
+			replica = n
+		}
+	}
+	var other string // a node with no copy of rank 1, and no rank if possible
+	for _, n := range c.Nodes {
+		if n != home && n != replica && (other == "" || !slices.Contains(place, n)) {
+			other = n
+		}
+	}
+	name := "ring.1"
+
+	// 1. Restore where the damaged copy is: detected, repaired, restored.
+	bad := damageChunk(t, c, home, name, ck.Seq, 3, "")
+	c.OK("restart", "ring")
+	if p := c.Status("ring").Placement; p[1] != home {
+		t.Fatalf("rank 1 restarted on %s, want %s where its copy is", p[1], home)
+	}
+	log := coordLog(t, c)
+	for _, want := range []string{
+		"damaged image at restore; repairing it from another copy",
+		fmt.Sprintf(`msg="damaged copy repaired" job=ring ckpt=%d rank=1 node=%s from=%s chunks=1`, ck.Seq, home, replica),
+	} {
+		if !strings.Contains(log, want) {
+			t.Fatalf("coordinator log lacks %q:\n%s", want, log)
+		}
+	}
+	checkIntact(t, c, home, name, ck.Seq, bad)
+
+	// 2. Fetch from the damaged copy: the receiver refuses it, the next
+	// copy is used, and the damaged source is repaired afterwards.
+	bad = damageChunk(t, c, home, name, ck.Seq, 5, other)
+	c.OK("restart", "ring", "--placement", strings.Join([]string{place[0], other, place[2]}, ","))
+	if p := c.Status("ring").Placement; p[1] != other {
+		t.Fatalf("rank 1 restarted on %s, want %s", p[1], other)
+	}
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		n := strings.Count(coordLog(t, c), fmt.Sprintf(`msg="damaged copy repaired" job=ring ckpt=%d rank=1 node=%s`, ck.Seq, home))
+		return n == 2, fmt.Sprintf("%d repairs of rank 1's copy on %s logged, want 2", n, home)
+	})
+	checkIntact(t, c, home, name, ck.Seq, bad)
+	checkIntact(t, c, other, name, ck.Seq, bad)
+
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}
+
+// checkIntact checks that a node's copy of a checkpoint reads back whole,
+// chunk id included.
+func checkIntact(t *testing.T, c *testutil.Cluster, node, name string, seq int, id store.ID) {
+	t.Helper()
+	repo := nodeRepo(t, c, node)
+	if _, err := repo.Verify(context.Background(), name, seq, true, nil); err != nil {
+		t.Fatalf("%s's copy of %s:%d after repair: %v", node, name, seq, err)
+	}
+	st, err := repo.OpenReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Get(context.Background(), id); err != nil {
+		t.Fatalf("chunk %s on %s after repair: %v", id.Short(), node, err)
+	}
+}
