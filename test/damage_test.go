@@ -180,3 +180,71 @@ func checkIntact(t *testing.T, c *testutil.Cluster, node, name string, seq int, 
 		t.Fatalf("chunk %s on %s after repair: %v", id.Short(), node, err)
 	}
 }
+
+// TestNodeDiesMidReplication: the node receiving a replica dies (its agent
+// killed, its disk kept) while the copy streams in. The checkpoint is never
+// protected without its copies on live nodes, the copy cut short is never
+// recorded nor listed on the node when it comes back, the lost copy is
+// made again elsewhere, and a restart that places the rank on that node
+// fetches the image rather than using what was half received.
+func TestNodeDiesMidReplication(t *testing.T) {
+	const messages = 1_500_000
+	c := testutil.NewCluster(t, 4)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1", "--replication-rate", "256K"}, ringArgs(c, messages)...)...)
+	place := c.Status("ring").Placement
+	var idle string
+	for _, n := range c.Nodes {
+		if !slices.Contains(place, n) {
+			idle = n
+		}
+	}
+	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+	// The idle node receives one rank's replica: wait until its store is
+	// writing it, then kill the node.
+	tmp := filepath.Join(nodeRepo(t, c, idle).StoreDir, "tmp")
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		ents, _ := os.ReadDir(tmp)
+		return len(ents) > 0, "no replica arriving on " + idle
+	})
+	ck := c.Ckpts("ring")[0]
+	if ck.State == "protected" {
+		t.Fatalf("checkpoint protected while a copy is still arriving: %+v", ck.Ranks)
+	}
+	restartAgent := c.KillAgent(idle)
+	t.Logf("killed %s while it received a replica", idle)
+
+	// Until the copy is made again elsewhere the checkpoint is durable; once
+	// protected, every rank has 2 copies and none is the killed node's.
+	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
+		ck = c.Ckpts("ring")[0]
+		for r, rk := range ck.Ranks {
+			if slices.Contains(rk.Copies, idle) {
+				t.Fatalf("rank %d's copy on %s was recorded though it was cut short: %v", r, idle, rk.Copies)
+			}
+			if ck.State == "protected" && len(rk.Copies) < 2 {
+				t.Fatalf("checkpoint protected with rank %d on %v only", r, rk.Copies)
+			}
+		}
+		return ck.State == "protected", fmt.Sprintf("checkpoint %s: %+v", ck.State, ck.Ranks)
+	})
+	// The node comes back: what it received in part is not a checkpoint.
+	restartAgent()
+	c.WaitNodes(4, 30*time.Second)
+	repo := nodeRepo(t, c, idle)
+	for r := range 3 {
+		if _, err := repo.Load(fmt.Sprintf("ring.%d", r), ck.Seq); err == nil {
+			t.Fatalf("%s lists ring.%d:%d, which it received only in part", idle, r, ck.Seq)
+		}
+	}
+	// A restart with a rank on that node fetches the image whole.
+	moved := slices.Clone(place)
+	moved[0] = idle
+	c.OK("restart", "ring", "--placement", strings.Join(moved, ","))
+	if _, err := repo.Verify(context.Background(), "ring.0", ck.Seq, true, nil); err != nil {
+		t.Fatalf("ring.0:%d on %s after the restart: %v", ck.Seq, idle, err)
+	}
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}
