@@ -65,12 +65,12 @@ func testNodeLoss(t *testing.T, k int, lose []int) {
 		dead = append(dead, before[r])
 	}
 	start := time.Now()
-	for _, n := range dead {
-		c.KillNode(n, true)
-	}
+	c.KillNodes(dead, true)
 	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
 		j := c.Job("ring")
-		return j.Restarts == 1 && j.State == "running", fmt.Sprintf("job %s, %d restarts (%s)", j.State, j.Restarts, j.Reason)
+		onDead := slices.ContainsFunc(j.Placement, func(n string) bool { return slices.Contains(dead, n) })
+		return j.Restarts >= 1 && j.State == "running" && !onDead,
+			fmt.Sprintf("job %s on %v, %d restarts (%s)", j.State, j.Placement, j.Restarts, j.Reason)
 	})
 	t.Logf("job restarted by itself %s after its nodes %v died", time.Since(start).Round(100*time.Millisecond), dead)
 	after := c.Job("ring").Placement

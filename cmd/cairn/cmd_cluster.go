@@ -21,6 +21,7 @@ import (
 	"cairn/internal/container"
 	"cairn/internal/coord"
 	"cairn/internal/durable"
+	"cairn/internal/events"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
 )
@@ -29,15 +30,23 @@ func newCoordinatorCmd() *cobra.Command {
 	var listen, creds, dir, etcd string
 	var deadline, ttl time.Duration
 	var jobSubnets string
+	var hookSpecs []string
 	cmd := &cobra.Command{
-		Use:   "coordinator --creds DIR --dir DIR [--listen ADDR] [--etcd URLS]",
+		Use:   "coordinator --creds DIR --dir DIR [--listen ADDR] [--etcd URLS] [--hook TYPE=TARGET]...",
 		Short: "Run the cluster coordinator (catalog in etcd, checkpoint rounds, restarts)",
 		Long: `Run the coordinator in the foreground. It keeps the catalog (nodes, jobs,
 global checkpoints) in etcd: an embedded single-member etcd in DIR/etcd by
 default, or the cluster given by --etcd (comma-separated client URLs). It
 places ranks, runs the two-phase commit of global checkpoints and whole-job
 restarts, and on start finishes any round a previous coordinator left.
-Credentials: 'cairn node cert coordinator --role coordinator -o DIR'.`,
+Credentials: 'cairn node cert coordinator --role coordinator -o DIR'.
+
+Events (see 'cairn events') are kept in DIR/events.jsonl. Each --hook runs
+for the events of a type (or family: checkpoint.*, or *): exec:COMMAND gets
+the event as JSON on stdin and CAIRN_EVENT_TYPE/JOB/NODE/SEQ in its
+environment; an http(s) URL gets it POSTed. A failed delivery is retried
+(4 attempts, backoff from 0.5 s) and then reported as a hook.failed event;
+hooks never hold the cluster up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if creds == "" || dir == "" {
@@ -53,6 +62,14 @@ Credentials: 'cairn node cert coordinator --role coordinator -o DIR'.`,
 			subnets, err := netip.ParsePrefix(jobSubnets)
 			if err != nil || subnets.Bits() > 24 || !subnets.Addr().Is4() {
 				return usageError{fmt.Errorf("--job-subnets %q: want an IPv4 prefix of /24 or shorter", jobSubnets)}
+			}
+			var hooks []events.Hook
+			for _, spec := range hookSpecs {
+				h, err := events.ParseHook(spec)
+				if err != nil {
+					return usageError{fmt.Errorf("--hook: %w", err)}
+				}
+				hooks = append(hooks, h)
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			ctx := cmd.Context()
@@ -84,7 +101,16 @@ Credentials: 'cairn node cert coordinator --role coordinator -o DIR'.`,
 				return err
 			}
 			log.Info("coordinator serving", "addr", ln.Addr().String(), "cluster", c.ClusterID, "etcd", desc)
-			co := coord.New(cat, c, log, coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, EtcdDesc: desc})
+			ev, err := events.New(events.Options{File: filepath.Join(dir, "events.jsonl"), Logger: log})
+			if err != nil {
+				return err
+			}
+			defer ev.Close()
+			hctx, stopHooks := context.WithCancel(ctx)
+			hooksDone := make(chan struct{})
+			go func() { events.RunHooks(hctx, ev, hooks, events.HookOptions{}); close(hooksDone) }()
+			defer func() { stopHooks(); <-hooksDone }()
+			co := coord.New(cat, c, log, coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, EtcdDesc: desc, Events: ev})
 			return co.Run(ctx, ln)
 		},
 	}
@@ -96,6 +122,7 @@ Credentials: 'cairn node cert coordinator --role coordinator -o DIR'.`,
 	f.DurationVar(&deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
 	f.DurationVar(&ttl, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
 	f.StringVar(&jobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
+	f.StringArrayVar(&hookSpecs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http://URL (repeatable)")
 	return cmd
 }
 
@@ -174,6 +201,7 @@ func newUpCmd() *cobra.Command {
 	var nodes int
 	var prefix, underlay, jobSubnets string
 	var deadline, ttl time.Duration
+	var extra upExtra
 	cmd := &cobra.Command{
 		Use:   "up [--nodes N]",
 		Short: "Start a local cluster: a coordinator and N agents, each node in its own network namespace",
@@ -195,10 +223,18 @@ all of it.`,
 			if err != nil {
 				return usageError{fmt.Errorf("--underlay: %w", err)}
 			}
-			return clusterUp(cmd.Context(), cmd, nodes, prefix, sub, jobSubnets, deadline, ttl)
+			for _, h := range extra.hooks {
+				if _, err := events.ParseHook(h); err != nil {
+					return usageError{fmt.Errorf("--hook: %w", err)}
+				}
+			}
+			return clusterUp(cmd.Context(), cmd, nodes, prefix, sub, jobSubnets, deadline, ttl, extra)
 		},
 	}
 	f := cmd.Flags()
+	f.StringArrayVar(&extra.hooks, "hook", nil, "the coordinator's event hooks, TYPE=exec:COMMAND or TYPE=http://URL (repeatable; see 'cairn coordinator --help')")
+	f.StringVar(&extra.healthCmd, "health-cmd", "", "every agent's health probe command (see 'cairn agent --help')")
+	f.DurationVar(&extra.healthEvery, "health-every", 0, "how often agents run their health probes (default: the agent's)")
 	f.IntVar(&nodes, "nodes", 3, "number of nodes")
 	f.StringVar(&prefix, "prefix", "cl-", "name prefix of the cluster's namespaces, bridges and nodes")
 	f.StringVar(&underlay, "underlay", "10.212.0.0/24", "subnet of the network between nodes")
@@ -214,7 +250,15 @@ const (
 	agentPort = 7420
 )
 
-func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, underlay netip.Prefix, jobSubnets string, deadline, ttl time.Duration) (err error) {
+// upExtra are the options of `cairn up` handed on to the coordinator and
+// the agents.
+type upExtra struct {
+	hooks       []string
+	healthCmd   string
+	healthEvery time.Duration
+}
+
+func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, underlay netip.Prefix, jobSubnets string, deadline, ttl time.Duration, extra upExtra) (err error) {
 	out := cmd.OutOrStdout()
 	dir := clusterDir()
 	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err == nil {
@@ -268,11 +312,14 @@ func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, un
 		return err
 	}
 	// The coordinator, on the host.
-	pid, err := spawn(filepath.Join(dir, "coordinator", "coordinator.log"), nil, exe,
-		"--data", filepath.Join(dir, "coordinator"), "coordinator",
+	coordArgs := []string{"--data", filepath.Join(dir, "coordinator"), "coordinator",
 		"--creds", filepath.Join(dir, "coordinator", "creds"), "--dir", filepath.Join(dir, "coordinator"),
 		"--listen", lc.Coordinator, "--job-subnets", jobSubnets,
-		"--deadline", deadline.String(), "--node-ttl", ttl.String())
+		"--deadline", deadline.String(), "--node-ttl", ttl.String()}
+	for _, h := range extra.hooks {
+		coordArgs = append(coordArgs, "--hook", h)
+	}
+	pid, err := spawn(filepath.Join(dir, "coordinator", "coordinator.log"), nil, exe, coordArgs...)
 	if err != nil {
 		return err
 	}
@@ -289,10 +336,16 @@ func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, un
 		if err := issue(node.Name, pki.Agent, filepath.Join(nd, "creds"), net.IP(node.Addr.AsSlice())); err != nil {
 			return err
 		}
-		pid, err := spawn(filepath.Join(nd, "agent.log"), []string{"nsenter", "--net=" + node.Path(), "--"}, exe,
-			"--data", ln.Data, "--staging", ln.Staging, "--criu", global.criuPath, "--runc", global.runcPath,
+		agentArgs := []string{"--data", ln.Data, "--staging", ln.Staging, "--criu", global.criuPath, "--runc", global.runcPath,
 			"agent", "--creds", filepath.Join(nd, "creds"), "--listen", ln.Addr,
-			"--coordinator", lc.Coordinator, "--underlay", node.Addr.String(), "--netns-prefix", node.Name+"-")
+			"--coordinator", lc.Coordinator, "--underlay", node.Addr.String(), "--netns-prefix", node.Name + "-"}
+		if extra.healthCmd != "" {
+			agentArgs = append(agentArgs, "--health-cmd", extra.healthCmd)
+		}
+		if extra.healthEvery > 0 {
+			agentArgs = append(agentArgs, "--health-every", extra.healthEvery.String())
+		}
+		pid, err := spawn(filepath.Join(nd, "agent.log"), []string{"nsenter", "--net=" + node.Path(), "--"}, exe, agentArgs...)
 		if err != nil {
 			return err
 		}

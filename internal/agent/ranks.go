@@ -438,15 +438,25 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	if err != nil {
 		return v1.Image{}, err
 	}
+	receive := func(cr *countingReader) (rec *image.Record, err error) {
+		if !req.Background {
+			return repo.Receive(ctx, cr, nil)
+		}
+		err = inBackground(func() error {
+			rec, err = repo.Receive(ctx, cr, nil)
+			return err
+		})
+		return rec, err
+	}
 	cr := &countingReader{r: newRateReader(ctx, body, req.Rate)}
-	rec, err := repo.Receive(ctx, cr, nil)
+	rec, err := receive(cr)
 	body.Close()
 	if errors.Is(err, store.ErrNotFound) {
-		if body, err = c.Export(ctx, req.Container, req.Seq); err != nil {
+		if body, err = c.Export(ctx, req.Container, req.Seq, req.Background); err != nil {
 			return v1.Image{}, err
 		}
 		cr = &countingReader{r: newRateReader(ctx, body, req.Rate), n: cr.n}
-		rec, err = repo.Receive(ctx, cr, nil)
+		rec, err = receive(cr)
 		body.Close()
 	}
 	if err != nil {
@@ -479,9 +489,9 @@ func (s *Server) openDelta(ctx context.Context, c *Client, req v1.Fetch) (io.Rea
 		return nil, err
 	}
 	if 2*len(missing) > len(ids) {
-		return c.Export(ctx, req.Container, req.Seq)
+		return c.Export(ctx, req.Container, req.Seq, req.Background)
 	}
-	d := v1.ExportDelta{Container: req.Container, Seq: req.Seq, Missing: make([]string, len(missing))}
+	d := v1.ExportDelta{Container: req.Container, Seq: req.Seq, Missing: make([]string, len(missing)), Background: req.Background}
 	for i, id := range missing {
 		d.Missing[i] = id.String()
 	}
@@ -533,7 +543,15 @@ func (s *Server) exportDelta(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	have := func(id store.ID) bool { return !missing[id] }
-	if _, err := s.Manager.Repo().ExportDelta(r.Context(), name, seq, w, have, nil); err != nil {
+	export := func() error {
+		_, err := s.Manager.Repo().ExportDelta(r.Context(), name, seq, w, have, nil)
+		return err
+	}
+	if req.Background {
+		fg := export
+		export = func() error { return inBackground(fg) }
+	}
+	if err := export(); err != nil {
 		s.log().Warn("delta export", "ckpt", fmt.Sprintf("%s:%d", name, seq), "err", err)
 	}
 }
@@ -575,7 +593,15 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	// Errors after the header can only cut the stream short; the receiver
 	// verifies everything and refuses a truncated export.
-	if _, err := s.Manager.Repo().Export(r.Context(), name, seq, w, nil); err != nil {
+	export := func() error {
+		_, err := s.Manager.Repo().Export(r.Context(), name, seq, w, nil)
+		return err
+	}
+	if q.Get("background") == "1" {
+		fg := export
+		export = func() error { return inBackground(fg) }
+	}
+	if err := export(); err != nil {
 		s.log().Warn("export", "ckpt", fmt.Sprintf("%s:%d", name, seq), "err", err)
 	}
 }
@@ -633,9 +659,14 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
 
 func badRequest(err error) error { return &v1.Error{Code: v1.CodeBadRequest, Message: err.Error()} }
 
-// Export opens the export stream of a checkpoint on the agent.
-func (c *Client) Export(ctx context.Context, container string, seq int) (io.ReadCloser, error) {
-	return c.stream(ctx, v1.PathExport+"?container="+url.QueryEscape(container)+"&seq="+strconv.Itoa(seq))
+// Export opens the export stream of a checkpoint on the agent; with
+// background, the agent streams it at the lowest priority.
+func (c *Client) Export(ctx context.Context, container string, seq int, background bool) (io.ReadCloser, error) {
+	q := "?container=" + url.QueryEscape(container) + "&seq=" + strconv.Itoa(seq)
+	if background {
+		q += "&background=1"
+	}
+	return c.stream(ctx, v1.PathExport+q)
 }
 
 // Logs opens a container's output; with follow until it exits.

@@ -13,6 +13,7 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
 	"cairn/internal/coord/round"
 )
@@ -102,6 +103,7 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 		return nil, err
 	}
 	log := c.log.With("job", ck.Job, "ckpt", ck.Seq)
+	start := time.Now()
 	events := make(chan round.Event, 4*len(cfg.Participants)+4)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -191,6 +193,10 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 					}
 				}()
 			case round.PersistDecision:
+				if a.State == round.StateCommitted {
+					c.publish(evv1.Event{Type: evv1.CkptPrepared, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(start),
+						Message: fmt.Sprintf("%d ranks dumped", len(cfg.Participants))})
+				}
 				failpoint(wctx, "before-decision")
 				for {
 					err := c.setCkptState(wctx, ck, a.State, a.Reason, true)
@@ -202,6 +208,11 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 					}
 					log.Warn("persist decision", "err", err)
 					time.Sleep(200 * time.Millisecond)
+				}
+				if a.State == round.StateCommitted {
+					c.publish(evv1.Event{Type: evv1.CkptCommitted, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(start)})
+				} else {
+					c.publish(evv1.Event{Type: evv1.CkptAborted, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(start), Message: a.Reason})
 				}
 				failpoint(wctx, "after-decision")
 				queue = append(queue, round.DecisionPersisted{})
@@ -275,6 +286,8 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 	}
 	log.Info("round ended", "state", done.State.String(), "reason", done.Reason, "stall", done.Stats.Stall, "coord", done.Stats.Coord, "bytes", done.Stats.Bytes)
 	if done.State == round.StateDurable {
+		c.publish(evv1.Event{Type: evv1.CkptDurable, Job: ck.Job, Ckpt: ck.Seq, Duration: done.Stats.Stall, Bytes: done.Stats.Bytes,
+			Message: fmt.Sprintf("ranks frozen %s, coordination %s", done.Stats.Stall.Round(time.Millisecond), done.Stats.Coord.Round(time.Millisecond))})
 		_, _ = c.updateJob(context.WithoutCancel(ctx), ck.Job, func(j *v1.Job) error {
 			if ck.Seq > j.LastCkpt {
 				j.LastCkpt = ck.Seq

@@ -2,8 +2,10 @@ package coord
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	v1 "cairn/api/coord/v1"
@@ -103,4 +105,36 @@ func (c *Client) Restart(ctx context.Context, name string, req v1.Restart) (v1.J
 func (c *Client) SetSpare(ctx context.Context, node string, spare bool) (v1.Node, error) {
 	var out v1.Node
 	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathNode+url.PathEscape(node)+v1.SuffixSpare, v1.Spare{Spare: spare}, &out)
+}
+
+// EventsQuery selects events: after an event number, since a time, of a
+// job, of types matching a pattern; Follow keeps the stream open for new
+// ones.
+type EventsQuery struct {
+	After  uint64
+	Since  time.Time
+	Job    string
+	Type   string
+	Follow bool
+}
+
+// Events opens the event stream: one JSON api/events/v1.Event per line.
+func (c *Client) Events(ctx context.Context, q EventsQuery) (io.ReadCloser, error) {
+	v := url.Values{}
+	if q.After > 0 {
+		v.Set("after", strconv.FormatUint(q.After, 10))
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if q.Job != "" {
+		v.Set("job", q.Job)
+	}
+	if q.Type != "" {
+		v.Set("type", q.Type)
+	}
+	if q.Follow {
+		v.Set("follow", "1")
+	}
+	return c.rpc.Stream(ctx, v1.PathEvents+"?"+v.Encode(), nil)
 }

@@ -16,8 +16,10 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/agent"
 	"cairn/internal/catalog"
+	"cairn/internal/events"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 )
@@ -35,6 +37,8 @@ type Options struct {
 	JobSubnets netip.Prefix
 	// EtcdDesc describes the catalog's etcd for health replies.
 	EtcdDesc string
+	// Events receives the cluster's events; nil keeps them in memory.
+	Events *events.Exchange
 }
 
 // Defaults for Options.
@@ -79,6 +83,9 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 	}
 	if !opts.JobSubnets.IsValid() {
 		opts.JobSubnets = DefaultJobSubnets
+	}
+	if opts.Events == nil {
+		opts.Events, _ = events.New(events.Options{Logger: log})
 	}
 	return &Coordinator{
 		cat: cat, creds: creds, log: log, opts: opts,
@@ -157,6 +164,12 @@ func (c *Coordinator) forgetClient(node string) {
 	}
 }
 
+// publish puts an event on the cluster's stream.
+func (c *Coordinator) publish(e evv1.Event) { c.opts.Events.Publish(e) }
+
+// Events is the coordinator's event stream.
+func (c *Coordinator) Events() *events.Exchange { return c.opts.Events }
+
 func nodeKey(name string) string         { return "nodes/" + name }
 func jobKey(name string) string          { return "jobs/" + name }
 func ckptPrefix(job string) string       { return "ckpts/" + job + "/" }
@@ -187,6 +200,8 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
+	case p == v1.PathEvents && r.Method == http.MethodGet:
+		c.serveEvents(w, r)
 	case p == v1.PathNodes && r.Method == http.MethodGet:
 		nodes, err := c.Nodes(ctx)
 		reply(w, http.StatusOK, nodes, err)
@@ -296,6 +311,7 @@ func (c *Coordinator) serveNode(w http.ResponseWriter, r *http.Request, certName
 		return
 	}
 	c.log.Info("node joined", "node", j.Name, "addr", j.Addr)
+	c.publish(evv1.Event{Type: evv1.NodeJoined, Node: j.Name, Message: j.Addr})
 	writeJSON(w, http.StatusOK, v1.JoinReply{Heartbeat: c.opts.NodeTTL / 4, TTL: c.opts.NodeTTL})
 }
 

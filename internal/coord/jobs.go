@@ -17,6 +17,7 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/agent"
 	"cairn/internal/catalog"
 )
@@ -256,6 +257,7 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 	c.lastRun[j.Name] = time.Now()
 	c.mu.Unlock()
 	c.log.Info("job started", "job", j.Name, "ranks", req.Ranks, "placement", placement)
+	c.publish(evv1.Event{Type: evv1.JobStarted, Job: j.Name, Message: fmt.Sprintf("%d ranks on %s", req.Ranks, strings.Join(placement, ","))})
 	return c.updateJob(ctx, j.Name, func(j *v1.Job) error { j.State = v1.JobRunning; return nil })
 }
 

@@ -11,6 +11,7 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/agent"
 	"cairn/internal/catalog"
 )
@@ -157,10 +158,11 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 	var damaged []string
 	for _, from := range holders {
 		start := time.Now()
-		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Rate: rate})
+		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Rate: rate, Background: true})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("copy %s:%d rank %d from %s to %s: %w", job, seq, rank, from, to, err))
 			c.log.Warn("replication", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to, "err", err)
+			c.publish(evv1.Event{Type: evv1.ReplicaFailed, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from, Message: err.Error()})
 			if isCorrupt(err) {
 				damaged = append(damaged, from)
 			}
@@ -168,6 +170,8 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 		}
 		c.log.Info("replicated", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to,
 			"bytes", img.Bytes, "took", time.Since(start))
+		c.publish(evv1.Event{Type: evv1.ReplicaCopied, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from,
+			Bytes: img.Bytes, Duration: time.Since(start)})
 		var ck v1.Ckpt
 		err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
 			for i := range ck.Ranks {
@@ -179,7 +183,7 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 			return nil
 		})
 		for _, bad := range damaged {
-			_ = c.repairCopy(ctx, job, seq, rank, bad, []string{to}, live)
+			_ = c.repairCopy(ctx, job, seq, rank, bad, []string{to}, live, true)
 		}
 		return err
 	}
@@ -193,9 +197,10 @@ func isCorrupt(err error) bool {
 }
 
 // repairCopy has node read its copy of a rank image in full and fetch
-// again, from one of the other holders, whatever of it is damaged. It
-// returns nil once node's copy is intact.
-func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int, node string, others []string, live map[string]v1.Node) error {
+// again, from one of the other holders, whatever of it is damaged (in the
+// background, unless a restart waits for it). It returns nil once node's
+// copy is intact.
+func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int, node string, others []string, live map[string]v1.Node, background bool) error {
 	cl, err := c.client(ctx, node)
 	if err != nil {
 		return err
@@ -205,7 +210,7 @@ func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int,
 		if from == node {
 			continue
 		}
-		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Repair: true})
+		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Repair: true, Background: background})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("repair %s:%d rank %d on %s from %s: %w", job, seq, rank, node, from, err))
 			continue
@@ -213,6 +218,8 @@ func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int,
 		if img.Repaired > 0 || img.RepairedManifest {
 			c.log.Warn("damaged copy repaired", "job", job, "ckpt", seq, "rank", rank, "node", node, "from", from,
 				"chunks", img.Repaired, "manifest", img.RepairedManifest, "bytes", img.Bytes)
+			c.publish(evv1.Event{Type: evv1.ReplicaRepaired, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: node, Peer: from,
+				Bytes: img.Bytes, Message: fmt.Sprintf("%d damaged chunks replaced (manifest: %v)", img.Repaired, img.RepairedManifest)})
 		}
 		return nil
 	}
@@ -230,7 +237,9 @@ func (c *Coordinator) updateProtection(ctx context.Context, job string, seq, k i
 		return err
 	}
 	var ck v1.Ckpt
-	return c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
+	was := ""
+	err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
+		was = ck.State
 		if ck.State != v1.CkptDurable && ck.State != v1.CkptProtected {
 			return nil
 		}
@@ -247,6 +256,10 @@ func (c *Coordinator) updateProtection(ctx context.Context, job string, seq, k i
 		}
 		return nil
 	})
+	if err == nil && was != ck.State && ck.State == v1.CkptProtected {
+		c.publish(evv1.Event{Type: evv1.CkptProtected, Job: job, Ckpt: seq, Message: fmt.Sprintf("%d copies of every rank image", 1+k)})
+	}
+	return err
 }
 
 // replicateLater starts replicate in the background.
@@ -277,6 +290,7 @@ func (c *Coordinator) watchNodes(ctx context.Context) {
 	for ev := range c.cat.WatchAlive(ctx) {
 		if ev.Change == catalog.MemberLost {
 			c.log.Warn("node lost", "node", ev.Name)
+			c.publish(evv1.Event{Type: evv1.NodeLost, Node: ev.Name})
 			c.nodesLost(ctx, ev.Name)
 		}
 	}
@@ -329,6 +343,7 @@ func (c *Coordinator) recoverJob(ctx context.Context, name string) {
 	}
 	if stop {
 		c.log.Warn("job lost a node; not restarting it", "job", name, "policy", j.OnFailure, "restarts", j.Restarts)
+		c.publish(evv1.Event{Type: evv1.JobLost, Job: name, Message: fmt.Sprintf("policy %s, %d restarts", j.OnFailure, j.Restarts)})
 		_, _ = c.updateJob(ctx, name, func(j *v1.Job) error {
 			j.State, j.Reason = v1.JobLost, "a node of the job died"
 			return nil

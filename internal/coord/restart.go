@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/agent"
 )
 
@@ -131,6 +133,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 	} else if placement, err = place(len(ck.Ranks), j.PerNode, cands, prefer); err != nil {
 		return nil, err
 	}
+	c.publish(evv1.Event{Type: evv1.JobRestarting, Job: name, Ckpt: ck.Seq, Message: "onto " + strings.Join(placement, ",")})
 	// Stop what is left of the job.
 	old := *j
 	c.teardownRanks(ctx, &old)
@@ -180,7 +183,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 				c.wg.Add(1)
 				go func() {
 					defer c.wg.Done()
-					_ = c.repairCopy(bg, name, ck.Seq, r, src, []string{placement[r]}, nodes)
+					_ = c.repairCopy(bg, name, ck.Seq, r, src, []string{placement[r]}, nodes, true)
 				}()
 			}
 		}
@@ -193,7 +196,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 			// The copy here is damaged: the restore found it before CRIU
 			// ran. Replace what is damaged from another copy and retry.
 			c.log.Warn("damaged image at restore; repairing it from another copy", "job", name, "rank", r, "node", placement[r], "err", err)
-			if rerr := c.repairCopy(ctx, name, ck.Seq, r, placement[r], copies[r], nodes); rerr != nil {
+			if rerr := c.repairCopy(ctx, name, ck.Seq, r, placement[r], copies[r], nodes, false); rerr != nil {
 				return errors.Join(err, rerr)
 			}
 			_, err = cl.RankRestore(ctx, restore)
@@ -207,6 +210,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 			j.State, j.Reason = v1.JobFailed, reason
 			return nil
 		})
+		c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Ckpt: ck.Seq, Message: reason})
 		return nil, fmt.Errorf("restart %s from checkpoint %d: %w", name, ck.Seq, err)
 	}
 	// Every rank is restored, frozen: resume them all, one call per node.
@@ -248,6 +252,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 	c.lastRun[name] = time.Now()
 	c.mu.Unlock()
 	c.log.Info("job restarted", "job", name, "ckpt", ck.Seq, "placement", placement, "took", time.Since(start))
+	c.publish(evv1.Event{Type: evv1.JobRestarted, Job: name, Ckpt: ck.Seq, Duration: time.Since(start), Message: "on " + strings.Join(placement, ",")})
 	return c.updateJob(ctx, name, func(j *v1.Job) error {
 		j.State, j.Restarts, j.RestoredFrom = v1.JobRunning, j.Restarts+1, ck.Seq
 		return nil

@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,14 +36,17 @@ type Cluster struct {
 
 // ClusterFile mirrors the parts of DATA/cluster/cluster.json tests use.
 type ClusterFile struct {
-	Coordinator string `json:"coordinator"`
-	CoordPID    int    `json:"coordinator_pid"`
-	Nodes       []struct {
-		Name    string `json:"name"`
-		Data    string `json:"data"`
-		Staging string `json:"staging"`
-		PID     int    `json:"pid"`
-	} `json:"nodes"`
+	Coordinator string        `json:"coordinator"`
+	CoordPID    int           `json:"coordinator_pid"`
+	Nodes       []ClusterNode `json:"nodes"`
+}
+
+// ClusterNode is a node of a local cluster as cluster.json records it.
+type ClusterNode struct {
+	Name    string `json:"name"`
+	Data    string `json:"data"`
+	Staging string `json:"staging"`
+	PID     int    `json:"pid"`
 }
 
 func randBytes(t testing.TB, n int) []byte {
@@ -98,6 +103,9 @@ func (c *Cluster) down() {
 	}
 	var f ClusterFile
 	_ = json.Unmarshal(b, &f)
+	if t.Failed() {
+		c.dumpLogs(f)
+	}
 	type inst struct{ data, id string }
 	var insts []inst
 	for _, n := range f.Nodes {
@@ -134,6 +142,31 @@ func (c *Cluster) down() {
 	os.RemoveAll(c.Staging)
 	if _, err := os.Stat(filepath.Join(c.Data, "cluster")); err == nil {
 		t.Errorf("cluster dir left behind")
+	}
+}
+
+// dumpLogs shows the tail of the coordinator's and every agent's log in
+// the test's output, and with CAIRN_TEST_LOGS=DIR keeps them whole there:
+// what a failed end-to-end run needs to be understood afterwards.
+func (c *Cluster) dumpLogs(f ClusterFile) {
+	logs := map[string]string{"coordinator": filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log")}
+	for _, n := range f.Nodes {
+		logs[n.Name] = filepath.Join(c.Data, "cluster", "nodes", n.Name, "agent.log")
+	}
+	keep := os.Getenv("CAIRN_TEST_LOGS")
+	for _, name := range slices.Sorted(maps.Keys(logs)) {
+		b, err := os.ReadFile(logs[name])
+		if err != nil {
+			continue
+		}
+		if keep != "" {
+			dir := filepath.Join(keep, strings.NewReplacer("/", "_").Replace(c.t.Name()))
+			if os.MkdirAll(dir, 0o755) == nil {
+				_ = os.WriteFile(filepath.Join(dir, name+".log"), b, 0o644)
+			}
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		c.t.Logf("last lines of the %s log:\n%s", name, strings.Join(lines[max(0, len(lines)-40):], "\n"))
 	}
 }
 
@@ -510,21 +543,32 @@ func WaitUntil(t testing.TB, within time.Duration, cond func() (bool, string)) {
 // KillNode fails a node: its agent and every container on it are killed
 // (SIGKILL), and with deleteData its data dir is deleted, as if the machine
 // had died with its disk.
-func (c *Cluster) KillNode(node string, deleteData bool) {
+func (c *Cluster) KillNode(node string, deleteData bool) { c.KillNodes([]string{node}, deleteData) }
+
+// KillNodes fails several nodes at once: every agent is SIGKILLed first,
+// so none of them outlives another by the seconds the clean-up takes, then
+// their containers are killed and, with deleteData, their data dirs
+// deleted.
+func (c *Cluster) KillNodes(nodes []string, deleteData bool) {
 	c.t.Helper()
 	f := c.File()
-	for _, n := range f.Nodes {
-		if n.Name != node {
-			continue
+	var dead []ClusterNode
+	for _, node := range nodes {
+		i := slices.IndexFunc(f.Nodes, func(n ClusterNode) bool { return n.Name == node })
+		if i < 0 {
+			c.t.Fatalf("no node %s", node)
 		}
-		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
+		if err := syscall.Kill(f.Nodes[i].PID, syscall.SIGKILL); err != nil {
 			c.t.Fatal(err)
 		}
+		dead = append(dead, f.Nodes[i])
+	}
+	for _, n := range dead {
 		waitGone(c.t, n.PID)
 		local := func(args ...string) string {
 			out, err := exec.Command(c.Bin, append([]string{"--data", n.Data, "--staging", n.Staging}, args...)...).CombinedOutput()
 			if err != nil {
-				c.t.Fatalf("cairn %v on node %s: %v\n%s", args, node, err, out)
+				c.t.Fatalf("cairn %v on node %s: %v\n%s", args, n.Name, err, out)
 			}
 			return string(out)
 		}
@@ -543,9 +587,7 @@ func (c *Cluster) KillNode(node string, deleteData bool) {
 			}
 			os.RemoveAll(n.Staging)
 		}
-		return
 	}
-	c.t.Fatalf("no node %s", node)
 }
 
 // Job is what `cairn jobs --json` says of a job.

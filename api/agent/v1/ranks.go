@@ -119,6 +119,9 @@ type Fetch struct {
 	// Repair makes a node that has the image already read all of it and
 	// fetch again, from From, whatever does not read back intact.
 	Repair bool `json:"repair,omitempty"`
+	// Background copies at the lowest CPU and I/O priority on both nodes
+	// (replication), rather than as fast as possible (a restart waits).
+	Background bool `json:"background,omitempty"`
 }
 
 // Image is the reply to Fetch.
@@ -144,4 +147,6 @@ type ExportDelta struct {
 	Container string   `json:"container"`
 	Seq       int      `json:"seq"`
 	Missing   []string `json:"missing"`
+	// Background streams at the lowest CPU and I/O priority.
+	Background bool `json:"background,omitempty"`
 }

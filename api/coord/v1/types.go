@@ -12,9 +12,13 @@ const (
 	PathJoin      = "/v1/nodes/join"      // POST Join (agents): JoinReply
 	PathHeartbeat = "/v1/nodes/heartbeat" // POST Heartbeat (agents); 404 means join again
 	PathNodes     = "/v1/nodes"           // GET: []Node
-	PathNode      = "/v1/nodes/"          // + NAME + SuffixSpare, POST Spare: Node
-	PathJobs      = "/v1/jobs"            // GET: []Job; POST RunJob: Job
-	PathJob       = "/v1/jobs/"           // + NAME: GET JobStatus; DELETE
+	// GET ?after=SEQ&since=RFC3339&job=J&type=PATTERN&follow=1: the
+	// events (api/events/v1) as JSON lines; with follow, then new ones
+	// as they come.
+	PathEvents = "/v1/events"
+	PathNode   = "/v1/nodes/" // + NAME + SuffixSpare, POST Spare: Node
+	PathJobs   = "/v1/jobs"   // GET: []Job; POST RunJob: Job
+	PathJob    = "/v1/jobs/"  // + NAME: GET JobStatus; DELETE
 	// + NAME + one of these, POST:
 	SuffixKill        = "/kill"        // Job
 	SuffixCheckpoint  = "/checkpoint"  // Ckpt, once the round has ended

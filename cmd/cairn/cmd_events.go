@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	evv1 "cairn/api/events/v1"
+	"cairn/internal/coord"
+)
+
+func newEventsCmd() *cobra.Command {
+	var job, since, typ string
+	var follow, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "events [--job J] [--since T] [--type PATTERN] [--follow] [--json]",
+		Short: "Show the cluster's event stream (nodes, checkpoints, replicas, restarts, migrations, health)",
+		Long: `Show the events the coordinator keeps (the newest 10000, across restarts of
+the coordinator): nodes joining, dying and draining, health warnings, every
+phase of checkpoint rounds with durations and sizes, replica copies and
+repairs, restarts, and the phases of migrations. With --follow, new events
+are shown as they happen; a subscriber that comes late with --since sees
+what it missed first, then the live events, without gaps.
+
+--since takes an event number (events after it), a duration (events of
+the last 10m) or an RFC 3339 time. --type takes a type
+(checkpoint.committed), a family (checkpoint.*) or *.`,
+		Example: `  cairn events --job sim
+  cairn events --follow --type 'migration.*'
+  cairn events --since 120 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := coord.EventsQuery{Job: job, Type: typ, Follow: follow}
+			if since != "" {
+				if n, err := strconv.ParseUint(since, 10, 64); err == nil {
+					q.After = n
+				} else if d, err := time.ParseDuration(since); err == nil {
+					q.Since = time.Now().Add(-d)
+				} else if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
+					q.Since = t
+				} else {
+					return usageError{fmt.Errorf("--since %q: want an event number, a duration or an RFC 3339 time", since)}
+				}
+			}
+			c, err := coordClient()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			body, err := c.Events(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			defer body.Close()
+			out := cmd.OutOrStdout()
+			sc := bufio.NewScanner(body)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				if asJSON {
+					fmt.Fprintln(out, sc.Text())
+					continue
+				}
+				var e evv1.Event
+				if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+					return fmt.Errorf("event stream: %w", err)
+				}
+				fmt.Fprintln(out, formatEvent(e))
+			}
+			if err := sc.Err(); err != nil && cmd.Context().Err() == nil {
+				return fmt.Errorf("event stream: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&job, "job", "", "only this job's events")
+	f.StringVar(&since, "since", "", "only events after this event number, within this duration, or since this time")
+	f.StringVar(&typ, "type", "", "only events of this type or family (checkpoint.*)")
+	f.BoolVarP(&follow, "follow", "f", false, "keep showing new events as they happen")
+	f.BoolVar(&asJSON, "json", false, "one JSON event per line")
+	return cmd
+}
+
+// formatEvent is one line: number, time, type, then what it concerns.
+func formatEvent(e evv1.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6d  %s  %-20s", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type)
+	kv := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(&b, " %s=%s", k, v)
+		}
+	}
+	kv("job", e.Job)
+	if e.Rank != nil {
+		kv("rank", strconv.Itoa(*e.Rank))
+	}
+	if e.Ckpt > 0 {
+		kv("ckpt", strconv.Itoa(e.Ckpt))
+	}
+	kv("node", e.Node)
+	kv("peer", e.Peer)
+	if e.Duration > 0 {
+		kv("took", e.Duration.Round(time.Millisecond).String())
+	}
+	if e.Bytes > 0 {
+		kv("bytes", humanBytes(e.Bytes))
+	}
+	if e.Message != "" {
+		fmt.Fprintf(&b, "  %s", e.Message)
+	}
+	return b.String()
+}
