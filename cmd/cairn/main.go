@@ -68,7 +68,7 @@ or a new name.`,
 		newCheckpointCmd(), newCheckpointsCmd(), newRestoreCmd(), newVerifyCmd(),
 		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(),
 		newInitCmd(), newNodeCmd(), newAgentCmd(), newCoordinatorCmd(), newUpCmd(), newDownCmd(),
-		newJobsCmd(), newNodesCmd(), newRestartCmd(), newEventsCmd(),
+		newJobsCmd(), newNodesCmd(), newRestartCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
 		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(),
 	)
 	return root

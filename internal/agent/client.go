@@ -156,3 +156,19 @@ func (c *Client) Checkpoints(ctx context.Context, container string) ([]v1.Checkp
 	var out []v1.Checkpoint
 	return out, c.do(ctx, http.MethodGet, v1.PathCheckpoints+"?container="+url.QueryEscape(container), nil, &out)
 }
+
+// RankStall locks and freezes ranks on the agent (a migration's stall).
+func (c *Client) RankStall(ctx context.Context, req v1.RankStall) error {
+	return c.do(ctx, http.MethodPost, v1.PathRankStall, req, nil)
+}
+
+// MigrateIn brings a rank prepared on another node here, restored frozen.
+func (c *Client) MigrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn, error) {
+	var out v1.MigratedIn
+	return out, c.do(ctx, http.MethodPost, v1.PathMigrateIn, req, &out)
+}
+
+// MigrateOut removes a rank that moved away.
+func (c *Client) MigrateOut(ctx context.Context, req v1.MigrateOut) error {
+	return c.do(ctx, http.MethodPost, v1.PathMigrateOut, req, nil)
+}

@@ -64,6 +64,9 @@ type ranks struct {
 	aborted map[pendingKey]time.Time
 	// preparing holds prepares in progress; closed when each ends.
 	preparing map[pendingKey]chan struct{}
+	// held are the ranks waiting for RankResume (stalled, or migrated in),
+	// with what happens when the hold ends.
+	held map[string]*time.Timer
 }
 
 func (s *Server) jobNet(j v1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr, error) {
@@ -192,6 +195,7 @@ func (s *Server) rankResume(ctx context.Context, req v1.RankResume) error {
 	var errs []error
 	for _, r := range req.Ranks {
 		name := RankName(r.Job, r.Rank)
+		s.release(name)
 		in, err := s.Manager.Get(ctx, name)
 		if err != nil {
 			errs = append(errs, err)

@@ -82,7 +82,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Other agents may only read images (to fetch a rank's image to their
 	// node); everything else is for the coordinator and clients.
-	imageRead := r.URL.Path == v1.PathExport || r.URL.Path == v1.PathChunks || r.URL.Path == v1.PathExportDelta
+	imageRead := r.URL.Path == v1.PathExport || r.URL.Path == v1.PathChunks || r.URL.Path == v1.PathExportDelta || r.URL.Path == v1.PathStaged
 	if id.Role != pki.Coordinator && id.Role != pki.Client && !(id.Role == pki.Agent && imageRead) {
 		fail(w, http.StatusForbidden, v1.CodeForbidden, fmt.Sprintf("%s %s may not call %s on an agent", id.Role, id.Name, r.URL.Path))
 		return
@@ -237,6 +237,39 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := s.rankRemove(ctx, req); err != nil {
+			failErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case r.URL.Path == v1.PathRankStall && r.Method == http.MethodPost:
+		var req v1.RankStall
+		if !decode(w, r, &req) {
+			return
+		}
+		if err := s.rankStall(ctx, req); err != nil {
+			failErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case r.URL.Path == v1.PathStaged && r.Method == http.MethodGet:
+		s.staged(w, r)
+	case r.URL.Path == v1.PathMigrateIn && r.Method == http.MethodPost:
+		var req v1.MigrateIn
+		if !decode(w, r, &req) {
+			return
+		}
+		out, err := s.migrateIn(ctx, req)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	case r.URL.Path == v1.PathMigrateOut && r.Method == http.MethodPost:
+		var req v1.MigrateOut
+		if !decode(w, r, &req) {
+			return
+		}
+		if err := s.migrateOut(ctx, req); err != nil {
 			failErr(w, err)
 			return
 		}

@@ -76,6 +76,14 @@ func (p *Prepared) Name() string { return p.name }
 // Seq is the number the checkpoint will have once committed.
 func (p *Prepared) Seq() int { return p.seq }
 
+// ImageDir is where the staged image is: CRIU's files under
+// image.CRIUDir and the fs delta as image.DeltaName, as Repo.Ingest takes
+// them.
+func (p *Prepared) ImageDir() string { return p.imgDir }
+
+// Record is the record the image gets once stored.
+func (p *Prepared) Record() image.Record { return *p.rec }
+
 // Size is the staged image's size in bytes.
 func (p *Prepared) Size() int64 { return p.staged }
 

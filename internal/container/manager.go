@@ -169,6 +169,10 @@ func (m *Manager) DataDir() string { return m.opts.DataDir }
 // Repo returns the checkpoint image repository.
 func (m *Manager) Repo() image.Repo { return m.repo }
 
+// StagingDir is where images are staged before they are stored or after
+// they are read (tmpfs by default).
+func (m *Manager) StagingDir() string { return m.opts.StagingDir }
+
 // CRIU checks (once per Manager) that CRIU is usable and returns its info.
 func (m *Manager) CRIU(ctx context.Context) (criu.Info, error) {
 	m.criuOnce.Do(func() {

@@ -138,3 +138,23 @@ func (c *Client) Events(ctx context.Context, q EventsQuery) (io.ReadCloser, erro
 	}
 	return c.rpc.Stream(ctx, v1.PathEvents+"?"+v.Encode(), nil)
 }
+
+// Migrate moves a rank of a job to another node (to empty: the
+// coordinator's choice) and returns once the migration has ended.
+func (c *Client) Migrate(ctx context.Context, job string, rank int, to string) (v1.Migration, error) {
+	var out v1.Migration
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(job, v1.SuffixMigrate), v1.Migrate{Rank: rank, To: to}, &out)
+}
+
+// Migrations lists a job's migrations.
+func (c *Client) Migrations(ctx context.Context, job string) ([]v1.Migration, error) {
+	var out []v1.Migration
+	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(job, v1.SuffixMigrations), nil, &out)
+}
+
+// Drain moves every rank off a node and keeps new ones away; with
+// undrain, lets them come again.
+func (c *Client) Drain(ctx context.Context, node string, undrain bool) (v1.DrainResult, error) {
+	var out v1.DrainResult
+	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathNode+url.PathEscape(node)+v1.SuffixDrain, v1.Drain{Undrain: undrain}, &out)
+}

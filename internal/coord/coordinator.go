@@ -212,6 +212,13 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		n, err := c.SetSpare(ctx, strings.TrimSuffix(strings.TrimPrefix(p, v1.PathNode), v1.SuffixSpare), req.Spare)
 		reply(w, http.StatusOK, n, err)
+	case strings.HasPrefix(p, v1.PathNode) && strings.HasSuffix(p, v1.SuffixDrain) && r.Method == http.MethodPost:
+		var req v1.Drain
+		if !decode(w, r, &req) {
+			return
+		}
+		out, err := c.Drain(context.WithoutCancel(ctx), strings.TrimSuffix(strings.TrimPrefix(p, v1.PathNode), v1.SuffixDrain), req.Undrain)
+		reply(w, http.StatusOK, out, err)
 	case p == v1.PathJobs && r.Method == http.MethodGet:
 		jobs, err := c.Jobs(ctx)
 		reply(w, http.StatusOK, jobs, err)
@@ -246,6 +253,19 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// that goes away does not cancel it.
 			ck, err := c.Checkpoint(context.WithoutCancel(ctx), name, false)
 			reply(w, http.StatusOK, ck, err)
+		case suffix == v1.SuffixMigrate && r.Method == http.MethodPost:
+			var req v1.Migrate
+			if !decode(w, r, &req) {
+				return
+			}
+			m, err := c.Migrate(context.WithoutCancel(ctx), name, req.Rank, req.To)
+			if err != nil && m != nil && m.State == v1.MigrationDone {
+				err = nil // it moved; the errors are in m.Reason
+			}
+			reply(w, http.StatusOK, m, err)
+		case suffix == v1.SuffixMigrations && r.Method == http.MethodGet:
+			ms, err := c.Migrations(ctx, name)
+			reply(w, http.StatusOK, ms, err)
 		case suffix == v1.SuffixCheckpoints && r.Method == http.MethodGet:
 			cks, err := c.Checkpoints(ctx, name)
 			reply(w, http.StatusOK, cks, err)
@@ -299,7 +319,7 @@ func (c *Coordinator) serveNode(w http.ResponseWriter, r *http.Request, certName
 	n := v1.Node{Name: j.Name, Addr: j.Addr, Underlay: j.Underlay, Labels: j.Labels, Joined: time.Now().UTC()}
 	var old v1.Node
 	if _, err := c.cat.Get(ctx, nodeKey(j.Name), &old); err == nil {
-		n.Spare = old.Spare // a node that comes back stays what it was
+		n.Spare, n.Drained = old.Spare, old.Drained // a node that comes back stays what it was
 	}
 	if err := c.cat.Put(ctx, nodeKey(j.Name), &n); err != nil {
 		failErr(w, err)

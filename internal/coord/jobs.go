@@ -140,7 +140,7 @@ func (c *Coordinator) candidates(ctx context.Context, names []string, withSpares
 	var out []v1.Node
 	if len(names) == 0 {
 		for _, n := range live {
-			if n.Spare && !withSpares {
+			if n.Spare && !withSpares || n.Drained {
 				continue
 			}
 			out = append(out, n)

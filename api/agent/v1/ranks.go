@@ -19,6 +19,12 @@ const (
 	PathExportDelta = "/v1/images/delta"  // POST ExportDelta: a delta export stream (agents may call it)
 	PathLogs        = "/v1/logs/"         // + NAME, GET ?follow=1: the container's output
 	PathKill        = "/v1/kill/"         // + NAME, POST ?signal=N
+
+	// Migration of one rank (see MigrateIn).
+	PathRankStall  = "/v1/ranks/stall"       // POST RankStall: lock and freeze ranks (RankResume ends it)
+	PathStaged     = "/v1/images/staged"     // GET ?container=NAME&seq=N: a prepared rank's staged image as tar (agents may call it)
+	PathMigrateIn  = "/v1/ranks/migrate-in"  // POST MigrateIn: MigratedIn
+	PathMigrateOut = "/v1/ranks/migrate-out" // POST MigrateOut: the rank has moved away
 )
 
 // Node-side error codes of the rank API.
@@ -149,4 +155,46 @@ type ExportDelta struct {
 	Missing   []string `json:"missing"`
 	// Background streams at the lowest CPU and I/O priority.
 	Background bool `json:"background,omitempty"`
+}
+
+// RankStall locks the network of ranks and freezes them, the first phase
+// of a migration for the ranks that stay. RankResume ends it; the agent
+// unlocks and thaws them by itself if no RankResume comes within Hold.
+type RankStall struct {
+	Ranks []Rank        `json:"ranks"`
+	Hold  time.Duration `json:"hold_ns"`
+}
+
+// MigrateIn brings a rank prepared on another node (Prepare with Seq, so
+// it is frozen and dumped there) to this node: its staged image streams
+// from From (PathStaged) straight into this node's staging, is stored as
+// checkpoint Seq of the rank here, and the rank is restored frozen with
+// its network locked, for RankResume. If no RankResume comes within Hold
+// the restored rank is removed (its source thaws by itself then).
+type MigrateIn struct {
+	Rank
+	Seq      int           `json:"seq"`
+	From     string        `json:"from"`
+	FromNode string        `json:"from_node"`
+	Net      JobNet        `json:"net"`
+	Addr     string        `json:"addr"`
+	Hold     time.Duration `json:"hold_ns"`
+}
+
+// MigratedIn is the reply to MigrateIn.
+type MigratedIn struct {
+	Bytes   int64         `json:"bytes"`      // the staged image received
+	Move    time.Duration `json:"move_ns"`    // receiving it
+	Store   time.Duration `json:"store_ns"`   // storing it here
+	Restore time.Duration `json:"restore_ns"` // restoring the rank, frozen
+}
+
+// MigrateOut ends a migration on the source: the rank prepared as Seq
+// moved away, so its container is removed (its network stays locked until
+// it is gone) and its staged image dropped.
+type MigrateOut struct {
+	Rank
+	Seq  int    `json:"seq"`
+	VNI  uint32 `json:"vni"`
+	Addr string `json:"addr"`
 }

@@ -25,6 +25,9 @@ const (
 	SuffixRestart     = "/restart"     // Restart: Job
 	SuffixCheckpoints = "/checkpoints" // GET: []Ckpt
 	SuffixSpare       = "/spare"       // (nodes) POST Spare: Node
+	SuffixMigrate     = "/migrate"     // POST Migrate: Migration, once it has ended
+	SuffixMigrations  = "/migrations"  // GET: []Migration
+	SuffixDrain       = "/drain"       // (nodes) POST Drain: DrainResult
 )
 
 // Spare marks a node as a spare (no new jobs are placed on it; restarts
@@ -81,6 +84,8 @@ type Node struct {
 	Alive    bool              `json:"alive"`
 	Ranks    int               `json:"ranks"` // ranks of jobs placed on it
 	Spare    bool              `json:"spare,omitempty"`
+	Drained  bool              `json:"drained,omitempty"` // no ranks placed here; its ranks were moved away
+	Health   []string          `json:"health,omitempty"`  // failing health probes, as last reported
 }
 
 // RunJob starts a job.
@@ -136,6 +141,7 @@ type Job struct {
 	NextCkpt     int       `json:"next_ckpt"` // number of the next checkpoint round
 	LastCkpt     int       `json:"last_ckpt"` // newest durable checkpoint; 0: none
 	RestoredFrom int       `json:"restored_from,omitempty"`
+	Migrations   int       `json:"migrations,omitempty"` // ranks moved so far
 }
 
 // Rank is the live state of one rank.
@@ -207,4 +213,53 @@ type Restart struct {
 	Nodes []string `json:"nodes,omitempty"` // place ranks on these nodes
 	// Placement, if set, gives the node of every rank, by rank.
 	Placement []string `json:"placement,omitempty"`
+}
+
+// Migrate moves one rank of a running job to another node (To; empty:
+// a spare first, else the least loaded node) while the rest of the job
+// waits.
+type Migrate struct {
+	Rank int    `json:"rank"`
+	To   string `json:"to,omitempty"`
+}
+
+// Migration states.
+const (
+	MigrationRunning = "migrating"
+	MigrationDone    = "done"
+	MigrationFailed  = "failed" // the job resumed where it was
+)
+
+// Migration is the catalog's record of one rank's move. Its number comes
+// from the job's sequence of checkpoint numbers (the moved image is
+// stored under it on the target).
+type Migration struct {
+	Job      string        `json:"job"`
+	Seq      int           `json:"seq"`
+	Rank     int           `json:"rank"`
+	From     string        `json:"from"`
+	To       string        `json:"to"`
+	State    string        `json:"state"`
+	Reason   string        `json:"reason,omitempty"`
+	Started  time.Time     `json:"started"`
+	Finished time.Time     `json:"finished,omitempty"`
+	Stall    time.Duration `json:"stall_ns,omitempty"`   // every rank frozen: phases 1-4
+	Dump     time.Duration `json:"dump_ns,omitempty"`    // phase 1: the moving rank dumped (the others frozen meanwhile)
+	Move     time.Duration `json:"move_ns,omitempty"`    // phase 2: the image streamed to the target
+	Store    time.Duration `json:"store_ns,omitempty"`   // phase 3: stored there
+	Restore  time.Duration `json:"restore_ns,omitempty"` // phase 3: restored there
+	Resume   time.Duration `json:"resume_ns,omitempty"`  // phase 4
+	Bytes    int64         `json:"bytes,omitempty"`
+}
+
+// Drain moves every rank off a node and keeps new ranks away (Undrain:
+// lets them come again).
+type Drain struct {
+	Undrain bool `json:"undrain,omitempty"`
+}
+
+// DrainResult is the node after a drain, with the migrations it made.
+type DrainResult struct {
+	Node       Node        `json:"node"`
+	Migrations []Migration `json:"migrations"`
 }

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	coordv1 "cairn/api/coord/v1"
+)
+
+// parseRankRef reads JOB/RANK.
+func parseRankRef(s string) (string, int, error) {
+	job, r, ok := strings.Cut(s, "/")
+	rank, err := strconv.Atoi(r)
+	if !ok || job == "" || err != nil || rank < 0 {
+		return "", 0, usageError{fmt.Errorf("%q: want JOB/RANK, e.g. sim/3", s)}
+	}
+	return job, rank, nil
+}
+
+func newMigrateCmd() *cobra.Command {
+	var to string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "migrate JOB/RANK [--to NODE]",
+		Short: "Move one rank of a running job to another node while the rest of the job waits",
+		Long: `Move one rank to another node without a checkpoint of the whole job:
+(1) every rank of the job is frozen with its network locked and the moving
+rank is dumped into memory on its node; (2) its image streams to the target
+node; (3) the target stores it and restores the rank with the same address;
+(4) every rank resumes. If anything fails before the rank runs on the
+target, the job resumes where it was and the error says what failed.
+
+Without --to the rank goes to a spare node first, else to the least loaded
+node. The migration's phases are in 'cairn events --job JOB' and its
+record in 'cairn migrations JOB'.`,
+		Example: `  cairn migrate sim/3 --to cl-n4
+  cairn migrate sim/0`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			job, rank, err := parseRankRef(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := coordClient()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			m, err := c.Migrate(cmd.Context(), job, rank, to)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), m)
+			}
+			printMigration(cmd.OutOrStdout(), m)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "node to move the rank to (default: a spare, else the least loaded node)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the migration record as JSON")
+	return cmd
+}
+
+func printMigration(out io.Writer, m coordv1.Migration) {
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	fmt.Fprintf(out, "%s/%d: %s -> %s %s (job stalled %s: dump %s, move %s of %s, store %s, restore %s, resume %s)\n",
+		m.Job, m.Rank, m.From, m.To, m.State, ms(m.Stall), ms(m.Dump), ms(m.Move), humanBytes(m.Bytes), ms(m.Store), ms(m.Restore), ms(m.Resume))
+	if m.Reason != "" {
+		fmt.Fprintf(out, "  %s\n", m.Reason)
+	}
+}
+
+func newMigrationsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "migrations JOB",
+		Short: "List a job's rank migrations",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := coordClient()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ms, err := c.Migrations(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if ms == nil {
+					ms = []coordv1.Migration{}
+				}
+				return printJSON(cmd.OutOrStdout(), ms)
+			}
+			tw := newTable(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "SEQ\tRANK\tFROM\tTO\tSTATE\tSTALL\tBYTES\tSTARTED\tREASON")
+			for _, m := range ms {
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Seq, m.Rank, m.From, m.To, m.State,
+					m.Stall.Round(time.Millisecond), humanBytes(m.Bytes), ago(m.Started), truncate(m.Reason, 40))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newDrainCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "drain NODE",
+		Short: "Move every rank off a node (spares first) and keep new ranks away from it",
+		Long: `Migrate every rank on NODE to other nodes, spares first (see 'cairn
+migrate'), and mark the node drained: no job, restart or migration places a
+rank there until 'cairn node undrain NODE'. Use it before servicing a node.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return drain(cmd, args[0], false, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node and its migrations as JSON")
+	return cmd
+}
+
+func newNodeUndrainCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "undrain NODE",
+		Short: "Let ranks be placed on a drained node again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return drain(cmd, args[0], true, false)
+		},
+	}
+}
+
+func drain(cmd *cobra.Command, node string, undrain, asJSON bool) error {
+	c, err := coordClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	res, err := c.Drain(cmd.Context(), node, undrain)
+	if asJSON && (err == nil || res.Node.Name != "") {
+		if res.Migrations == nil {
+			res.Migrations = []coordv1.Migration{}
+		}
+		if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+			return errors.Join(err, perr)
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if undrain {
+		fmt.Fprintf(out, "node %s takes ranks again\n", node)
+		return nil
+	}
+	for _, m := range res.Migrations {
+		printMigration(out, m)
+	}
+	fmt.Fprintf(out, "node %s is drained: %d ranks moved away\n", node, len(res.Migrations))
+	return nil
+}

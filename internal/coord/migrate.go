@@ -1,0 +1,370 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	v1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
+	"cairn/internal/catalog"
+)
+
+func migPrefix(job string) string       { return "migrations/" + job + "/" }
+func migKey(job string, seq int) string { return fmt.Sprintf("migrations/%s/%08d", job, seq) }
+
+// migrationHold is how long agents keep ranks stalled for a migration
+// before they give up on the coordinator.
+func (c *Coordinator) migrationHold() time.Duration { return c.opts.Hold + time.Minute }
+
+// Migrate moves one rank of a running job to another node while the rest
+// of the job waits, in four phases (design.md §2):
+//
+//  1. stall: every other rank is locked and frozen where it is, and the
+//     moving rank is prepared on its node as for a checkpoint (network
+//     locked, frozen, dumped into tmpfs staging);
+//  2. move: the target agent pulls the staged image straight from the
+//     source's staging (no copy on either disk first);
+//  3. restore: the target stores the image as checkpoint Seq of the rank
+//     and restores the rank frozen, its network locked, with its address;
+//  4. resume: the source's copy is removed, every node's job network
+//     points at the rank's new node, and every rank resumes.
+//
+// Until phase 4 begins, any failure undoes the migration: the target's
+// copy is removed and every rank, the moving one included, runs again
+// where it was. to may be empty: a spare, else the least loaded node.
+func (c *Coordinator) Migrate(ctx context.Context, name string, rank int, to string) (*v1.Migration, error) {
+	mu := c.jobLock(name)
+	mu.Lock()
+	defer mu.Unlock()
+	return c.migrate(ctx, name, rank, to)
+}
+
+func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to string) (*v1.Migration, error) {
+	j, err := c.job(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if j.State != v1.JobRunning {
+		return nil, apiErr(v1.CodeConflict, "job %s is %s: only a running job's ranks can migrate", name, j.State)
+	}
+	if rank < 0 || rank >= len(j.Placement) {
+		return nil, apiErr(agentv1.CodeBadRequest, "job %s has no rank %d", name, rank)
+	}
+	from := j.Placement[rank]
+	live, err := c.liveNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range j.Placement {
+		if _, ok := live[n]; !ok {
+			return nil, apiErr(v1.CodeNodeDead, "node %s of job %s is dead: restart the job instead", n, name)
+		}
+	}
+	if to == "" {
+		if to, err = c.migrationTarget(ctx, j, from); err != nil {
+			return nil, err
+		}
+	}
+	if to == from {
+		return nil, apiErr(agentv1.CodeBadRequest, "rank %d of %s is on %s already", rank, name, to)
+	}
+	if _, ok := live[to]; !ok {
+		return nil, apiErr(v1.CodeNodeDead, "node %s is not a live node of the cluster", to)
+	}
+	var seq int
+	if j, err = c.updateJob(ctx, name, func(j *v1.Job) error {
+		seq = j.NextCkpt
+		j.NextCkpt++
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	m := &v1.Migration{Job: name, Seq: seq, Rank: rank, From: from, To: to, State: v1.MigrationRunning, Started: time.Now().UTC()}
+	if err := c.cat.Create(ctx, migKey(name, seq), m); err != nil {
+		return nil, err
+	}
+	log := c.log.With("job", name, "rank", rank, "from", from, "to", to, "seq", seq)
+	log.Info("migration started")
+	c.publish(evv1.Event{Type: evv1.MigrationStarted, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to})
+	hold := c.migrationHold()
+	start := time.Now()
+
+	// The ranks that stay, by node.
+	stay := map[string][]agentv1.Rank{}
+	for r, n := range j.Placement {
+		if r != rank {
+			stay[n] = append(stay[n], agentv1.Rank{Job: name, Rank: r})
+		}
+	}
+	fail := func(phase string, err error) (*v1.Migration, error) {
+		log.Warn("migration failed; resuming the job where it was", "phase", phase, "err", err)
+		c.undoMigration(context.WithoutCancel(ctx), j, rank, seq, to, stay)
+		m.State, m.Reason, m.Finished, m.Stall = v1.MigrationFailed, phase+": "+err.Error(), time.Now().UTC(), time.Since(start)
+		_ = c.cat.Put(context.WithoutCancel(ctx), migKey(name, seq), m)
+		c.publish(evv1.Event{Type: evv1.MigrationFailed, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to,
+			Duration: m.Stall, Message: m.Reason})
+		return m, fmt.Errorf("migrate %s/%d from %s to %s: %s: %w", name, rank, from, to, phase, err)
+	}
+
+	// 1. Stall: the others frozen and locked, the moving rank dumped.
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	var errs []error
+	note := func(err error) {
+		emu.Lock()
+		errs = append(errs, err)
+		emu.Unlock()
+	}
+	for n, ranks := range stay {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, err := c.client(ctx, n)
+			if err == nil {
+				err = cl.RankStall(ctx, agentv1.RankStall{Ranks: ranks, Hold: hold})
+			}
+			if err != nil {
+				note(fmt.Errorf("stall on %s: %w", n, err))
+			}
+		}()
+	}
+	var prep agentv1.Prepared
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cl, err := c.client(ctx, from)
+		if err == nil {
+			prep, err = cl.Prepare(ctx, agentv1.Prepare{Rank: agentv1.Rank{Job: name, Rank: rank}, Seq: seq, Hold: hold})
+		}
+		if err != nil {
+			note(fmt.Errorf("dump on %s: %w", from, err))
+		}
+	}()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fail("stall", err)
+	}
+	m.Dump = prep.Dump
+	c.publish(evv1.Event{Type: evv1.MigrationStalled, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to,
+		Duration: time.Since(start), Bytes: prep.Size})
+
+	// 2, 3. Move and restore, on the target.
+	tcl, err := c.client(ctx, to)
+	if err != nil {
+		return fail("move", err)
+	}
+	moved := *j
+	moved.Placement = append([]string(nil), j.Placement...)
+	moved.Placement[rank] = to
+	underlays := c.underlays(ctx)
+	in, err := tcl.MigrateIn(ctx, agentv1.MigrateIn{
+		Rank: agentv1.Rank{Job: name, Rank: rank}, Seq: seq, From: live[from].Addr, FromNode: from,
+		Net: jobNet(&moved, to, underlays), Addr: j.Addrs[rank], Hold: hold,
+	})
+	m.Bytes, m.Move, m.Store, m.Restore = in.Bytes, in.Move, in.Store, in.Restore
+	if err != nil {
+		return fail("move", err)
+	}
+	c.publish(evv1.Event{Type: evv1.MigrationMoved, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to,
+		Duration: in.Move, Bytes: in.Bytes})
+	c.publish(evv1.Event{Type: evv1.MigrationRestored, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: to,
+		Duration: in.Store + in.Restore, Message: fmt.Sprintf("stored in %s, restored in %s", in.Store.Round(time.Millisecond), in.Restore.Round(time.Millisecond))})
+
+	// 4. Resume. From here on the rank lives on the target: the source's
+	// copy goes first, so that the two never run together.
+	resumeStart := time.Now()
+	scl, err := c.client(ctx, from)
+	if err == nil {
+		err = scl.MigrateOut(ctx, agentv1.MigrateOut{Rank: agentv1.Rank{Job: name, Rank: rank}, Seq: seq, VNI: j.VNI, Addr: j.Addrs[rank]})
+	}
+	if err != nil {
+		return fail("remove the source", err)
+	}
+	if _, err := c.updateJob(context.WithoutCancel(ctx), name, func(jj *v1.Job) error {
+		jj.Placement[rank] = to
+		jj.Migrations++
+		return nil
+	}); err != nil {
+		log.Warn("migration: record the new placement", "err", err)
+	}
+	ctx = context.WithoutCancel(ctx)
+	errs = nil
+	nodes := map[string][]agentv1.Rank{}
+	for n, ranks := range stay {
+		nodes[n] = ranks
+	}
+	nodes[to] = append(nodes[to], agentv1.Rank{Job: name, Rank: rank})
+	for n, ranks := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, err := c.client(ctx, n)
+			if err == nil {
+				// Every node's job network points at the rank's new node
+				// before anything sends to it.
+				err = cl.JobNet(ctx, jobNet(&moved, n, underlays))
+			}
+			if err == nil {
+				err = cl.RankResume(ctx, agentv1.RankResume{Ranks: ranks})
+			}
+			if err != nil {
+				note(fmt.Errorf("resume on %s: %w", n, err))
+			}
+		}()
+	}
+	wg.Wait()
+	if _, ok := nodes[from]; !ok {
+		// The source keeps no rank of the job: its job network goes.
+		if cl, err := c.client(ctx, from); err == nil {
+			_ = cl.DeleteJobNet(ctx, j.VNI)
+		}
+	}
+	m.Resume, m.Stall, m.Finished = time.Since(resumeStart), time.Since(start), time.Now().UTC()
+	m.State = v1.MigrationDone
+	if err := errors.Join(errs...); err != nil {
+		m.Reason = err.Error()
+	}
+	_ = c.cat.Put(ctx, migKey(name, seq), m)
+	log.Info("migrated", "stall", m.Stall, "dump", m.Dump, "move", m.Move, "store", m.Store, "restore", m.Restore, "bytes", m.Bytes)
+	c.publish(evv1.Event{Type: evv1.MigrationDone, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: to, Peer: from,
+		Duration: m.Stall, Bytes: m.Bytes, Message: fmt.Sprintf("dump %s, move %s, store %s, restore %s, resume %s",
+			m.Dump.Round(time.Millisecond), m.Move.Round(time.Millisecond), m.Store.Round(time.Millisecond),
+			m.Restore.Round(time.Millisecond), m.Resume.Round(time.Millisecond))})
+	if len(errs) > 0 {
+		return m, fmt.Errorf("migrate %s/%d: resumed with errors: %w", name, rank, errors.Join(errs...))
+	}
+	return m, nil
+}
+
+// undoMigration puts a job back as it was before a migration that failed
+// before its phase 4: the target's copy goes, the moving rank is thawed
+// on its node (its prepare aborted) and the other ranks resume. Agents
+// that cannot be reached do the same by themselves when their hold ends.
+func (c *Coordinator) undoMigration(ctx context.Context, j *v1.Job, rank, seq int, to string, stay map[string][]agentv1.Rank) {
+	if cl, err := c.client(ctx, to); err == nil {
+		_ = cl.RankRemove(ctx, agentv1.RankRemove{Rank: agentv1.Rank{Job: j.Name, Rank: rank}, VNI: j.VNI, Addr: j.Addrs[rank]})
+		if !slices.Contains(j.Placement, to) {
+			_ = cl.DeleteJobNet(ctx, j.VNI)
+		}
+	}
+	var wg sync.WaitGroup
+	from := j.Placement[rank]
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if cl, err := c.client(ctx, from); err == nil {
+			_ = cl.Abort(ctx, agentv1.Finish{Rank: agentv1.Rank{Job: j.Name, Rank: rank}, Seq: seq})
+		}
+	}()
+	for n, ranks := range stay {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cl, err := c.client(ctx, n); err == nil {
+				_ = cl.RankResume(ctx, agentv1.RankResume{Ranks: ranks})
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// migrationTarget picks where a rank goes when the caller does not say:
+// a live spare, else the least loaded live node that is not drained, never
+// the rank's own node.
+func (c *Coordinator) migrationTarget(ctx context.Context, j *v1.Job, from string) (string, error) {
+	cands, err := c.candidates(ctx, nil, true)
+	if err != nil {
+		return "", err
+	}
+	var best *v1.Node
+	for i := range cands {
+		n := &cands[i]
+		if n.Name == from || n.Drained {
+			continue
+		}
+		if best == nil || (n.Spare && !best.Spare) || (n.Spare == best.Spare && n.Ranks < best.Ranks) {
+			best = n
+		}
+	}
+	if best == nil {
+		return "", apiErr(v1.CodeNoNodes, "no live node to move a rank of %s to", j.Name)
+	}
+	return best.Name, nil
+}
+
+// Migrations lists a job's migrations, oldest first.
+func (c *Coordinator) Migrations(ctx context.Context, job string) ([]v1.Migration, error) {
+	if _, err := c.job(ctx, job); err != nil {
+		return nil, err
+	}
+	var out []v1.Migration
+	_, err := c.cat.List(ctx, migPrefix(job), func(_ string, raw []byte) error {
+		var m v1.Migration
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return err
+		}
+		out = append(out, m)
+		return nil
+	})
+	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	return out, err
+}
+
+
+// Drain moves every rank off a node, spares first, and marks the node
+// drained: no rank is placed there until it is undrained. A rank that
+// cannot move is reported and the node stays drained (nothing new comes);
+// run drain again, or restart the job.
+func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*v1.DrainResult, error) {
+	var n v1.Node
+	err := c.cat.Update(ctx, nodeKey(node), &n, func() error {
+		n.Drained = !undrain
+		return nil
+	})
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, apiErr(agentv1.CodeNotFound, "no node %s", node)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &v1.DrainResult{Node: n}
+	if undrain {
+		c.publish(evv1.Event{Type: evv1.NodeUndrained, Node: node})
+		return out, nil
+	}
+	c.log.Info("draining node", "node", node)
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
+		return out, err
+	}
+	var errs []error
+	for _, j := range jobs {
+		if j.State != v1.JobRunning {
+			continue
+		}
+		for r, on := range j.Placement {
+			if on != node {
+				continue
+			}
+			m, err := c.Migrate(ctx, j.Name, r, "")
+			if m != nil {
+				out.Migrations = append(out.Migrations, *m)
+			}
+			if err != nil && (m == nil || m.State != v1.MigrationDone) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, err
+	}
+	c.publish(evv1.Event{Type: evv1.NodeDrained, Node: node, Message: fmt.Sprintf("%d ranks moved away", len(out.Migrations))})
+	return out, nil
+}
