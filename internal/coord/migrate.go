@@ -317,7 +317,6 @@ func (c *Coordinator) Migrations(ctx context.Context, job string) ([]v1.Migratio
 	return out, err
 }
 
-
 // Drain moves every rank off a node, spares first, and marks the node
 // drained: no rank is placed there until it is undrained. A rank that
 // cannot move is reported and the node stays drained (nothing new comes);
