@@ -2,6 +2,11 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
 	"slices"
 	"strings"
 	"testing"
@@ -136,5 +141,173 @@ func TestMigrateRank(t *testing.T) {
 	out := c.OK("migrations", "ring")
 	if strings.Count(out, " done ") != 2 {
 		t.Errorf("cairn migrations lists:\n%s", out)
+	}
+}
+
+// killCRIUDump SIGKILLs the CRIU that runc runs (swrk) for the node whose
+// data dir is data once CRIU's log in the node's staging dir says its
+// parasite is in the rank (the rank's memory is being dumped), and
+// returns its pid; 0 if no dump got that far within the time given.
+func killCRIUDump(data, staging string, within time.Duration) int {
+	deadline := time.Now().Add(within)
+	cmdline := func(pid string) string {
+		b, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		return strings.ReplaceAll(string(b), "\x00", " ")
+	}
+	for time.Now().Before(deadline) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid := e.Name()
+			if comm, _ := os.ReadFile("/proc/" + pid + "/comm"); string(comm) != "criu\n" || !strings.Contains(cmdline(pid), "swrk") {
+				continue
+			}
+			stat, _ := os.ReadFile("/proc/" + pid + "/stat")
+			f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+			if len(f) < 2 || !strings.Contains(cmdline(f[1]), data) {
+				continue
+			}
+			for time.Now().Before(deadline) {
+				logs, _ := filepath.Glob(filepath.Join(staging, "*", "work", "dump.log"))
+				for _, l := range logs {
+					if b, _ := os.ReadFile(l); strings.Contains(string(b), "switched to daemon mode") {
+						n, _ := strconv.Atoi(pid)
+						if syscall.Kill(n, syscall.SIGKILL) == nil {
+							return n
+						}
+					}
+				}
+				if _, err := os.Stat("/proc/" + pid); err != nil {
+					break // the dump ended first
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return 0
+}
+
+// TestMigrationFailures: a migration fails (1) when the target agent dies
+// after it received the image, before it restored the rank: the job
+// resumes where it was; (2) when CRIU is killed on the source in the
+// middle of the dump, with its parasite inside the rank: the agent finds
+// the rank damaged and the job restarts from its last checkpoint on the
+// nodes it was on. Each failure is reported and recorded, and the ring
+// still finishes with the result of an uninterrupted run.
+func TestMigrationFailures(t *testing.T) {
+	const messages = 2_000_000
+	c := testutil.NewCluster(t, 4)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1"}, ringArgs(c, messages)...)...)
+	place := c.Status("ring").Placement
+	var free string
+	for _, n := range c.Nodes {
+		if !slices.Contains(place, n) {
+			free = n
+		}
+	}
+	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+	movesOn := func(what string) {
+		t.Helper()
+		if p := c.Status("ring").Placement; !slices.Equal(p, place) {
+			t.Fatalf("after %s the job is on %v, want %v", what, p, place)
+		}
+		before := c.Progress("ring", 0)
+		testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
+			return c.Progress("ring", 0) > before, "the ring made no progress after " + what
+		})
+	}
+
+	// 1. The target agent dies in the middle of the move.
+	c.KillAgent(free)("CAIRN_FAILPOINT=migrate-in")
+	c.WaitNodes(4, 30*time.Second)
+	res := make(chan error, 1)
+	go func() {
+		out, err := c.Run("migrate", "ring/1", "--to", free)
+		if err == nil {
+			err = fmt.Errorf("migrate succeeded: %s", out)
+		} else {
+			t.Logf("migrate failed as it should: %s", strings.TrimSpace(out))
+		}
+		res <- err
+	}()
+	c.WaitAgentLog(free, "failpoint=migrate-in", 60*time.Second)
+	restart := c.KillAgent(free)
+	if err := <-res; strings.HasPrefix(err.Error(), "migrate succeeded") {
+		t.Fatal(err)
+	}
+	movesOn("a target agent died")
+	restart()
+	c.WaitNodes(4, 30*time.Second)
+
+	// 2. CRIU is killed on the source in the middle of the dump.
+	var src testutil.ClusterNode
+	for _, n := range c.File().Nodes {
+		if n.Name == place[2] {
+			src = n
+		}
+	}
+	failed := 0
+	for try := 1; try <= 5 && failed == 0; try++ {
+		go func() {
+			out, err := c.Run("migrate", "ring/2", "--to", free)
+			if err == nil {
+				err = fmt.Errorf("migrate succeeded: %s", out)
+			} else {
+				t.Logf("migrate failed as it should: %s", strings.TrimSpace(out))
+			}
+			res <- err
+		}()
+		pid := killCRIUDump(src.Data, src.Staging, 60*time.Second)
+		err := <-res
+		if pid == 0 {
+			// The dump ended before the kill: the rank moved. Move it back
+			// and try again.
+			t.Logf("try %d: the dump ended before CRIU could be killed (%v)", try, err)
+			c.OK("migrate", "ring/2", "--to", place[2])
+			continue
+		}
+		if strings.HasPrefix(err.Error(), "migrate succeeded") {
+			t.Fatal(err)
+		}
+		failed = try
+	}
+	if failed == 0 {
+		t.Fatal("CRIU could never be killed in the middle of a dump")
+	}
+	// The rank is damaged: the job restarts from checkpoint 1, its ranks
+	// where their images are, i.e. where they were.
+	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
+		j := c.Job("ring")
+		return j.Restarts == 1 && j.State == "running", fmt.Sprintf("job %s, %d restarts (%s)", j.State, j.Restarts, j.Reason)
+	})
+	movesOn("CRIU was killed on the source")
+
+	var ms []Migration
+	if err := json.Unmarshal([]byte(c.OK("migrations", "ring", "--json")), &ms); err != nil {
+		t.Fatal(err)
+	}
+	last := ms[len(ms)-1]
+	if ms[0].State != "failed" || last.State != "failed" || last.Rank != 2 {
+		t.Fatalf("migrations recorded: %+v", ms)
+	}
+	evs := events(t, c, "--job", "ring")
+	checkPhases(t, evs, ms[0].Seq, []string{"migration.started", "migration.stalled", "migration.failed"})
+	checkPhases(t, evs, last.Seq, []string{"migration.started", "migration.failed"})
+	var failMsg string
+	restarted := false
+	for _, e := range evs {
+		if e.Type == "migration.failed" && e.Ckpt == last.Seq {
+			failMsg = e.Message
+		}
+		if e.Type == "job.restarted" && e.Ckpt == 1 {
+			restarted = true
+		}
+	}
+	if !strings.Contains(failMsg, "parasite is still in pid") || !restarted {
+		t.Fatalf("the damaged rank was not reported (%q) or the job not restarted from checkpoint 1 (%v)", failMsg, restarted)
+	}
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
 	}
 }

@@ -67,6 +67,8 @@ func failErr(w http.ResponseWriter, err error) {
 		fail(w, http.StatusUnprocessableEntity, v1.CodeCorrupt, err.Error())
 	case errors.Is(err, criu.ErrUnusable):
 		fail(w, http.StatusServiceUnavailable, v1.CodeCRIU, err.Error())
+	case errors.Is(err, container.ErrDamaged):
+		fail(w, http.StatusInternalServerError, v1.CodeDamaged, err.Error())
 	case errors.Is(err, container.ErrDumpFailed):
 		fail(w, http.StatusInternalServerError, v1.CodeDumpFailed, err.Error())
 	default:

@@ -225,6 +225,9 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 			_ = os.WriteFile(keep, b, 0o600)
 			detail = fmt.Sprintf(" (CRIU: %s; full log: %s)", criu.LastErrors(b, 3), keep)
 		}
+		if pid := parasiteIn(p.fz); pid != 0 {
+			return nil, fmt.Errorf("%w: %s: %v%s; %w: CRIU's parasite is still in pid %d", ErrDumpFailed, name, dumpErr, detail, ErrDamaged, pid)
+		}
 		return nil, fmt.Errorf("%w: %s: %v%s", ErrDumpFailed, name, dumpErr, detail)
 	}
 	if stop && p.frozen {

@@ -1,10 +1,13 @@
 package container
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -71,4 +74,32 @@ func (f freezer) set(ctx context.Context, frozen bool) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// ErrDamaged is returned, wrapped, by a checkpoint whose dump died with
+// CRIU's parasite still inside the container's processes: they cannot run
+// on correctly, and the container must be restored from a checkpoint.
+var ErrDamaged = errors.New("container processes damaged by an interrupted dump")
+
+// parasiteIn returns a process of the cgroup that still maps CRIU's
+// parasite blob (compel maps it from a memfd named CRIUMFD), 0 if none: a
+// dump that died half-way leaves it there, and the process then runs the
+// parasite's code instead of its own.
+func parasiteIn(f freezer) int {
+	procs := filepath.Join(filepath.Dir(f.state), "cgroup.procs")
+	if f.events == "" {
+		procs = filepath.Join(filepath.Dir(f.state), "tasks")
+	}
+	b, err := os.ReadFile(procs)
+	if err != nil {
+		return 0
+	}
+	for _, s := range strings.Fields(string(b)) {
+		maps, err := os.ReadFile("/proc/" + s + "/maps")
+		if err == nil && bytes.Contains(maps, []byte("memfd:CRIUMFD")) {
+			pid, _ := strconv.Atoi(s)
+			return pid
+		}
+	}
+	return 0
 }

@@ -155,6 +155,9 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 					defer rcancel()
 					out, err := cl.Prepare(rctx, agentv1.Prepare{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq, Hold: c.opts.Hold})
 					if err != nil {
+						if isDamaged(err) {
+							c.rankDamaged(ck.Job, err.Error())
+						}
 						send(rpcEvent(a.Rank, err))
 						return
 					}

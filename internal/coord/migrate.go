@@ -106,6 +106,11 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 	fail := func(phase string, err error) (*v1.Migration, error) {
 		log.Warn("migration failed; resuming the job where it was", "phase", phase, "err", err)
 		c.undoMigration(context.WithoutCancel(ctx), j, rank, seq, to, stay)
+		if isDamaged(err) {
+			// The rank cannot run on where it was: the job restarts from
+			// its newest checkpoint (once this migration lets go of it).
+			c.rankDamaged(name, err.Error())
+		}
 		m.State, m.Reason, m.Finished, m.Stall = v1.MigrationFailed, phase+": "+err.Error(), time.Now().UTC(), time.Since(start)
 		_ = c.cat.Put(context.WithoutCancel(ctx), migKey(name, seq), m)
 		c.publish(evv1.Event{Type: evv1.MigrationFailed, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to,

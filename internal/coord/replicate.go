@@ -337,11 +337,7 @@ func (c *Coordinator) recoverJob(ctx context.Context, name string) {
 	if err != nil {
 		return
 	}
-	stop := j.OnFailure == v1.OnFailureStop
-	if !stop && j.MaxRestarts > 0 && j.Restarts >= j.MaxRestarts {
-		stop = true
-	}
-	if stop {
+	if !mayRestart(j) {
 		c.log.Warn("job lost a node; not restarting it", "job", name, "policy", j.OnFailure, "restarts", j.Restarts)
 		c.publish(evv1.Event{Type: evv1.JobLost, Job: name, Message: fmt.Sprintf("policy %s, %d restarts", j.OnFailure, j.Restarts)})
 		_, _ = c.updateJob(ctx, name, func(j *v1.Job) error {
@@ -369,6 +365,49 @@ func (c *Coordinator) recoverJob(ctx context.Context, name string) {
 		case <-time.After(c.opts.NodeTTL):
 		}
 	}
+}
+
+// mayRestart says whether a job's failure policy lets it restart once more.
+func mayRestart(j *v1.Job) bool {
+	return j.OnFailure != v1.OnFailureStop && (j.MaxRestarts <= 0 || j.Restarts < j.MaxRestarts)
+}
+
+// rankDamaged restarts, by its failure policy, a job one of whose ranks a
+// dump that died half-way left unusable: from its newest restorable
+// checkpoint, once whatever holds the job's lock now is done.
+func (c *Coordinator) rankDamaged(name, reason string) {
+	ctx := context.Background()
+	if c.runCtx != nil {
+		ctx = c.runCtx
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		j, err := c.job(ctx, name)
+		if err != nil {
+			return
+		}
+		if !mayRestart(j) {
+			c.log.Warn("a rank of the job is damaged; not restarting it", "job", name, "policy", j.OnFailure, "reason", reason)
+			_, _ = c.updateJob(ctx, name, func(j *v1.Job) error {
+				j.State, j.Reason = v1.JobFailed, "a rank is damaged: "+reason
+				return nil
+			})
+			c.publish(evv1.Event{Type: evv1.JobLost, Job: name, Message: "a rank is damaged: " + reason})
+			return
+		}
+		c.log.Warn("a rank of the job is damaged; restarting the job from its newest checkpoint", "job", name, "reason", reason)
+		if _, err := c.restart(ctx, name, v1.Restart{}, false); err != nil {
+			c.log.Warn("restart of a damaged job failed", "job", name, "err", err)
+			c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Message: err.Error()})
+		}
+	}()
+}
+
+// isDamaged reports whether an agent said a dump left a rank unusable.
+func isDamaged(err error) bool {
+	var we *agentv1.Error
+	return errors.As(err, &we) && we.Code == agentv1.CodeDamaged
 }
 
 // repair re-creates the copies that dead nodes took with them, for every

@@ -333,8 +333,9 @@ func agentCmdline(t testing.TB, pid int) []string {
 }
 
 // KillAgent SIGKILLs a node's agent (its containers go on) and returns
-// what restarts it: the same command in the node's network namespace.
-func (c *Cluster) KillAgent(node string) (restart func()) {
+// what restarts it: the same command in the node's network namespace,
+// with env added to its environment.
+func (c *Cluster) KillAgent(node string) (restart func(env ...string)) {
 	c.t.Helper()
 	f := c.File()
 	for i, n := range f.Nodes {
@@ -346,11 +347,11 @@ func (c *Cluster) KillAgent(node string) (restart func()) {
 			c.t.Fatal(err)
 		}
 		waitGone(c.t, n.PID)
-		return func() {
+		return func(env ...string) {
 			c.t.Helper()
 			// The agent itself is already in the node's netns: join it.
 			full := append([]string{"nsenter", "--net=" + netw.NetnsPath(node), "--"}, argv...)
-			pid := c.spawn(filepath.Join(c.Data, "cluster", "nodes", node, "agent.log"), full)
+			pid := c.spawnEnv(filepath.Join(c.Data, "cluster", "nodes", node, "agent.log"), full, env)
 			f := c.File()
 			f.Nodes[i].PID = pid
 			c.saveFile(f)
@@ -522,6 +523,16 @@ func (c *Cluster) WaitFailpoint(name string, within time.Duration) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// WaitAgentLog waits until a node's agent has logged substr.
+func (c *Cluster) WaitAgentLog(node, substr string, within time.Duration) {
+	c.t.Helper()
+	log := filepath.Join(c.Data, "cluster", "nodes", node, "agent.log")
+	WaitUntil(c.t, within, func() (bool, string) {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), substr), fmt.Sprintf("agent of %s never logged %q", node, substr)
+	})
 }
 
 // WaitUntil polls cond until it holds, failing t with its message after within.

@@ -26,6 +26,7 @@ const (
 	CodeForbidden    = "forbidden"
 	CodeCRIU         = "criu_unusable"
 	CodeDumpFailed   = "dump_failed"
+	CodeDamaged      = "damaged" // a dump died half-way and left the container's processes unusable
 	CodeInternal     = "internal"
 	CodeUnauthorized = "unauthenticated"
 )
