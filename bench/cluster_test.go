@@ -107,7 +107,7 @@ func BenchmarkRingOverhead(b *testing.B) {
 		d := time.Since(start)
 		n := 0
 		for _, ck := range c.Ckpts(name) {
-			if ck.State == "durable" {
+			if ck.State == "durable" || ck.State == "protected" {
 				n++
 			}
 		}

@@ -25,6 +25,9 @@ import (
 func newAgentCmd() *cobra.Command {
 	var listen, creds, coordAddr, underlay, advertise, netnsPrefix string
 	var labels []string
+	var healthCmd string
+	var healthEvery time.Duration
+	var minDisk, minMem float64
 	cmd := &cobra.Command{
 		Use:   "agent --creds DIR [--listen ADDR] [--coordinator ADDR --underlay IP]",
 		Short: "Serve this node's containers and checkpoints over the agent API (mutual TLS)",
@@ -89,7 +92,16 @@ one at, over which job networks (VXLAN) run.`,
 					advertise = ln.Addr().String()
 				}
 				j := coordv1.Join{Name: c.Name, Addr: advertise, Underlay: underlay, Labels: lbl}
-				go keepJoined(ctx, coord.NewClient(coordAddr, c), j, log)
+				h := agent.NewHealth(agent.HealthConfig{Every: healthEvery, DataDir: global.dataDir, MinFreeDisk: minDisk / 100,
+					MinFreeMemory: minMem / 100, Command: healthCmd, Node: c.Name})
+				go h.Run(ctx, func(w []string) {
+					if len(w) > 0 {
+						log.Warn("health probes failing", "probes", strings.Join(w, "; "))
+					} else {
+						log.Info("health probes pass")
+					}
+				})
+				go keepJoined(ctx, coord.NewClient(coordAddr, c), j, h.Warnings, log)
 			}
 			return (&agent.Server{Manager: m, Creds: c, Logger: log, Node: node}).Serve(ctx, ln)
 		},
@@ -100,6 +112,10 @@ one at, over which job networks (VXLAN) run.`,
 	f.StringVar(&coordAddr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "join the cluster of the coordinator at ADDR ($CAIRN_COORDINATOR)")
 	f.StringVar(&underlay, "underlay", "", "this node's address between nodes (required with --coordinator)")
 	f.StringVar(&advertise, "advertise", "", "agent API address the coordinator calls (default: --listen)")
+	f.StringVar(&healthCmd, "health-cmd", "", "health probe: a shell command (CAIRN_NODE set) that fails when the node is unwell")
+	f.DurationVar(&healthEvery, "health-every", 5*time.Second, "how often the health probes run")
+	f.Float64Var(&minDisk, "health-min-free-disk", 5, "health probe: percent of the data dir's disk that must stay free (0: off)")
+	f.Float64Var(&minMem, "health-min-free-memory", 5, "health probe: percent of memory that must stay available (0: off)")
 	f.StringVar(&netnsPrefix, "netns-prefix", "", "name prefix of rank network namespaces (default cairn-NODE-)")
 	f.StringArrayVar(&labels, "label", nil, "node label KEY=VALUE, e.g. rack=r1 (repeatable)")
 	return cmd
@@ -129,7 +145,7 @@ func unlockRanks(ctx context.Context, m *container.Manager, log *slog.Logger) {
 
 // keepJoined joins the cluster and sends heartbeats until ctx ends; it
 // joins again whenever the coordinator no longer knows the node.
-func keepJoined(ctx context.Context, cl *coord.Client, j coordv1.Join, log *slog.Logger) {
+func keepJoined(ctx context.Context, cl *coord.Client, j coordv1.Join, health func() []string, log *slog.Logger) {
 	defer cl.Close()
 	every := time.Second
 	joined := false
@@ -147,7 +163,7 @@ func keepJoined(ctx context.Context, cl *coord.Client, j coordv1.Join, log *slog
 			}
 		} else {
 			hctx, cancel := context.WithTimeout(ctx, every*2)
-			err = cl.Heartbeat(hctx, j.Name)
+			err = cl.Heartbeat(hctx, coordv1.Heartbeat{Name: j.Name, Health: health()})
 			cancel()
 			var we *agentv1.Error
 			if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {

@@ -94,6 +94,7 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 	f.StringSliceVar(&job.Nodes, "nodes", nil, "place the job's ranks on these nodes only")
 	f.DurationVar(&job.CheckpointEvery, "checkpoint-every", 0, "take a global checkpoint of the job at this interval")
 	f.IntVar(&job.Replicas, "replicas", 1, "copies of every rank image on other nodes, made after each checkpoint")
+	f.StringVar(&job.OnHealthWarning, "on-health-warning", coordv1.HealthIgnore, "when a health probe of a node of the job goes bad: migrate (its ranks there to other nodes, spares first), checkpoint, or ignore")
 	f.StringVar(&job.OnFailure, "on-failure", coordv1.OnFailureRestart, "when a node of the job dies: restart (from the newest restorable checkpoint) or stop")
 	f.IntVar(&job.MaxRestarts, "max-restarts", 10, "automatic restarts allowed (0: no limit)")
 	f.StringVar(&replRate, "replication-rate", "", "limit each replica transfer to this many bytes/s, e.g. 50M (default: no limit)")

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -563,6 +564,15 @@ func (m *Manager) waitShim(st *State, d time.Duration) {
 	}
 }
 
+// shimRuns reports whether pid is a live shim (its environment names it).
+func shimRuns(pid int) bool {
+	if pid <= 0 || !processRuns(pid) {
+		return false
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	return err == nil && bytes.Contains(env, []byte(ShimEnv+"="))
+}
+
 // processRuns reports whether pid is alive and not a zombie.
 func processRuns(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -620,6 +630,10 @@ func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
 	if e, err := readExit(dir); err == nil {
 		in.Exit = e
 		in.Status = "exited"
+	} else if shimRuns(st.ShimPID) {
+		// The init is gone but its shim is still draining the output and
+		// writing exit.json: not stopped, about to be exited.
+		in.Status = "exiting"
 	}
 	if st.Checkpointed {
 		in.Status = "checkpointed"

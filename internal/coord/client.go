@@ -42,8 +42,8 @@ func (c *Client) Join(ctx context.Context, j v1.Join) (v1.JoinReply, error) {
 }
 
 // Heartbeat keeps the caller's node alive (agents only).
-func (c *Client) Heartbeat(ctx context.Context, name string) error {
-	return c.rpc.Do(ctx, http.MethodPost, v1.PathHeartbeat, v1.Heartbeat{Name: name}, nil)
+func (c *Client) Heartbeat(ctx context.Context, hb v1.Heartbeat) error {
+	return c.rpc.Do(ctx, http.MethodPost, v1.PathHeartbeat, hb, nil)
 }
 
 // Nodes lists the cluster's nodes.

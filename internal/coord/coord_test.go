@@ -90,12 +90,12 @@ func TestSecurity(t *testing.T) {
 	if _, err := good.Join(ctx, join("n1")); err != nil {
 		t.Fatalf("agent n1 joining as itself: %v", err)
 	}
-	if err := good.Heartbeat(ctx, "n1"); err != nil {
+	if err := good.Heartbeat(ctx, v1.Heartbeat{Name: "n1"}); err != nil {
 		t.Fatalf("heartbeat: %v", err)
 	}
 	_, err := good.Join(ctx, join("n2"))
 	wantCode(t, err, agentv1.CodeForbidden)
-	wantCode(t, good.Heartbeat(ctx, "n2"), agentv1.CodeForbidden)
+	wantCode(t, good.Heartbeat(ctx, v1.Heartbeat{Name: "n2"}), agentv1.CodeForbidden)
 	_, err = good.Jobs(ctx)
 	wantCode(t, err, agentv1.CodeForbidden)
 	_, err = good.RunJob(ctx, v1.RunJob{Name: "x", Ranks: 1, Args: []string{"true"}})
@@ -163,7 +163,7 @@ func TestMembership(t *testing.T) {
 	// Heartbeats keep it alive well past the TTL.
 	for i := 0; i < 8; i++ {
 		time.Sleep(reply.Heartbeat)
-		if err := a.Heartbeat(ctx, "n1"); err != nil {
+		if err := a.Heartbeat(ctx, v1.Heartbeat{Name: "n1"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -178,7 +178,7 @@ func TestMembership(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("silent node dead after %s (TTL %s)", time.Since(start).Round(10*time.Millisecond), ttl)
-	if err := a.Heartbeat(ctx, "n1"); err != nil {
+	if err := a.Heartbeat(ctx, v1.Heartbeat{Name: "n1"}); err != nil {
 		t.Fatal(err)
 	}
 	if !alive() {

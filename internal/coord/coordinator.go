@@ -62,6 +62,7 @@ type Coordinator struct {
 	members map[string]*catalog.Membership
 	jobMu   map[string]*sync.Mutex
 	lastRun map[string]time.Time // start of each job's last round
+	health  map[string][]string  // failing health probes by node, as last heard
 
 	wg     sync.WaitGroup
 	runCtx context.Context // Run's; background work ends with it
@@ -297,7 +298,11 @@ func (c *Coordinator) serveNode(w http.ResponseWriter, r *http.Request, certName
 			fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("agent %s may not speak for node %s", certName, hb.Name))
 			return
 		}
-		reply(w, http.StatusNoContent, nil, c.heartbeat(ctx, certName))
+		err := c.heartbeat(ctx, certName)
+		if err == nil {
+			c.noteHealth(ctx, certName, hb.Health)
+		}
+		reply(w, http.StatusNoContent, nil, err)
 		return
 	}
 	var j v1.Join

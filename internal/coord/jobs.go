@@ -202,6 +202,13 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 	if req.Replicas < 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "replicas must be 0 or more")
 	}
+	switch req.OnHealthWarning {
+	case "":
+		req.OnHealthWarning = v1.HealthIgnore
+	case v1.HealthIgnore, v1.HealthMigrate, v1.HealthCheckpoint:
+	default:
+		return nil, apiErr(agentv1.CodeBadRequest, "on-health-warning must be %s, %s or %s, not %q", v1.HealthMigrate, v1.HealthCheckpoint, v1.HealthIgnore, req.OnHealthWarning)
+	}
 	switch req.OnFailure {
 	case "":
 		req.OnFailure = v1.OnFailureRestart

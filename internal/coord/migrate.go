@@ -291,7 +291,7 @@ func (c *Coordinator) migrationTarget(ctx context.Context, j *v1.Job, from strin
 	var best *v1.Node
 	for i := range cands {
 		n := &cands[i]
-		if n.Name == from || n.Drained {
+		if n.Name == from || n.Drained || len(n.Health) > 0 {
 			continue
 		}
 		if best == nil || (n.Spare && !best.Spare) || (n.Spare == best.Spare && n.Ranks < best.Ranks) {

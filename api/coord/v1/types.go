@@ -72,6 +72,8 @@ type JoinReply struct {
 // Heartbeat keeps a node's membership alive.
 type Heartbeat struct {
 	Name string `json:"name"`
+	// Health lists the node's failing health probes; empty when healthy.
+	Health []string `json:"health,omitempty"`
 }
 
 // Node is a cluster node as the catalog records it.
@@ -109,7 +111,19 @@ type RunJob struct {
 	// ReplicationRate limits each replica transfer to this many bytes
 	// per second (0: no limit). Restarts fetch at full speed.
 	ReplicationRate int64 `json:"replication_rate,omitempty"`
+	// OnHealthWarning says what happens when a health probe of a node
+	// holding a rank goes bad: HealthMigrate (move the ranks there to
+	// other nodes), HealthCheckpoint (take a checkpoint now) or
+	// HealthIgnore (the default).
+	OnHealthWarning string `json:"on_health_warning,omitempty"`
 }
+
+// Health warning policies of a job.
+const (
+	HealthMigrate    = "migrate"
+	HealthCheckpoint = "checkpoint"
+	HealthIgnore     = "ignore"
+)
 
 // Failure policies of a job.
 const (

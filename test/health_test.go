@@ -1,0 +1,185 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"cairn/internal/ringapp"
+	"cairn/internal/testutil"
+)
+
+// TestHealthWarningMigrates: a node's health probe (a command of the
+// operator's) goes bad while a ring job with the migrate policy has a rank
+// there: the rank moves to the spare by itself, the ring finishes with the
+// right result, and the event stream shows the warning, then every phase
+// of the migration in order.
+func TestHealthWarningMigrates(t *testing.T) {
+	const messages = 1_500_000
+	dir := t.TempDir()
+	c := testutil.NewCluster(t, 4, "--health-cmd", "test ! -e "+dir+"/sick-$CAIRN_NODE || { echo disk failing; exit 1; }", "--health-every", "500ms")
+	spare := c.Nodes[3]
+	c.OK("node", "spare", spare)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--on-health-warning", "migrate"}, ringArgs(c, messages)...)...)
+	place := c.Status("ring").Placement
+	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	sick := place[1]
+	if err := os.WriteFile(filepath.Join(dir, "sick-"+sick), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
+		done := slices.ContainsFunc(events(t, c, "--type", "migration.done"), func(e Event) bool { return e.Node == spare })
+		return done, "rank 1 has not moved to the spare"
+	})
+	if p := c.Status("ring").Placement; p[1] != spare {
+		t.Fatalf("rank 1 on %s, want the spare %s", p[1], spare)
+	}
+	var warned uint64
+	var phases []string
+	for _, e := range events(t, c) {
+		switch {
+		case e.Type == "health.warning" && e.Node == sick:
+			if !strings.Contains(e.Message, "disk failing") {
+				t.Errorf("warning says %q", e.Message)
+			}
+			warned = e.Seq
+		case strings.HasPrefix(e.Type, "migration.") && warned > 0:
+			phases = append(phases, e.Type)
+		}
+	}
+	if warned == 0 || !slices.Equal(phases, migrationPhases) {
+		t.Fatalf("events: warning at %d, then %v; want the warning, then %v", warned, phases, migrationPhases)
+	}
+	var nodes []struct {
+		Name   string   `json:"name"`
+		Health []string `json:"health"`
+	}
+	if err := json.Unmarshal([]byte(c.OK("nodes", "--json")), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if (n.Name == sick) != (len(n.Health) > 0) {
+			t.Errorf("node %s reports health %q", n.Name, n.Health)
+		}
+	}
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+	// The node gets well: the warning clears.
+	os.Remove(filepath.Join(dir, "sick-"+sick))
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		for _, e := range events(t, c, "--type", "health.ok") {
+			if e.Node == sick {
+				return true, ""
+			}
+		}
+		return false, "no health.ok for " + sick
+	})
+}
+
+// TestEventsLateSubscriberAndHooks: a subscriber that comes late with
+// --since gets what it missed and then the live events, in order and
+// without gaps; a hook that keeps failing is retried, its failure is
+// reported as an event, and it holds nothing up; a working hook gets
+// every event.
+func TestEventsLateSubscriberAndHooks(t *testing.T) {
+	dir := t.TempDir()
+	tries := filepath.Join(dir, "tries")
+	got := filepath.Join(dir, "got")
+	c := testutil.NewCluster(t, 2,
+		"--hook", "checkpoint.durable=exec:echo x >> "+tries+"; echo pager unreachable >&2; exit 7",
+		"--hook", "*=exec:echo $CAIRN_EVENT_TYPE >> "+got)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--replicas", "0"}, ringArgs(c, 1_000_000_000)...)...)
+	c.WaitProgress("ring", 2, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+	past := events(t, c)
+	since := past[len(past)/2].Seq // the subscriber missed the rest
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub := exec.CommandContext(ctx, c.Bin, "--data", c.Data, "events", "--follow", "--json", "--since", fmt.Sprint(since))
+	out, err := sub.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Wait()
+	defer cancel()
+	start := time.Now()
+	c.OK("checkpoint", "ring")
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("a checkpoint took %s with a failing hook", d)
+	}
+	// Read until the second round's durable event, then check for gaps.
+	var seqs []uint64
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, e.Seq)
+		if e.Type == "checkpoint.durable" && e.Ckpt == 2 {
+			break
+		}
+	}
+	if len(seqs) == 0 || seqs[0] != since+1 {
+		t.Fatalf("late subscriber's first event is %v, want %d", seqs, since+1)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Fatalf("late subscriber got %v: a gap or disorder", seqs)
+		}
+	}
+	if seqs[len(seqs)-1] <= past[len(past)-1].Seq {
+		t.Fatalf("late subscriber got no live event: %v", seqs)
+	}
+	// The failing hook: retried, then reported; both rounds' events went
+	// out without waiting for it.
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		n := 0
+		for _, e := range events(t, c, "--type", "hook.failed") {
+			if strings.Contains(e.Message, "after 4 attempts") && strings.Contains(e.Message, "pager unreachable") {
+				n++
+			}
+		}
+		return n == 2, fmt.Sprintf("%d hook failures reported, want 2", n)
+	})
+	b, _ := os.ReadFile(tries)
+	if n := strings.Count(string(b), "x"); n != 8 {
+		t.Errorf("the failing hook ran %d times, want 4 attempts for each of 2 events", n)
+	}
+	all := events(t, c)
+	var failedAt, durable2 uint64
+	for _, e := range all {
+		if e.Type == "hook.failed" && failedAt == 0 {
+			failedAt = e.Seq
+		}
+		if e.Type == "checkpoint.durable" && e.Ckpt == 2 {
+			durable2 = e.Seq
+		}
+	}
+	if durable2 == 0 || failedAt == 0 {
+		t.Fatalf("events lack the second round (%d) or the hook failure (%d)", durable2, failedAt)
+	}
+	b, _ = os.ReadFile(got)
+	for _, want := range []string{"job.started", "checkpoint.committed", "checkpoint.durable", "node.joined"} {
+		if !strings.Contains(string(b), want+"\n") {
+			t.Errorf("the catch-all hook never got %s:\n%s", want, b)
+		}
+	}
+	if strings.Contains(string(b), "hook.failed") {
+		t.Error("a hook was handed hook.failed events")
+	}
+	c.OK("kill", "ring")
+}
