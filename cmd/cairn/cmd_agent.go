@@ -41,7 +41,13 @@ checkpoint images.
 With --coordinator the agent joins the cluster as the node its certificate
 names and keeps its membership alive with heartbeats: a node silent for the
 coordinator's TTL is dead. --underlay is the address other nodes reach this
-one at, over which job networks (VXLAN) run.`,
+one at, over which job networks (VXLAN) run.
+
+Health probes run every --health-every: free disk of the data dir, available
+memory, and --health-cmd (a shell command with CAIRN_NODE set, failing when
+the node is unwell). Failing probes go with the heartbeats; the coordinator
+publishes them as health.warning events and acts by each job's
+--on-health-warning policy (migrate its ranks away, checkpoint, or ignore).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if creds == "" {

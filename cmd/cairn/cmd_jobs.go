@@ -124,7 +124,7 @@ func newNodesCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), nodes)
 			}
 			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "NODE\tSTATE\tRANKS\tAGENT\tUNDERLAY\tJOINED")
+			fmt.Fprintln(tw, "NODE\tSTATE\tRANKS\tAGENT\tUNDERLAY\tJOINED\tHEALTH")
 			for _, n := range nodes {
 				state := "dead"
 				if n.Alive {
@@ -133,7 +133,14 @@ func newNodesCmd() *cobra.Command {
 				if n.Spare {
 					state += " (spare)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, ago(n.Joined))
+				if n.Drained {
+					state += " (drained)"
+				}
+				health := "ok"
+				if len(n.Health) > 0 {
+					health = truncate(strings.Join(n.Health, "; "), 40)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, ago(n.Joined), health)
 			}
 			return tw.Flush()
 		},

@@ -167,6 +167,14 @@ func drain(cmd *cobra.Command, node string, undrain, asJSON bool) error {
 	for _, m := range res.Migrations {
 		printMigration(out, m)
 	}
-	fmt.Fprintf(out, "node %s is drained: %d ranks moved away\n", node, len(res.Migrations))
+	fmt.Fprintf(out, "node %s is drained: %s moved away\n", node, plural(len(res.Migrations), "rank"))
 	return nil
+}
+
+// plural is "1 rank", "2 ranks".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

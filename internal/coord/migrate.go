@@ -369,6 +369,6 @@ func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*v1
 	if err := errors.Join(errs...); err != nil {
 		return out, err
 	}
-	c.publish(evv1.Event{Type: evv1.NodeDrained, Node: node, Message: fmt.Sprintf("%d ranks moved away", len(out.Migrations))})
+	c.publish(evv1.Event{Type: evv1.NodeDrained, Node: node, Message: fmt.Sprintf("%d rank(s) moved away", len(out.Migrations))})
 	return out, nil
 }
