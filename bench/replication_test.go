@@ -47,8 +47,18 @@ func BenchmarkReplication(b *testing.B) {
 	repl := float64(bytes) / took.Seconds()
 
 	// Raw TCP between the same two nodes.
+	tcp := rawTCP(b, c, c.Nodes[0], c.Nodes[1], bytes)
+	b.Logf("replication of a %d MiB image between two nodes: %d bytes in %s = %.0f MiB/s | raw TCP between the same nodes: %.0f MiB/s | ratio %.2f (target >= 0.8)",
+		mib, bytes, took.Round(time.Millisecond), repl/(1<<20), tcp/(1<<20), repl/tcp)
+}
+
+// rawTCP sends n bytes over one TCP connection from node from to node to
+// and returns the throughput in bytes per second: the link a transfer
+// between those nodes could have.
+func rawTCP(b *testing.B, c *testutil.Cluster, from, to string, n int64) float64 {
+	b.Helper()
 	var ln net.Listener
-	if err := netw.InNetns(netw.NetnsPath(c.Nodes[1]), func() (err error) {
+	if err := netw.InNetns(netw.NetnsPath(to), func() (err error) {
 		ln, err = net.Listen("tcp", "0.0.0.0:17500")
 		return err
 	}); err != nil {
@@ -62,33 +72,31 @@ func BenchmarkReplication(b *testing.B) {
 			got <- -1
 			return
 		}
-		n, _ := io.Copy(io.Discard, conn)
+		k, _ := io.Copy(io.Discard, conn)
 		conn.Close()
-		got <- n
+		got <- k
 	}()
 	var tcp float64
 	buf := make([]byte, 1<<20)
-	if err := netw.InNetns(netw.NetnsPath(c.Nodes[0]), func() error {
-		target := nodeAddr(b, c, c.Nodes[1])
-		conn, err := net.Dial("tcp", net.JoinHostPort(target, "17500"))
+	if err := netw.InNetns(netw.NetnsPath(from), func() error {
+		conn, err := net.Dial("tcp", net.JoinHostPort(nodeAddr(b, c, to), "17500"))
 		if err != nil {
 			return err
 		}
 		start := time.Now()
-		for sent := int64(0); sent < bytes; sent += int64(len(buf)) {
+		for sent := int64(0); sent < n; sent += int64(len(buf)) {
 			if _, err := conn.Write(buf); err != nil {
 				return err
 			}
 		}
 		conn.(*net.TCPConn).CloseWrite()
-		n := <-got
-		tcp = float64(n) / time.Since(start).Seconds()
+		k := <-got
+		tcp = float64(k) / time.Since(start).Seconds()
 		return conn.Close()
 	}); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("replication of a %d MiB image between two nodes: %d bytes in %s = %.0f MiB/s | raw TCP between the same nodes: %.0f MiB/s | ratio %.2f (target >= 0.8)",
-		mib, bytes, took.Round(time.Millisecond), repl/(1<<20), tcp/(1<<20), repl/tcp)
+	return tcp
 }
 
 // nodeAddr is a node's underlay address.

@@ -32,7 +32,7 @@ func newMigrateCmd() *cobra.Command {
 		Long: `Move one rank to another node without a checkpoint of the whole job:
 (1) every rank of the job is frozen with its network locked and the moving
 rank is dumped into memory on its node; (2) its image streams to the target
-node; (3) the target stores it and restores the rank with the same address;
+node; (3) the target restores the rank from memory with the same address;
 (4) every rank resumes. If anything fails before the rank runs on the
 target, the job resumes where it was and the error says what failed.
 
@@ -70,8 +70,8 @@ record in 'cairn migrations JOB'.`,
 
 func printMigration(out io.Writer, m coordv1.Migration) {
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	fmt.Fprintf(out, "%s/%d: %s -> %s %s (job stalled %s: dump %s, move %s of %s, store %s, restore %s, resume %s)\n",
-		m.Job, m.Rank, m.From, m.To, m.State, ms(m.Stall), ms(m.Dump), ms(m.Move), humanBytes(m.Bytes), ms(m.Store), ms(m.Restore), ms(m.Resume))
+	fmt.Fprintf(out, "%s/%d: %s -> %s %s (job stalled %s: dump %s, move %s of %s, restore %s, resume %s)\n",
+		m.Job, m.Rank, m.From, m.To, m.State, ms(m.Stall), ms(m.Dump), ms(m.Move), humanBytes(m.Bytes), ms(m.Restore), ms(m.Resume))
 	if m.Reason != "" {
 		fmt.Fprintf(out, "  %s\n", m.Reason)
 	}

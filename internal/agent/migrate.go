@@ -24,7 +24,8 @@ import (
 // that stay are stalled (rankStall), the moving rank is prepared as for a
 // checkpoint (dumped into tmpfs staging, frozen, network locked), the
 // target agent pulls the staged image straight from the source's staging
-// (staged, migrateIn), stores it and restores the rank frozen, the source
+// (staged, migrateIn) into its own tmpfs staging and restores the rank
+// frozen from there, without a round trip through either store, the source
 // drops its copy (migrateOut), and RankResume starts everything again.
 
 // stagedRecord is the name of the record in a staged-image stream.
@@ -268,14 +269,10 @@ func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 		return out, fmt.Errorf("migrate %s:%d from %s: got %s", name, req.Seq, req.FromNode, rec.Name())
 	}
 	s.failpoint(ctx, "migrate-in")
+	// Restored straight from the staged image: the store is no part of a
+	// move (the image is no consistent cut of the job, so no checkpoint).
 	t := time.Now()
-	rec.Pinned = false
-	if err := s.Manager.Repo().Ingest(ctx, dir, &rec, nil); err != nil {
-		return out, fmt.Errorf("migrate %s: store: %w", name, err)
-	}
-	out.Store = time.Since(t)
-	t = time.Now()
-	if _, err := s.rankRestore(ctx, v1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}); err != nil {
+	if _, err := s.rankRestore(ctx, v1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}, dir, &rec); err != nil {
 		return out, fmt.Errorf("migrate %s: restore: %w", name, err)
 	}
 	out.Restore = time.Since(t)

@@ -154,16 +154,19 @@ func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
 }
 
 // rankRestore restores a rank frozen into a fresh, locked network
-// namespace with its address. A container of that name left on this node
-// (a rank that died here) is replaced.
-func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore) (*container.Info, error) {
+// namespace with its address, from its checkpoint req.Seq in the store or,
+// with staged set, from an image staged there (a migration). A container
+// of that name left on this node (a rank that died here) is replaced.
+func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged string, rec *image.Record) (*container.Info, error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
 		return nil, badRequest(err)
 	}
 	name := RankName(req.Job, req.Rank.Rank)
-	if _, err := s.Manager.Repo().Load(name, req.Seq); err != nil {
-		return nil, err
+	if staged == "" {
+		if _, err := s.Manager.Repo().Load(name, req.Seq); err != nil {
+			return nil, err
+		}
 	}
 	n, err := s.ensureJobNet(ctx, req.Net)
 	if err != nil {
@@ -181,7 +184,7 @@ func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore) (*containe
 		return nil, err
 	}
 	in, err := s.Manager.Restore(ctx, name, container.RestoreOptions{
-		Seq: req.Seq, Paused: true,
+		Seq: req.Seq, Paused: true, Staged: staged, Record: rec,
 		Net: &container.NetAttach{Netns: r.Path(), Addr: addr},
 	})
 	if err != nil {

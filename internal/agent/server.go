@@ -217,7 +217,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !decode(w, r, &req) {
 			return
 		}
-		in, err := s.rankRestore(ctx, req)
+		in, err := s.rankRestore(ctx, req, "", nil)
 		if err != nil {
 			failErr(w, err)
 			return

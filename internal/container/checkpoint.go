@@ -372,6 +372,13 @@ type RestoreOptions struct {
 	// Paused leaves the restored processes frozen, for Resume to start
 	// them: the ranks of a job are all restored before any runs.
 	Paused bool
+	// Staged restores from an image staged in this directory (CRIU's
+	// files under image.CRIUDir, the fs delta as image.DeltaName, as
+	// Prepared.ImageDir leaves them), described by Record, instead of a
+	// checkpoint in the store: how a migrated rank is restored without a
+	// round trip through the store. The directory is used up.
+	Staged string
+	Record *image.Record
 }
 
 // Restore brings a container back from one of its checkpoints: the image is
@@ -393,7 +400,12 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		target = opts.As
 	}
 	seq := opts.Seq
-	if seq == 0 {
+	if opts.Staged != "" {
+		if opts.Record == nil {
+			return nil, fmt.Errorf("restore %s: a staged image needs its record", name)
+		}
+		seq = opts.Record.Seq
+	} else if seq == 0 {
 		latest, err := m.repo.Latest(name)
 		if err != nil {
 			return nil, err
@@ -419,19 +431,21 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	// Read the whole image, verifying every chunk, before touching anything:
 	// CRIU's files into staging (tmpfs), the fs delta into a new upper dir
 	// on the data disk, renamed into place once the old runtime is gone.
-	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
-		return nil, fmt.Errorf("staging dir: %w", err)
-	}
-	m.cleanStaging()
-	staging, err := os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-pid%d-", target, seq, os.Getpid()))
-	if err != nil {
-		return nil, err
+	staging, man := opts.Staged, opts.Record
+	if staging == "" {
+		if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
+			return nil, fmt.Errorf("staging dir: %w", err)
+		}
+		m.cleanStaging()
+		if staging, err = os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-pid%d-", target, seq, os.Getpid())); err != nil {
+			return nil, err
+		}
+		if man, err = m.repo.Load(name, seq); err != nil {
+			os.RemoveAll(staging)
+			return nil, err
+		}
 	}
 	defer os.RemoveAll(staging)
-	man, err := m.repo.Load(name, seq)
-	if err != nil {
-		return nil, err
-	}
 	var cfg imageConfig
 	if err := json.Unmarshal(man.Config, &cfg); err != nil {
 		return nil, &image.CorruptError{Image: man.Name(), What: "record", Reason: "config: " + err.Error()}
@@ -442,14 +456,20 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		return nil, err
 	}
 	defer os.RemoveAll(newUpper)
-	if err := os.Mkdir(criuDir, 0o700); err != nil {
-		return nil, err
-	}
 	if err := os.Chmod(newUpper, 0o755); err != nil {
 		return nil, err
 	}
-	if err := m.repo.Materialize(ctx, man, criuDir, newUpper, opts.Progress); err != nil {
-		return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
+	if opts.Staged != "" {
+		if err := image.UnpackDelta(ctx, filepath.Join(staging, image.DeltaName), newUpper); err != nil {
+			return nil, fmt.Errorf("restore %s from staged %s: %w", target, man.Name(), err)
+		}
+	} else {
+		if err := os.Mkdir(criuDir, 0o700); err != nil {
+			return nil, err
+		}
+		if err := m.repo.Materialize(ctx, man, criuDir, newUpper, opts.Progress); err != nil {
+			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
+		}
 	}
 
 	// Replace the old runtime of target, or make a new container.

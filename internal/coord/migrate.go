@@ -31,8 +31,8 @@ func (c *Coordinator) migrationHold() time.Duration { return c.opts.Hold + time.
 //     locked, frozen, dumped into tmpfs staging);
 //  2. move: the target agent pulls the staged image straight from the
 //     source's staging (no copy on either disk first);
-//  3. restore: the target stores the image as checkpoint Seq of the rank
-//     and restores the rank frozen, its network locked, with its address;
+//  3. restore: the target restores the rank from its staging, frozen,
+//     its network locked, with its address;
 //  4. resume: the source's copy is removed, every node's job network
 //     points at the rank's new node, and every rank resumes.
 //
@@ -173,14 +173,14 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		Rank: agentv1.Rank{Job: name, Rank: rank}, Seq: seq, From: live[from].Addr, FromNode: from,
 		Net: jobNet(&moved, to, underlays), Addr: j.Addrs[rank], Hold: hold,
 	})
-	m.Bytes, m.Move, m.Store, m.Restore = in.Bytes, in.Move, in.Store, in.Restore
+	m.Bytes, m.Move, m.Restore = in.Bytes, in.Move, in.Restore
 	if err != nil {
 		return fail("move", err)
 	}
 	c.publish(evv1.Event{Type: evv1.MigrationMoved, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to,
 		Duration: in.Move, Bytes: in.Bytes})
 	c.publish(evv1.Event{Type: evv1.MigrationRestored, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: to,
-		Duration: in.Store + in.Restore, Message: fmt.Sprintf("stored in %s, restored in %s", in.Store.Round(time.Millisecond), in.Restore.Round(time.Millisecond))})
+		Duration: in.Restore})
 
 	// 4. Resume. From here on the rank lives on the target: the source's
 	// copy goes first, so that the two never run together.
@@ -237,10 +237,10 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		m.Reason = err.Error()
 	}
 	_ = c.cat.Put(ctx, migKey(name, seq), m)
-	log.Info("migrated", "stall", m.Stall, "dump", m.Dump, "move", m.Move, "store", m.Store, "restore", m.Restore, "bytes", m.Bytes)
+	log.Info("migrated", "stall", m.Stall, "dump", m.Dump, "move", m.Move, "restore", m.Restore, "bytes", m.Bytes)
 	c.publish(evv1.Event{Type: evv1.MigrationDone, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: to, Peer: from,
-		Duration: m.Stall, Bytes: m.Bytes, Message: fmt.Sprintf("dump %s, move %s, store %s, restore %s, resume %s",
-			m.Dump.Round(time.Millisecond), m.Move.Round(time.Millisecond), m.Store.Round(time.Millisecond),
+		Duration: m.Stall, Bytes: m.Bytes, Message: fmt.Sprintf("dump %s, move %s, restore %s, resume %s",
+			m.Dump.Round(time.Millisecond), m.Move.Round(time.Millisecond),
 			m.Restore.Round(time.Millisecond), m.Resume.Round(time.Millisecond))})
 	if len(errs) > 0 {
 		return m, fmt.Errorf("migrate %s/%d: resumed with errors: %w", name, rank, errors.Join(errs...))

@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,6 +142,55 @@ func TestDeltaRoundTrip(t *testing.T) {
 	if err != nil || string(b) != "hello" {
 		t.Errorf("ReadDeltaFile: %q %v", b, err)
 	}
+	// Unpacking the captured tar directly (a migration) makes the same tree.
+	tarPath := filepath.Join(t.TempDir(), image.DeltaName)
+	must(os.WriteFile(tarPath, buf.Bytes(), 0o600))
+	dst2 := t.TempDir()
+	must(image.UnpackDelta(ctx, tarPath, dst2))
+	if a, b := describeTree(t, dst), describeTree(t, dst2); !maps.Equal(a, b) {
+		t.Errorf("UnpackDelta made another tree than Materialize:\n%v\n%v", a, b)
+	}
+}
+
+// describeTree is one line per entry under dir: kind, mode, owner, size,
+// mtime, content hash, link target, device and xattrs.
+func describeTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		d := fmt.Sprintf("mode %o uid %d gid %d rdev %d", st.Mode, st.Uid, st.Gid, st.Rdev)
+		switch {
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			d += fmt.Sprintf(" size %d sum %x mtime %d", len(b), sha256.Sum256(b), st.Mtim.Nano())
+		case fi.Mode()&os.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			d += " -> " + l
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			names := make([]byte, 4096)
+			if n, err := unix.Llistxattr(p, names); err == nil {
+				d += fmt.Sprintf(" xattrs %q", names[:n])
+			}
+		}
+		out[rel] = d
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestIngestRefusesUnsafeDelta: a captured delta with entries that would
@@ -167,6 +219,18 @@ func TestIngestRefusesUnsafeDelta(t *testing.T) {
 			}
 			if recs, _ := repo.List("c"); len(recs) != 0 {
 				t.Fatal("a refused checkpoint is listed")
+			}
+			// A migration unpacks the same tar straight into a new root.
+			tarPath := filepath.Join(t.TempDir(), image.DeltaName)
+			os.WriteFile(tarPath, tarOf(t, tc.hdrs...), 0o600)
+			parent := t.TempDir()
+			dst := filepath.Join(parent, "root")
+			os.Mkdir(dst, 0o755)
+			if err := image.UnpackDelta(context.Background(), tarPath, dst); !errors.Is(err, image.ErrUnsafeEntry) {
+				t.Fatalf("UnpackDelta = %v, want ErrUnsafeEntry", err)
+			}
+			if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+				t.Fatalf("UnpackDelta wrote beside its root: %v", ents)
 			}
 		})
 	}

@@ -316,20 +316,9 @@ func ingestDelta(ctx context.Context, st *store.Store, tarPath string, stats *in
 			return nil, err
 		}
 		name, _ := cleanName(hdr.Name)
-		n := store.Node{
-			Path: FSDir + "/" + name, Mode: uint32(hdr.Mode & 0o7777),
-			UID: uint32(hdr.Uid), GID: uint32(hdr.Gid), MTime: hdr.ModTime,
-		}
-		for k, v := range hdr.PAXRecords {
-			if x, ok := strings.CutPrefix(k, xattrPrefix); ok {
-				n.Xattrs = append(n.Xattrs, store.Xattr{Name: x, Value: []byte(v)})
-			}
-		}
+		n := nodeFromHeader(hdr, name)
 		switch hdr.Typeflag {
-		case tar.TypeDir:
-			n.Kind = store.KindDir
 		case tar.TypeReg:
-			n.Kind = store.KindFile
 			if n.Chunks, n.Size, err = putStream(ctx, st, tr, ParamsFor(name), stats); err != nil {
 				return nil, fmt.Errorf("ingest %s: %w", name, err)
 			}
@@ -342,16 +331,108 @@ func ingestDelta(ctx context.Context, st *store.Store, tarPath string, stats *in
 			if !ok {
 				return nil, fmt.Errorf("%w: hard link %q to %q, which is not a file in the delta", ErrUnsafeEntry, name, target)
 			}
-			n.Kind, n.Size, n.Chunks = store.KindFile, nodes[i].Size, nodes[i].Chunks
-		case tar.TypeSymlink:
-			n.Kind, n.Target = store.KindSymlink, hdr.Linkname
-		case tar.TypeFifo:
-			n.Kind = store.KindFIFO
-		case tar.TypeChar: // checkHeader allows only 0:0, a whiteout
-			n.Kind = store.KindWhiteout
+			n.Size, n.Chunks = nodes[i].Size, nodes[i].Chunks
 		}
 		nodes = append(nodes, n)
 	}
+}
+
+// nodeFromHeader is the manifest node of an fs delta entry (name cleaned,
+// the header checked by checkHeader), without its chunks.
+func nodeFromHeader(hdr *tar.Header, name string) store.Node {
+	n := store.Node{
+		Path: FSDir + "/" + name, Mode: uint32(hdr.Mode & 0o7777),
+		UID: uint32(hdr.Uid), GID: uint32(hdr.Gid), MTime: hdr.ModTime,
+	}
+	for k, v := range hdr.PAXRecords {
+		if x, ok := strings.CutPrefix(k, xattrPrefix); ok {
+			n.Xattrs = append(n.Xattrs, store.Xattr{Name: x, Value: []byte(v)})
+		}
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		n.Kind = store.KindDir
+	case tar.TypeReg, tar.TypeLink: // a hard link is kept as a copy
+		n.Kind = store.KindFile
+	case tar.TypeSymlink:
+		n.Kind, n.Target = store.KindSymlink, hdr.Linkname
+	case tar.TypeFifo:
+		n.Kind = store.KindFIFO
+	case tar.TypeChar: // checkHeader allows only 0:0, a whiteout
+		n.Kind = store.KindWhiteout
+	}
+	return n
+}
+
+// UnpackDelta creates the tree of a captured fs delta (DeltaName in a
+// staged image) in dst, as Materialize would from the store: the same
+// checks (no device other than a whiteout, no socket, no path through a
+// symlink of the tree, no "..") and the same modes, owners, xattrs and
+// times. It is how a rank moved by a migration gets its files without a
+// round trip through the store.
+func UnpackDelta(ctx context.Context, tarPath, dst string) error {
+	f, err := os.Open(tarPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var dirs []dirMeta
+	files := map[string]string{} // tar name -> path written, for hard links
+	tr := tar.NewReader(bufio.NewReaderSize(f, 1<<20))
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read fs delta: %w", err)
+		}
+		if err := checkHeader(hdr); err != nil {
+			return err
+		}
+		name, _ := cleanName(hdr.Name)
+		n := nodeFromHeader(hdr, name)
+		var content func(p string) error
+		switch hdr.Typeflag {
+		case tar.TypeReg:
+			content = func(p string) error { return copyTo(p, tr) }
+			files[name] = filepath.Join(dst, filepath.FromSlash(name))
+		case tar.TypeLink:
+			target, _ := cleanName(hdr.Linkname)
+			src, ok := files[target]
+			if !ok {
+				return fmt.Errorf("%w: hard link %q to %q, which is not a file in the delta", ErrUnsafeEntry, name, target)
+			}
+			content = func(p string) error {
+				in, err := os.Open(src)
+				if err != nil {
+					return err
+				}
+				defer in.Close()
+				return copyTo(p, in)
+			}
+		}
+		if dirs, err = makeEntry(dst, name, n, content, dirs); err != nil {
+			return err
+		}
+	}
+	return finishDirs(dirs)
+}
+
+// copyTo writes r into a new file at p.
+func copyTo(p string, r io.Reader) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Materialize writes an image out for a restore: CRIU's files into
@@ -538,50 +619,73 @@ func (r Repo) usersOf(ctx context.Context, id store.ID) []string {
 // than whiteouts) and sockets are refused, and no path is ever resolved
 // through a symlink the tree made, so nothing is written outside dst.
 func (r Repo) materializeFS(ctx context.Context, st *store.Store, rec *Record, nodes []store.Node, dst string, done *atomic.Int64) error {
-	type dirMeta struct {
-		p string
-		n store.Node
-	}
 	var dirs []dirMeta
+	var err error
 	for _, n := range nodes { // sorted by path: parents first
 		name := n.Path[len(FSDir)+1:]
-		if _, err := cleanName(name); err != nil {
+		content := func(p string) error { return r.writeFile(ctx, st, rec, n, p, done) }
+		if dirs, err = makeEntry(dst, name, n, content, dirs); err != nil {
 			return err
-		}
-		if err := checkParents(dst, name); err != nil {
-			return err
-		}
-		p := filepath.Join(dst, filepath.FromSlash(name))
-		switch n.Kind {
-		case store.KindDir:
-			if err := os.Mkdir(p, 0o700); err != nil {
-				return err
-			}
-			dirs = append(dirs, dirMeta{p, n})
-			continue
-		case store.KindFile:
-			if err := r.writeFile(ctx, st, rec, n, p, done); err != nil {
-				return err
-			}
-		case store.KindSymlink:
-			if err := os.Symlink(n.Target, p); err != nil {
-				return err
-			}
-		case store.KindFIFO:
-			if err := mkfifo(p, n.Mode); err != nil {
-				return err
-			}
-		case store.KindWhiteout:
-			if err := mkWhiteout(p, n.Mode); err != nil {
-				return fmt.Errorf("make whiteout %s: %w", name, err)
-			}
-		default:
-			return fmt.Errorf("%w: %q is a %s", ErrUnsafeEntry, name, kindName(n.Kind))
-		}
-		if err := applyNodeMeta(p, n); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
+	return finishDirs(dirs)
+}
+
+// dirMeta is a directory made by makeEntry whose metadata is set last, once
+// everything in it is made.
+type dirMeta struct {
+	p string
+	n store.Node
+}
+
+// makeEntry creates one entry of an fs delta tree under dst (parents
+// first), refusing unsafe names and kinds and any path through a symlink
+// of the tree; content writes a regular file's bytes to a new file at its
+// path. Directories get their metadata from finishDirs.
+func makeEntry(dst, name string, n store.Node, content func(p string) error, dirs []dirMeta) ([]dirMeta, error) {
+	if _, err := cleanName(name); err != nil {
+		return dirs, err
+	}
+	if err := checkParents(dst, name); err != nil {
+		return dirs, err
+	}
+	p := filepath.Join(dst, filepath.FromSlash(name))
+	switch n.Kind {
+	case store.KindDir:
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return dirs, err
+		}
+		return append(dirs, dirMeta{p, n}), nil
+	case store.KindFile:
+		if content == nil {
+			return dirs, fmt.Errorf("%s: a file without content", name)
+		}
+		if err := content(p); err != nil {
+			return dirs, err
+		}
+	case store.KindSymlink:
+		if err := os.Symlink(n.Target, p); err != nil {
+			return dirs, err
+		}
+	case store.KindFIFO:
+		if err := mkfifo(p, n.Mode); err != nil {
+			return dirs, err
+		}
+	case store.KindWhiteout:
+		if err := mkWhiteout(p, n.Mode); err != nil {
+			return dirs, fmt.Errorf("make whiteout %s: %w", name, err)
+		}
+	default:
+		return dirs, fmt.Errorf("%w: %q is a %s", ErrUnsafeEntry, name, kindName(n.Kind))
+	}
+	if err := applyNodeMeta(p, n); err != nil {
+		return dirs, fmt.Errorf("%s: %w", name, err)
+	}
+	return dirs, nil
+}
+
+// finishDirs sets the metadata of the directories made, deepest first.
+func finishDirs(dirs []dirMeta) error {
 	for i := len(dirs) - 1; i >= 0; i-- {
 		if err := applyNodeMeta(dirs[i].p, dirs[i].n); err != nil {
 			return err

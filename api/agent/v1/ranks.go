@@ -167,9 +167,9 @@ type RankStall struct {
 
 // MigrateIn brings a rank prepared on another node (Prepare with Seq, so
 // it is frozen and dumped there) to this node: its staged image streams
-// from From (PathStaged) straight into this node's staging, is stored as
-// checkpoint Seq of the rank here, and the rank is restored frozen with
-// its network locked, for RankResume. If no RankResume comes within Hold
+// from From (PathStaged) straight into this node's staging (tmpfs), and
+// the rank is restored from there, frozen, with its network locked, for
+// RankResume; neither node's store is involved. If no RankResume comes within Hold
 // the restored rank is removed (its source thaws by itself then).
 type MigrateIn struct {
 	Rank
@@ -185,7 +185,6 @@ type MigrateIn struct {
 type MigratedIn struct {
 	Bytes   int64         `json:"bytes"`      // the staged image received
 	Move    time.Duration `json:"move_ns"`    // receiving it
-	Store   time.Duration `json:"store_ns"`   // storing it here
 	Restore time.Duration `json:"restore_ns"` // restoring the rank, frozen
 }
 

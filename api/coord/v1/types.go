@@ -245,8 +245,8 @@ const (
 )
 
 // Migration is the catalog's record of one rank's move. Its number comes
-// from the job's sequence of checkpoint numbers (the moved image is
-// stored under it on the target).
+// from the job's sequence of checkpoint numbers (no checkpoint takes it:
+// a moved image is no consistent cut of the job, and is not stored).
 type Migration struct {
 	Job      string        `json:"job"`
 	Seq      int           `json:"seq"`
@@ -260,7 +260,6 @@ type Migration struct {
 	Stall    time.Duration `json:"stall_ns,omitempty"`   // every rank frozen: phases 1-4
 	Dump     time.Duration `json:"dump_ns,omitempty"`    // phase 1: the moving rank dumped (the others frozen meanwhile)
 	Move     time.Duration `json:"move_ns,omitempty"`    // phase 2: the image streamed to the target
-	Store    time.Duration `json:"store_ns,omitempty"`   // phase 3: stored there
 	Restore  time.Duration `json:"restore_ns,omitempty"` // phase 3: restored there
 	Resume   time.Duration `json:"resume_ns,omitempty"`  // phase 4
 	Bytes    int64         `json:"bytes,omitempty"`

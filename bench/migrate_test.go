@@ -1,0 +1,92 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/testutil"
+)
+
+// BenchmarkMigration measures moving one rank of a 4-rank job to another
+// node (cairn migrate) next to what a migration replaces, measured in the
+// same run on the same job: a global checkpoint followed by a whole-job
+// restart with that rank on the other node. Each rank holds
+// CAIRN_BENCH_MIG_MIB (default 128) MiB of random memory, so its image is
+// what moves. It reports both totals and the job's stall (ranks frozen or
+// down), and the migration's stall next to the image size divided by the
+// raw TCP throughput between the two nodes (how close the pipeline gets
+// to the link). Medians of CAIRN_BENCH_ROUNDS (default 3) of each.
+func BenchmarkMigration(b *testing.B) {
+	mib := envInt("CAIRN_BENCH_MIG_MIB", 128)
+	rounds := envInt("CAIRN_BENCH_ROUNDS", 3)
+	c := testutil.NewCluster(b, 5)
+	c.OK("run", "--job", "mig", "--ranks", "4", "--per-node", "1", "--replicas", "0", "--", c.Bin, "stateapp", "-no-stream",
+		"-mem", strconv.Itoa(mib), "-dirty-every", "0", "-dir", "/var/lib/stateapp")
+	time.Sleep(time.Duration(mib/32+3) * time.Second) // the memory is written
+	var st coordv1.JobStatus
+	if err := json.Unmarshal([]byte(c.OK("ps", "--job", "mig", "--json")), &st); err != nil {
+		b.Fatal(err)
+	}
+	home := st.Placement
+	free := ""
+	for _, n := range c.Nodes {
+		if !contains(home, n) {
+			free = n
+		}
+	}
+	var migTotal, migStall, ckTotal, ckStall, rsTotal []time.Duration
+	var dump, move, restore, resume []time.Duration
+	var bytes int64
+	for i := 0; i < rounds; i++ {
+		// Migration there and back: two samples.
+		for _, to := range []string{free, home[0]} {
+			start := time.Now()
+			var m coordv1.Migration
+			if err := json.Unmarshal([]byte(c.OK("migrate", "mig/0", "--to", to, "--json")), &m); err != nil {
+				b.Fatal(err)
+			}
+			migTotal, migStall, bytes = append(migTotal, time.Since(start)), append(migStall, m.Stall), m.Bytes
+			dump, move, restore, resume = append(dump, m.Dump), append(move, m.Move), append(restore, m.Restore), append(resume, m.Resume)
+		}
+		// Checkpoint, then restart the whole job with rank 0 elsewhere.
+		start := time.Now()
+		var ck coordv1.Ckpt
+		if err := json.Unmarshal([]byte(c.OK("checkpoint", "mig", "--json")), &ck); err != nil {
+			b.Fatal(err)
+		}
+		ckTotal, ckStall = append(ckTotal, time.Since(start)), append(ckStall, ck.Stall)
+		placement := fmt.Sprintf("%s,%s,%s,%s", free, home[1], home[2], home[3])
+		start = time.Now()
+		c.OK("restart", "mig", "--placement", placement)
+		rsTotal = append(rsTotal, time.Since(start))
+		// And back, so the next round starts from the same placement.
+		c.OK("migrate", "mig/0", "--to", home[0])
+	}
+	tcp := rawTCP(b, c, home[0], free, bytes)
+	mt, ms := median(migTotal), median(migStall)
+	alt := median(ckTotal) + median(rsTotal)
+	altStall := median(ckStall) + median(rsTotal) // every rank is down while the job restarts
+	link := time.Duration(float64(bytes) / tcp * float64(time.Second))
+	b.Logf("migration of one %d MiB rank of 4: %s in all, job stalled %s (medians of %d)", mib, mt.Round(time.Millisecond), ms.Round(time.Millisecond), len(migTotal))
+	r := func(ds []time.Duration) time.Duration { return median(ds).Round(time.Millisecond) }
+	b.Logf("  its phases: dump %s (the other ranks frozen meanwhile), move %s, restore %s, resume %s (source removed, job networks updated, all thawed)",
+		r(dump), r(move), r(restore), r(resume))
+	b.Logf("checkpoint + whole-job restart instead: %s in all (checkpoint %s, restart %s), job stalled %s",
+		alt.Round(time.Millisecond), median(ckTotal).Round(time.Millisecond), median(rsTotal).Round(time.Millisecond), altStall.Round(time.Millisecond))
+	b.Logf("ratio migration / checkpoint+restart: total %.2f, stall %.2f (target <= 0.5)", mt.Seconds()/alt.Seconds(), ms.Seconds()/altStall.Seconds())
+	b.Logf("stall %s next to image %s / raw TCP %.0f MiB/s = %s: %.1fx the link time",
+		ms.Round(time.Millisecond), fmt.Sprintf("%.1f MiB", float64(bytes)/(1<<20)), tcp/(1<<20), link.Round(time.Millisecond), ms.Seconds()/link.Seconds())
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
