@@ -44,7 +44,7 @@ lint: ## go vet and gofmt
 
 .PHONY: bench
 bench: build ## Run the benchmarks (prints ratios against baselines measured in the same run)
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 150m ./bench/
 
 .PHONY: clean
 clean: ## Remove build output

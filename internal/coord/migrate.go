@@ -183,14 +183,41 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		Duration: in.Restore})
 
 	// 4. Resume. From here on the rank lives on the target: the source's
-	// copy goes first, so that the two never run together.
+	// copy goes before anything runs, so that the two never run together,
+	// while every node's job network is pointed at the rank's new node.
 	resumeStart := time.Now()
-	scl, err := c.client(ctx, from)
-	if err == nil {
-		err = scl.MigrateOut(ctx, agentv1.MigrateOut{Rank: agentv1.Rank{Job: name, Rank: rank}, Seq: seq, VNI: j.VNI, Addr: j.Addrs[rank]})
+	nodes := map[string][]agentv1.Rank{}
+	for n, ranks := range stay {
+		nodes[n] = ranks
 	}
-	if err != nil {
-		return fail("remove the source", err)
+	nodes[to] = append(nodes[to], agentv1.Rank{Job: name, Rank: rank})
+	errs = nil
+	var outErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scl, err := c.client(ctx, from)
+		if err == nil {
+			err = scl.MigrateOut(ctx, agentv1.MigrateOut{Rank: agentv1.Rank{Job: name, Rank: rank}, Seq: seq, VNI: j.VNI, Addr: j.Addrs[rank]})
+		}
+		outErr = err
+	}()
+	for n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, err := c.client(ctx, n)
+			if err == nil {
+				err = cl.JobNet(ctx, jobNet(&moved, n, underlays))
+			}
+			if err != nil {
+				note(fmt.Errorf("job network on %s: %w", n, err))
+			}
+		}()
+	}
+	wg.Wait()
+	if outErr != nil {
+		return fail("remove the source", outErr)
 	}
 	if _, err := c.updateJob(context.WithoutCancel(ctx), name, func(jj *v1.Job) error {
 		jj.Placement[rank] = to
@@ -200,22 +227,11 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		log.Warn("migration: record the new placement", "err", err)
 	}
 	ctx = context.WithoutCancel(ctx)
-	errs = nil
-	nodes := map[string][]agentv1.Rank{}
-	for n, ranks := range stay {
-		nodes[n] = ranks
-	}
-	nodes[to] = append(nodes[to], agentv1.Rank{Job: name, Rank: rank})
 	for n, ranks := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cl, err := c.client(ctx, n)
-			if err == nil {
-				// Every node's job network points at the rank's new node
-				// before anything sends to it.
-				err = cl.JobNet(ctx, jobNet(&moved, n, underlays))
-			}
 			if err == nil {
 				err = cl.RankResume(ctx, agentv1.RankResume{Ranks: ranks})
 			}
@@ -225,13 +241,14 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		}()
 	}
 	wg.Wait()
+	m.Resume, m.Stall = time.Since(resumeStart), time.Since(start)
 	if _, ok := nodes[from]; !ok {
 		// The source keeps no rank of the job: its job network goes.
 		if cl, err := c.client(ctx, from); err == nil {
 			_ = cl.DeleteJobNet(ctx, j.VNI)
 		}
 	}
-	m.Resume, m.Stall, m.Finished = time.Since(resumeStart), time.Since(start), time.Now().UTC()
+	m.Finished = time.Now().UTC()
 	m.State = v1.MigrationDone
 	if err := errors.Join(errs...); err != nil {
 		m.Reason = err.Error()
@@ -260,6 +277,19 @@ func (c *Coordinator) undoMigration(ctx context.Context, j *v1.Job, rank, seq in
 		}
 	}
 	var wg sync.WaitGroup
+	// Job networks point at the rank's own node again (they may have been
+	// pointed at the target already).
+	underlays := c.underlays(ctx)
+	for _, n := range slices.Compact(slices.Sorted(slices.Values(j.Placement))) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cl, err := c.client(ctx, n); err == nil {
+				_ = cl.JobNet(ctx, jobNet(j, n, underlays))
+			}
+		}()
+	}
+	wg.Wait()
 	from := j.Placement[rank]
 	wg.Add(1)
 	go func() {
