@@ -27,16 +27,21 @@ func (c *Coordinator) Checkpoints(ctx context.Context, job string) ([]v1.Ckpt, e
 }
 
 func (c *Coordinator) ckpts(ctx context.Context, job string) ([]v1.Ckpt, error) {
-	var out []v1.Ckpt
-	_, err := c.cat.List(ctx, ckptPrefix(job), func(_ string, raw []byte) error {
-		var ck v1.Ckpt
-		if err := json.Unmarshal(raw, &ck); err != nil {
+	return listBySeq(ctx, c, ckptPrefix(job), func(ck v1.Ckpt) int { return ck.Seq })
+}
+
+// listBySeq reads the records under prefix, ordered by their number.
+func listBySeq[T any](ctx context.Context, c *Coordinator, prefix string, seq func(T) int) ([]T, error) {
+	var out []T
+	_, err := c.cat.List(ctx, prefix, func(_ string, raw []byte) error {
+		var v T
+		if err := json.Unmarshal(raw, &v); err != nil {
 			return err
 		}
-		out = append(out, ck)
+		out = append(out, v)
 		return nil
 	})
-	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	sort.Slice(out, func(a, b int) bool { return seq(out[a]) < seq(out[b]) })
 	return out, err
 }
 

@@ -2,11 +2,9 @@ package coord
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -227,20 +225,9 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		log.Warn("migration: record the new placement", "err", err)
 	}
 	ctx = context.WithoutCancel(ctx)
-	for n, ranks := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl, err := c.client(ctx, n)
-			if err == nil {
-				err = cl.RankResume(ctx, agentv1.RankResume{Ranks: ranks})
-			}
-			if err != nil {
-				note(fmt.Errorf("resume on %s: %w", n, err))
-			}
-		}()
+	if err := c.resumeRanks(ctx, nodes); err != nil {
+		note(err)
 	}
-	wg.Wait()
 	m.Resume, m.Stall = time.Since(resumeStart), time.Since(start)
 	if _, ok := nodes[from]; !ok {
 		// The source keeps no rank of the job: its job network goes.
@@ -298,15 +285,7 @@ func (c *Coordinator) undoMigration(ctx context.Context, j *v1.Job, rank, seq in
 			_ = cl.Abort(ctx, agentv1.Finish{Rank: agentv1.Rank{Job: j.Name, Rank: rank}, Seq: seq})
 		}
 	}()
-	for n, ranks := range stay {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if cl, err := c.client(ctx, n); err == nil {
-				_ = cl.RankResume(ctx, agentv1.RankResume{Ranks: ranks})
-			}
-		}()
-	}
+	_ = c.resumeRanks(ctx, stay)
 	wg.Wait()
 }
 
@@ -339,17 +318,7 @@ func (c *Coordinator) Migrations(ctx context.Context, job string) ([]v1.Migratio
 	if _, err := c.job(ctx, job); err != nil {
 		return nil, err
 	}
-	var out []v1.Migration
-	_, err := c.cat.List(ctx, migPrefix(job), func(_ string, raw []byte) error {
-		var m v1.Migration
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return err
-		}
-		out = append(out, m)
-		return nil
-	})
-	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
-	return out, err
+	return listBySeq(ctx, c, migPrefix(job), func(m v1.Migration) int { return m.Seq })
 }
 
 // Drain moves every rank off a node, spares first, and marks the node

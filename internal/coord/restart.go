@@ -218,26 +218,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 	for r, n := range placement {
 		byNode[n] = append(byNode[n], agentv1.Rank{Job: name, Rank: r})
 	}
-	var wg sync.WaitGroup
-	var emu sync.Mutex
-	var errs []error
-	for n, ranks := range byNode {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl, err := c.client(ctx, n)
-			if err == nil {
-				err = cl.RankResume(ctx, agentv1.RankResume{Ranks: ranks})
-			}
-			if err != nil {
-				emu.Lock()
-				errs = append(errs, fmt.Errorf("resume on %s: %w", n, err))
-				emu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := c.resumeRanks(ctx, byNode); err != nil {
 		return nil, err
 	}
 	// The job network is gone from nodes the job left.
@@ -257,6 +238,31 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 		j.State, j.Restarts, j.RestoredFrom = v1.JobRunning, j.Restarts+1, ck.Seq
 		return nil
 	})
+}
+
+// resumeRanks unlocks and thaws ranks, one call per node, all nodes at
+// once.
+func (c *Coordinator) resumeRanks(ctx context.Context, byNode map[string][]agentv1.Rank) error {
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	var errs []error
+	for n, ranks := range byNode {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, err := c.client(ctx, n)
+			if err == nil {
+				err = cl.RankResume(ctx, agentv1.RankResume{Ranks: ranks})
+			}
+			if err != nil {
+				emu.Lock()
+				errs = append(errs, fmt.Errorf("resume on %s: %w", n, err))
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // teardownRanks removes j's rank containers on the live nodes of its
