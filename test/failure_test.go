@@ -85,17 +85,28 @@ func testNodeLoss(t *testing.T, k int, lose []int) {
 	if got, want := c.Result("ring"), ringapp.Expected(4, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
-	// Repair: the checkpoint has its copies again, all on live nodes.
-	ck = waitProtected(t, c, "ring", 90*time.Second)
-	for _, r := range ck.Ranks {
-		live := 0
-		for _, n := range r.Copies {
-			if !slices.Contains(dead, n) {
-				live++
+	// Repair: every checkpoint kept has its copies again, all on live
+	// nodes, without a new checkpoint.
+	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
+		cks := c.Ckpts("ring")
+		for _, ck := range cks {
+			if ck.State != "protected" {
+				return false, fmt.Sprintf("checkpoint %d is %s after the repair", ck.Seq, ck.State)
 			}
 		}
-		if live < 1+k {
-			t.Fatalf("after repair a rank image has %d live copies (%v), want %d", live, r.Copies, 1+k)
+		return len(cks) == 2, fmt.Sprintf("%d checkpoints", len(cks))
+	})
+	for _, ck := range c.Ckpts("ring") {
+		for _, r := range ck.Ranks {
+			live := 0
+			for _, n := range r.Copies {
+				if !slices.Contains(dead, n) {
+					live++
+				}
+			}
+			if live < 1+k {
+				t.Fatalf("after repair a rank image of checkpoint %d has %d live copies (%v), want %d", ck.Seq, live, r.Copies, 1+k)
+			}
 		}
 	}
 }

@@ -48,8 +48,8 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("a report without a change: %q", w)
 	case <-time.After(100 * time.Millisecond):
 	}
-	h.cfg.MinFreeMemory = 1.01
-	if w := h.Check(context.Background()); len(w) != 1 || !strings.HasPrefix(w[0], "memory: ") {
+	mem := NewHealth(HealthConfig{MinFreeMemory: 1.01})
+	if w := mem.Check(context.Background()); len(w) != 1 || !strings.HasPrefix(w[0], "memory: ") {
 		t.Fatalf("memory probe: %q", w)
 	}
 }
