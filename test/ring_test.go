@@ -123,6 +123,26 @@ func TestPeriodicCheckpoints(t *testing.T) {
 	if out, _ := c.Run("checkpoints", "tick"); strings.Contains(out, "tick:") {
 		t.Fatalf("checkpoints of a removed job: %s", out)
 	}
+	for _, n := range c.Nodes {
+		for r := range 2 {
+			if recs, _ := nodeRepo(t, c, n).List(fmt.Sprintf("tick.%d", r)); len(recs) > 0 {
+				t.Fatalf("node %s keeps %d images of the removed job's rank %d", n, len(recs), r)
+			}
+		}
+	}
+
+	// A job whose ranks have all exited stops being checkpointed.
+	c.OK(append([]string{"run", "--job", "short", "--ranks", "2", "--checkpoint-every", "1s"}, ringArgs(c, 20_000)...)...)
+	c.OK("wait", "short")
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		j := c.Job("short")
+		return j.State == "exited", "job " + j.State + " after its ranks exited"
+	})
+	n := len(c.Ckpts("short"))
+	time.Sleep(3 * time.Second)
+	if m := len(c.Ckpts("short")); m != n {
+		t.Fatalf("%d rounds after the job exited", m-n)
+	}
 }
 
 // restorable says whether a checkpoint state is one a restart may use:

@@ -172,3 +172,9 @@ func (c *Client) MigrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 func (c *Client) MigrateOut(ctx context.Context, req v1.MigrateOut) error {
 	return c.do(ctx, http.MethodPost, v1.PathMigrateOut, req, nil)
 }
+
+// DropImages removes every checkpoint image of the named containers.
+func (c *Client) DropImages(ctx context.Context, req v1.DropImages) (v1.Dropped, error) {
+	var out v1.Dropped
+	return out, c.do(ctx, http.MethodPost, v1.PathDropImages, req, &out)
+}

@@ -684,3 +684,25 @@ func (c *Client) Logs(ctx context.Context, name string, follow bool) (io.ReadClo
 	}
 	return c.stream(ctx, v1.PathLogs+url.PathEscape(name)+q)
 }
+
+// dropImages removes every checkpoint image of the given containers from
+// this node's catalog.
+func (s *Server) dropImages(req v1.DropImages) (v1.Dropped, error) {
+	var out v1.Dropped
+	repo := s.Manager.Repo()
+	var errs []error
+	for _, name := range req.Containers {
+		if err := container.ValidName(name); err != nil {
+			return out, badRequest(err)
+		}
+		recs, _ := repo.List(name)
+		for _, rec := range recs {
+			if err := repo.Remove(name, rec.Seq); err != nil && !errors.Is(err, image.ErrNotFound) {
+				errs = append(errs, err)
+				continue
+			}
+			out.Images++
+		}
+	}
+	return out, errors.Join(errs...)
+}

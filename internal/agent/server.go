@@ -243,6 +243,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	case r.URL.Path == v1.PathDropImages && r.Method == http.MethodPost:
+		var req v1.DropImages
+		if !decode(w, r, &req) {
+			return
+		}
+		out, err := s.dropImages(req)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
 	case r.URL.Path == v1.PathRankStall && r.Method == http.MethodPost:
 		var req v1.RankStall
 		if !decode(w, r, &req) {

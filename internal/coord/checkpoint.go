@@ -403,9 +403,40 @@ func (c *Coordinator) periodic(ctx context.Context) {
 				defer c.wg.Done()
 				if _, err := c.Checkpoint(ctx, j.Name, true); err != nil {
 					c.log.Info("periodic checkpoint", "job", j.Name, "result", err)
+					c.noteExited(ctx, j.Name)
 				}
 			}()
 		}
+	}
+}
+
+// noteExited marks a running job exited once every rank has exited, so
+// that its periodic rounds stop.
+func (c *Coordinator) noteExited(ctx context.Context, name string) {
+	st, err := c.Status(ctx, name)
+	if err != nil || st.State != v1.JobRunning {
+		return
+	}
+	for _, r := range st.RankStates {
+		// Only ranks seen to exit: a rank on a dead node is for the
+		// failure handling, not an end.
+		if r.Status != "exited" || !r.Alive {
+			return
+		}
+	}
+	mu := c.jobLock(name)
+	if !mu.TryLock() {
+		return // something else runs on the job: the next round looks again
+	}
+	defer mu.Unlock()
+	_, err = c.updateJob(ctx, name, func(j *v1.Job) error {
+		if j.State == v1.JobRunning {
+			j.State = v1.JobExited
+		}
+		return nil
+	})
+	if err == nil {
+		c.log.Info("every rank of the job has exited; no more periodic checkpoints", "job", name, "failed", st.Failed)
 	}
 }
 

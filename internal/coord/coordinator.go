@@ -409,7 +409,7 @@ func (c *Coordinator) load(ctx context.Context) (map[string]int, error) {
 	}
 	load := map[string]int{}
 	for _, j := range jobs {
-		if j.State == v1.JobKilled || j.State == v1.JobFailed {
+		if j.State == v1.JobKilled || j.State == v1.JobFailed || j.State == v1.JobExited {
 			continue
 		}
 		for _, n := range j.Placement {

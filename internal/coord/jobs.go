@@ -451,8 +451,31 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string) error {
 		return err
 	}
 	c.teardown(ctx, j, nil)
-	if _, err := c.cat.DeletePrefix(ctx, ckptPrefix(name)); err != nil {
-		return err
+	// Rank images are on their nodes and on replicas: every live node
+	// drops the job's.
+	var ranks []string
+	for r := range j.Placement {
+		ranks = append(ranks, agent.RankName(name, r))
+	}
+	if live, err := c.liveNodes(ctx); err == nil {
+		var wg sync.WaitGroup
+		for n := range live {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if cl, err := c.client(ctx, n); err == nil {
+					if _, err := cl.DropImages(ctx, agentv1.DropImages{Containers: ranks}); err != nil {
+						c.log.Warn("drop a removed job's images", "job", name, "node", n, "err", err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	for _, prefix := range []string{ckptPrefix(name), migPrefix(name)} {
+		if _, err := c.cat.DeletePrefix(ctx, prefix); err != nil {
+			return err
+		}
 	}
 	c.log.Info("job removed", "job", name)
 	return c.cat.Delete(ctx, jobKey(name))

@@ -17,6 +17,7 @@ const (
 	PathExport      = "/v1/images/export" // GET ?container=NAME&seq=N: an export stream (agents may call it)
 	PathChunks      = "/v1/images/chunks" // GET ?container=NAME&seq=N: Chunks (agents may call it)
 	PathExportDelta = "/v1/images/delta"  // POST ExportDelta: a delta export stream (agents may call it)
+	PathDropImages  = "/v1/images/drop"   // POST DropImages: Dropped
 	PathLogs        = "/v1/logs/"         // + NAME, GET ?follow=1: the container's output
 	PathKill        = "/v1/kill/"         // + NAME, POST ?signal=N
 
@@ -196,4 +197,16 @@ type MigrateOut struct {
 	Seq  int    `json:"seq"`
 	VNI  uint32 `json:"vni"`
 	Addr string `json:"addr"`
+}
+
+// DropImages removes every checkpoint image of the named containers from
+// the node's catalog (a removed job's ranks); the store reclaims their
+// chunks at its next gc.
+type DropImages struct {
+	Containers []string `json:"containers"`
+}
+
+// Dropped is the reply to DropImages.
+type Dropped struct {
+	Images int `json:"images"`
 }

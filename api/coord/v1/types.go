@@ -139,6 +139,7 @@ const (
 	JobRestarting = "restarting"
 	JobFailed     = "failed" // a start or restart failed; restart it again
 	JobLost       = "lost"   // a node of it died and its policy is stop, or restarts ran out
+	JobExited     = "exited" // every rank has exited (seen by a periodic round); no more rounds
 )
 
 // Job is a job as the catalog records it.
