@@ -311,3 +311,89 @@ func TestMigrationFailures(t *testing.T) {
 		t.Fatalf("result %s, want %s", got, want)
 	}
 }
+
+// migrationState waits until migration seq of the ring is in state want
+// and returns it.
+func migrationState(t *testing.T, c *testutil.Cluster, seq int, want string) Migration {
+	t.Helper()
+	var m Migration
+	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
+		var ms []Migration
+		out, err := c.Run("migrations", "ring", "--json")
+		if err != nil {
+			return false, "no coordinator yet: " + out // it is starting
+		}
+		if err := json.Unmarshal([]byte(out), &ms); err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range ms {
+			if x.Seq == seq {
+				m = x
+			}
+		}
+		return m.State == want, fmt.Sprintf("migration %d is %q, want %s", seq, m.State, want)
+	})
+	return m
+}
+
+// TestCoordinatorDiesMidMigration: the coordinator dies (1) in the last
+// phase of a migration, after the source was removed and the rank's new
+// node recorded, before anything resumed; (2) in its move phase, while the
+// target receives the image. The next coordinator finishes the first (every
+// rank resumes, the rank on its target) and undoes the second (the job
+// resumes where it was), without waiting for the agents' holds, and the
+// ring still finishes with the result of an uninterrupted run.
+func TestCoordinatorDiesMidMigration(t *testing.T) {
+	const messages = 2_000_000
+	c := testutil.NewCluster(t, 4)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1"}, ringArgs(c, messages)...)...)
+	place := c.Status("ring").Placement
+	var free string
+	for _, n := range c.Nodes {
+		if !slices.Contains(place, n) {
+			free = n
+		}
+	}
+	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	progresses := func(what string) {
+		t.Helper()
+		before := c.Progress("ring", 0)
+		testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+			return c.Progress("ring", 0) > before, "the ring made no progress after " + what
+		})
+	}
+	migrateAsync := func(args ...string) {
+		go func() { _, _ = c.Run(append([]string{"migrate"}, args...)...) }()
+	}
+
+	// 1. Dies in phase 4.
+	c.KillCoordinator()("CAIRN_FAILPOINT=migration-before-resume")
+	c.WaitNodes(4, 30*time.Second)
+	migrateAsync("ring/1", "--to", free)
+	c.WaitFailpoint("migration-before-resume", 60*time.Second)
+	start := time.Now()
+	c.KillCoordinator()()
+	m := migrationState(t, c, 1, "done")
+	if time.Since(start) > 25*time.Second {
+		t.Errorf("finishing the migration took %s: the agents' holds, not the new coordinator", time.Since(start))
+	}
+	if p := c.Status("ring").Placement; p[1] != free || !strings.Contains(m.Reason, "restarted coordinator") {
+		t.Fatalf("after recovery rank 1 is on %s (want %s), migration %+v", p[1], free, m)
+	}
+	progresses("a migration finished by a new coordinator")
+
+	// 2. Dies in phase 2, the target receiving.
+	c.KillAgent(place[1])("CAIRN_FAILPOINT=migrate-in")
+	c.WaitNodes(4, 30*time.Second)
+	migrateAsync("ring/2", "--to", place[1])
+	c.WaitAgentLog(place[1], "failpoint=migrate-in", 60*time.Second)
+	c.KillCoordinator()()
+	m = migrationState(t, c, 2, "failed")
+	if p := c.Status("ring").Placement; p[2] != place[2] {
+		t.Fatalf("after the undo rank 2 is on %s, want %s", p[2], place[2])
+	}
+	progresses("a migration undone by a new coordinator")
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}

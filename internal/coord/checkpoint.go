@@ -444,7 +444,9 @@ func (c *Coordinator) noteExited(ctx context.Context, name string) {
 // at a point of a round for end-to-end tests of its death there: with
 // CAIRN_FAILPOINT=before-decision (every rank prepared, no decision
 // written) or after-decision (the decision written, no rank told), the
-// round hangs at that point until the coordinator is killed.
+// round hangs at that point until the coordinator is killed; with
+// migration-before-resume a migration hangs after its source is removed
+// and the rank's new node recorded, before any rank resumes.
 const FailpointEnv = "CAIRN_FAILPOINT"
 
 func failpoint(ctx context.Context, name string) {

@@ -102,8 +102,9 @@ func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.runCtx = ctx
-	c.wg.Add(3)
+	c.wg.Add(4)
 	go func() { defer c.wg.Done(); c.recoverRounds(ctx) }()
+	go func() { defer c.wg.Done(); c.recoverMigrations(ctx) }()
 	go func() { defer c.wg.Done(); c.periodic(ctx) }()
 	go func() { defer c.wg.Done(); c.watchNodes(ctx) }()
 	err := rpc.Serve(ctx, ln, c, c.creds, c.log)

@@ -224,6 +224,7 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 	}); err != nil {
 		log.Warn("migration: record the new placement", "err", err)
 	}
+	failpoint(ctx, "migration-before-resume")
 	ctx = context.WithoutCancel(ctx)
 	if err := c.resumeRanks(ctx, nodes); err != nil {
 		note(err)
@@ -370,4 +371,65 @@ func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*v1
 	}
 	c.publish(evv1.Event{Type: evv1.NodeDrained, Node: node, Message: fmt.Sprintf("%d rank(s) moved away", len(out.Migrations))})
 	return out, nil
+}
+
+// recoverMigrations finishes the migrations an earlier coordinator left
+// unfinished: one whose rank is recorded on its target (the source is
+// gone: phase 4 had begun) resumes every rank of the job; any other is
+// undone, as a failure before phase 4 would have been. Agents would do the
+// same by themselves when their holds end; this spares the job the wait.
+func (c *Coordinator) recoverMigrations(ctx context.Context) {
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
+		c.log.Warn("recover migrations", "err", err)
+		return
+	}
+	for _, j := range jobs {
+		ms, err := c.Migrations(ctx, j.Name)
+		if err != nil {
+			continue
+		}
+		for _, m := range ms {
+			if m.State != v1.MigrationRunning {
+				continue
+			}
+			c.recoverMigration(ctx, &m)
+		}
+	}
+}
+
+func (c *Coordinator) recoverMigration(ctx context.Context, m *v1.Migration) {
+	mu := c.jobLock(m.Job)
+	mu.Lock()
+	defer mu.Unlock()
+	j, err := c.job(ctx, m.Job)
+	if err != nil || m.Rank >= len(j.Placement) {
+		return
+	}
+	log := c.log.With("job", m.Job, "rank", m.Rank, "seq", m.Seq)
+	if j.Placement[m.Rank] == m.To {
+		byNode := map[string][]agentv1.Rank{}
+		for r, n := range j.Placement {
+			byNode[n] = append(byNode[n], agentv1.Rank{Job: m.Job, Rank: r})
+		}
+		err := c.resumeRanks(ctx, byNode)
+		log.Info("finished a migration an earlier coordinator left in its last phase", "err", err)
+		m.State, m.Reason = v1.MigrationDone, "finished by a restarted coordinator"
+		c.publish(evv1.Event{Type: evv1.MigrationDone, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: m.To, Peer: m.From, Message: m.Reason})
+	} else {
+		stay := map[string][]agentv1.Rank{}
+		for r, n := range j.Placement {
+			if r != m.Rank {
+				stay[n] = append(stay[n], agentv1.Rank{Job: m.Job, Rank: r})
+			}
+		}
+		c.undoMigration(ctx, j, m.Rank, m.Seq, m.To, stay)
+		log.Info("undid a migration an earlier coordinator left unfinished")
+		m.State, m.Reason = v1.MigrationFailed, "the coordinator died during it; undone by the next one"
+		c.publish(evv1.Event{Type: evv1.MigrationFailed, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: m.From, Peer: m.To, Message: m.Reason})
+	}
+	m.Finished = time.Now().UTC()
+	if err := c.cat.Put(ctx, migKey(m.Job, m.Seq), m); err != nil {
+		log.Warn("record a recovered migration", "err", err)
+	}
 }
