@@ -76,6 +76,22 @@ func checkPhases(t *testing.T, evs []Event, seq int, want []string) {
 	}
 }
 
+// ringWithFreeNode runs a 3-rank ring on 3 of 4 nodes, one rank each, and
+// waits until it moves: the cluster, the ranks' nodes and the free node.
+func ringWithFreeNode(t *testing.T, messages int) (c *testutil.Cluster, place []string, free string) {
+	t.Helper()
+	c = testutil.NewCluster(t, 4)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1"}, ringArgs(c, messages)...)...)
+	place = c.Status("ring").Placement
+	for _, n := range c.Nodes {
+		if !slices.Contains(place, n) {
+			free = n
+		}
+	}
+	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	return c, place, free
+}
+
 func migrate(t *testing.T, c *testutil.Cluster, args ...string) Migration {
 	t.Helper()
 	var m Migration
@@ -94,19 +110,9 @@ func migrate(t *testing.T, c *testutil.Cluster, args ...string) Migration {
 // restarted (same processes), and the events show every phase in order.
 func TestMigrateRank(t *testing.T) {
 	const messages = 1_500_000
-	c := testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1"}, ringArgs(c, messages)...)...)
-	st := c.Status("ring")
-	place := st.Placement
-	var free string
-	for _, n := range c.Nodes {
-		if !slices.Contains(place, n) {
-			free = n
-		}
-	}
-	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	c, place, free := ringWithFreeNode(t, messages)
 	pids := map[int]int{}
-	for _, r := range st.RankStates {
+	for _, r := range c.Status("ring").RankStates {
 		pids[r.Rank] = r.Pid
 	}
 
@@ -196,16 +202,7 @@ func killCRIUDump(data, staging string, within time.Duration) int {
 // still finishes with the result of an uninterrupted run.
 func TestMigrationFailures(t *testing.T) {
 	const messages = 2_000_000
-	c := testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1"}, ringArgs(c, messages)...)...)
-	place := c.Status("ring").Placement
-	var free string
-	for _, n := range c.Nodes {
-		if !slices.Contains(place, n) {
-			free = n
-		}
-	}
-	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	c, place, free := ringWithFreeNode(t, messages)
 	c.OK("checkpoint", "ring")
 	movesOn := func(what string) {
 		t.Helper()
@@ -345,16 +342,7 @@ func migrationState(t *testing.T, c *testutil.Cluster, seq int, want string) Mig
 // ring still finishes with the result of an uninterrupted run.
 func TestCoordinatorDiesMidMigration(t *testing.T) {
 	const messages = 2_000_000
-	c := testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1"}, ringArgs(c, messages)...)...)
-	place := c.Status("ring").Placement
-	var free string
-	for _, n := range c.Nodes {
-		if !slices.Contains(place, n) {
-			free = n
-		}
-	}
-	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	c, place, free := ringWithFreeNode(t, messages)
 	progresses := func(what string) {
 		t.Helper()
 		before := c.Progress("ring", 0)
