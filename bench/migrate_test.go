@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func BenchmarkMigration(b *testing.B) {
 	home := st.Placement
 	free := ""
 	for _, n := range c.Nodes {
-		if !contains(home, n) {
+		if !slices.Contains(home, n) {
 			free = n
 		}
 	}
@@ -80,13 +81,4 @@ func BenchmarkMigration(b *testing.B) {
 	b.Logf("ratio migration / checkpoint+restart: total %.2f, stall %.2f (target <= 0.5)", mt.Seconds()/alt.Seconds(), ms.Seconds()/altStall.Seconds())
 	b.Logf("stall %s next to image %s / raw TCP %.0f MiB/s = %s: %.1fx the link time",
 		ms.Round(time.Millisecond), fmt.Sprintf("%.1f MiB", float64(bytes)/(1<<20)), tcp/(1<<20), link.Round(time.Millisecond), ms.Seconds()/link.Seconds())
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

@@ -366,9 +366,8 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*v1.JobStatus, e
 				return
 			}
 			in, err := cl.Get(ctx, agent.RankName(j.Name, r))
-			var we *agentv1.Error
 			switch {
-			case errors.As(err, &we) && we.Code == agentv1.CodeNotFound:
+			case hasCode(err, agentv1.CodeNotFound):
 				rs.Status = "missing"
 			case err != nil:
 				rs.Error = err.Error()
@@ -424,8 +423,7 @@ func (c *Coordinator) KillJob(ctx context.Context, name string) (*v1.Job, error)
 		}
 		// A rank that has already ended is killed enough.
 		in, gerr := cl.Get(ctx, name)
-		var we *agentv1.Error
-		if errors.As(gerr, &we) && we.Code == agentv1.CodeNotFound {
+		if hasCode(gerr, agentv1.CodeNotFound) {
 			return nil
 		}
 		if gerr == nil && in.Status != "running" && in.Status != "paused" && in.Status != "created" {

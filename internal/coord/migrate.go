@@ -94,13 +94,7 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 	hold := c.migrationHold()
 	start := time.Now()
 
-	// The ranks that stay, by node.
-	stay := map[string][]agentv1.Rank{}
-	for r, n := range j.Placement {
-		if r != rank {
-			stay[n] = append(stay[n], agentv1.Rank{Job: name, Rank: r})
-		}
-	}
+	stay := ranksByNode(name, j.Placement, rank) // the ranks that stay, by node
 	fail := func(phase string, err error) (*v1.Migration, error) {
 		log.Warn("migration failed; resuming the job where it was", "phase", phase, "err", err)
 		c.undoMigration(context.WithoutCancel(ctx), j, rank, seq, to, stay)
@@ -408,22 +402,12 @@ func (c *Coordinator) recoverMigration(ctx context.Context, m *v1.Migration) {
 	}
 	log := c.log.With("job", m.Job, "rank", m.Rank, "seq", m.Seq)
 	if j.Placement[m.Rank] == m.To {
-		byNode := map[string][]agentv1.Rank{}
-		for r, n := range j.Placement {
-			byNode[n] = append(byNode[n], agentv1.Rank{Job: m.Job, Rank: r})
-		}
-		err := c.resumeRanks(ctx, byNode)
+		err := c.resumeRanks(ctx, ranksByNode(m.Job, j.Placement, -1))
 		log.Info("finished a migration an earlier coordinator left in its last phase", "err", err)
 		m.State, m.Reason = v1.MigrationDone, "finished by a restarted coordinator"
 		c.publish(evv1.Event{Type: evv1.MigrationDone, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: m.To, Peer: m.From, Message: m.Reason})
 	} else {
-		stay := map[string][]agentv1.Rank{}
-		for r, n := range j.Placement {
-			if r != m.Rank {
-				stay[n] = append(stay[n], agentv1.Rank{Job: m.Job, Rank: r})
-			}
-		}
-		c.undoMigration(ctx, j, m.Rank, m.Seq, m.To, stay)
+		c.undoMigration(ctx, j, m.Rank, m.Seq, m.To, ranksByNode(m.Job, j.Placement, m.Rank))
 		log.Info("undid a migration an earlier coordinator left unfinished")
 		m.State, m.Reason = v1.MigrationFailed, "the coordinator died during it; undone by the next one"
 		c.publish(evv1.Event{Type: evv1.MigrationFailed, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: m.From, Peer: m.To, Message: m.Reason})

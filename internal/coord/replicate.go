@@ -190,11 +190,15 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 	return errors.Join(errs...)
 }
 
-// isCorrupt reports whether an agent refused data as damaged.
-func isCorrupt(err error) bool {
+// hasCode reports whether err is an agent's (or the coordinator's) error
+// of the given code.
+func hasCode(err error, code string) bool {
 	var we *agentv1.Error
-	return errors.As(err, &we) && we.Code == agentv1.CodeCorrupt
+	return errors.As(err, &we) && we.Code == code
 }
+
+// isCorrupt reports whether an agent refused data as damaged.
+func isCorrupt(err error) bool { return hasCode(err, agentv1.CodeCorrupt) }
 
 // repairCopy has node read its copy of a rank image in full and fetch
 // again, from one of the other holders, whatever of it is damaged (in the
@@ -405,10 +409,7 @@ func (c *Coordinator) rankDamaged(name, reason string) {
 }
 
 // isDamaged reports whether an agent said a dump left a rank unusable.
-func isDamaged(err error) bool {
-	var we *agentv1.Error
-	return errors.As(err, &we) && we.Code == agentv1.CodeDamaged
-}
+func isDamaged(err error) bool { return hasCode(err, agentv1.CodeDamaged) }
 
 // repair re-creates the copies that dead nodes took with them, for every
 // durable checkpoint of every job.

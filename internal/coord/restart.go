@@ -214,11 +214,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 		return nil, fmt.Errorf("restart %s from checkpoint %d: %w", name, ck.Seq, err)
 	}
 	// Every rank is restored, frozen: resume them all, one call per node.
-	byNode := map[string][]agentv1.Rank{}
-	for r, n := range placement {
-		byNode[n] = append(byNode[n], agentv1.Rank{Job: name, Rank: r})
-	}
-	if err := c.resumeRanks(ctx, byNode); err != nil {
+	if err := c.resumeRanks(ctx, ranksByNode(name, placement, -1)); err != nil {
 		return nil, err
 	}
 	// The job network is gone from nodes the job left.
@@ -238,6 +234,18 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 		j.State, j.Restarts, j.RestoredFrom = v1.JobRunning, j.Restarts+1, ck.Seq
 		return nil
 	})
+}
+
+// ranksByNode groups a job's ranks by the node of placement they are on,
+// leaving out rank skip (-1: none).
+func ranksByNode(job string, placement []string, skip int) map[string][]agentv1.Rank {
+	out := map[string][]agentv1.Rank{}
+	for r, n := range placement {
+		if r != skip {
+			out[n] = append(out[n], agentv1.Rank{Job: job, Rank: r})
+		}
+	}
+	return out
 }
 
 // resumeRanks unlocks and thaws ranks, one call per node, all nodes at

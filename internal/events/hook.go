@@ -103,15 +103,19 @@ type hookQueue struct {
 	wake    chan struct{}
 }
 
-// feed subscribes to the events the hook matches, from now on.
+// feed subscribes to the events the hook matches, from now on. A
+// subscription cut off for lagging is taken up again from the last event
+// it delivered, out of the history, so no event is skipped.
 func (q *hookQueue) feed(ctx context.Context, x *Exchange, h Hook) {
+	s := x.SubscribeNew(Filter{Type: h.Pattern}, 1024)
+	last := s.s.filter.AfterSeq
 	for ctx.Err() == nil {
-		s := x.SubscribeNew(Filter{Type: h.Pattern}, 1024)
 		for {
 			e, ok := s.Wait(ctx)
 			if !ok {
 				break
 			}
+			last = e.Seq
 			if e.Type == v1.HookFailed {
 				continue
 			}
@@ -128,8 +132,9 @@ func (q *hookQueue) feed(ctx context.Context, x *Exchange, h Hook) {
 			}
 		}
 		s.Cancel()
-		// A lagging subscription was cut off: subscribe again from now.
+		s = x.Subscribe(Filter{Type: h.Pattern, AfterSeq: last}, 1024)
 	}
+	s.Cancel()
 }
 
 func (q *hookQueue) deliver(ctx context.Context, x *Exchange, h Hook, opts HookOptions) {
