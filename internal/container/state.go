@@ -2,13 +2,13 @@ package container
 
 import (
 	"cairn/internal/durable"
+	"cairn/internal/names"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"cairn/internal/netw"
@@ -26,16 +26,9 @@ var ErrNotRunning = errors.New("container is not running")
 // ErrRunning is returned by operations that refuse a running container.
 var ErrRunning = errors.New("container is running")
 
-var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-
 // ValidName checks a container name: letters, digits, '_', '.', '-', not
-// starting with a punctuation mark, at most 63 bytes.
-func ValidName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("invalid container name %q: use 1-63 letters, digits, '_', '.', '-', starting with a letter or digit", name)
-	}
-	return nil
-}
+// starting with a punctuation mark, at most 63 bytes (see [names.Container]).
+func ValidName(name string) error { return names.Container(name) }
 
 // Config is what a user asks for when running a container. It is recorded
 // in every checkpoint, and a restore runs the container with it again.

@@ -1,12 +1,12 @@
 package coord
 
 import (
+	"cairn/internal/names"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,12 +22,10 @@ import (
 	"cairn/internal/catalog"
 )
 
-var jobNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,39}$`)
-
 // validJobName accepts names that make valid container names as JOB.RANK.
 func validJobName(name string) error {
-	if !jobNameRE.MatchString(name) {
-		return apiErr(agentv1.CodeBadRequest, "invalid job name %q: use 1-40 lowercase letters, digits, '_' and '-', starting with a letter or digit", name)
+	if err := names.Job(name); err != nil {
+		return apiErr(agentv1.CodeBadRequest, "%s", err)
 	}
 	return nil
 }
