@@ -80,6 +80,8 @@ publishes them as health.warning events and acts by each job's
 				}
 				lbl[k] = v
 			}
+			// The node's credentials are never a rank's to read.
+			global.hide = append(global.hide, creds)
 			m, err := manager()
 			if err != nil {
 				return err

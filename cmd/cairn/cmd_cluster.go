@@ -336,8 +336,14 @@ func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, un
 		if err := issue(node.Name, pki.Agent, filepath.Join(nd, "creds"), net.IP(node.Addr.AsSlice())); err != nil {
 			return err
 		}
+		// Ranks see nothing of the cluster dir: the CA key, every node's
+		// credentials and data, the coordinator's.
+		hide, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
 		agentArgs := []string{"--data", ln.Data, "--staging", ln.Staging, "--criu", global.criuPath, "--runc", global.runcPath,
-			"agent", "--creds", filepath.Join(nd, "creds"), "--listen", ln.Addr,
+			"--hide", hide, "agent", "--creds", filepath.Join(nd, "creds"), "--listen", ln.Addr,
 			"--coordinator", lc.Coordinator, "--underlay", node.Addr.String(), "--netns-prefix", node.Name + "-"}
 		if extra.healthCmd != "" {
 			agentArgs = append(agentArgs, "--health-cmd", extra.healthCmd)

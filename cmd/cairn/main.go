@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -29,6 +31,8 @@ type globalOptions struct {
 	bridge     string
 	subnet     string
 	debug      bool
+	hide       []string // host paths containers never see
+	hostPorts  []uint16 // host TCP ports containers may connect to
 }
 
 var global globalOptions
@@ -60,6 +64,8 @@ or a new name.`,
 	pf.StringVar(&global.bridge, "bridge", envOr("CAIRN_BRIDGE", container.DefaultBridge), "node bridge containers attach to ($CAIRN_BRIDGE)")
 	pf.StringVar(&global.subnet, "subnet", envOr("CAIRN_SUBNET", container.DefaultSubnet), "subnet of the node bridge ($CAIRN_SUBNET)")
 	pf.BoolVar(&global.debug, "debug", false, "log what cairn does to stderr")
+	pf.StringSliceVar(&global.hide, "hide", envList("CAIRN_HIDE", ":"), "host path no container sees, besides cairn's own dirs and the host's secrets; repeatable ($CAIRN_HIDE, ':'-separated)")
+	pf.UintSliceVar(&hostPortFlags, "allow-host-port", nil, "TCP port of the host that containers may connect to (default none); repeatable ($CAIRN_ALLOW_HOST_PORTS)")
 	pf.StringVar(&coordFlags.addr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "coordinator of the cluster (default: the local cluster of 'cairn up') ($CAIRN_COORDINATOR)")
 	pf.StringVar(&coordFlags.creds, "creds", os.Getenv("CAIRN_CREDS"), "credentials directory ($CAIRN_CREDS)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
@@ -72,6 +78,38 @@ or a new name.`,
 		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(),
 	)
 	return root
+}
+
+// hostPortFlags holds --allow-host-port before it is checked.
+var hostPortFlags []uint
+
+// envList splits $key at sep; nil when unset.
+func envList(key, sep string) []string {
+	v := os.Getenv(key)
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, sep)
+}
+
+// hostPorts checks --allow-host-port and $CAIRN_ALLOW_HOST_PORTS.
+func hostPorts() ([]uint16, error) {
+	ports := hostPortFlags
+	for _, s := range envList("CAIRN_ALLOW_HOST_PORTS", ",") {
+		p, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("$CAIRN_ALLOW_HOST_PORTS: %q is not a port", s)}
+		}
+		ports = append(ports, uint(p))
+	}
+	var out []uint16
+	for _, p := range ports {
+		if p == 0 || p > 65535 {
+			return nil, usageError{fmt.Errorf("--allow-host-port %d: not a TCP port", p)}
+		}
+		out = append(out, uint16(p))
+	}
+	return out, nil
 }
 
 func envOr(key, def string) string {
@@ -91,12 +129,17 @@ func manager() (*container.Manager, error) {
 	if global.debug {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	ports, err := hostPorts()
+	if err != nil {
+		return nil, err
+	}
 	return container.New(container.Options{
 		DataDir:    global.dataDir,
 		StagingDir: global.stagingDir,
 		CRIU:       global.criuPath,
 		Runc:       global.runcPath,
-		Bridge:     netw.Bridge{Name: global.bridge, Subnet: subnet.Masked()},
+		Bridge:     netw.Bridge{Name: global.bridge, Subnet: subnet.Masked(), HostPorts: ports},
+		Hide:       global.hide,
 		Logger:     logger,
 	})
 }

@@ -44,6 +44,10 @@ type Options struct {
 	CRIU       string // CRIU binary; "" finds it with criu.Find
 	Runc       string // runc binary; "" means runc on PATH
 	Bridge     netw.Bridge
+	// Hide lists host paths no container sees (besides DataDir, StagingDir,
+	// DefaultDataDir and the host's secrets, always hidden): a cluster's
+	// credentials, say. See mask.go.
+	Hide []string
 	// ShimCommand starts a shim: a binary that runs ShimMain when
 	// $CAIRN_SHIM_SPEC is set. Default: this executable with "shim".
 	ShimCommand []string
@@ -410,7 +414,7 @@ func (m *Manager) network(ctx context.Context, st *State, wantAddr string) (stri
 	if err := m.saveState(st); err != nil {
 		return "", err
 	}
-	if err := m.opts.Bridge.Ensure(ctx); err != nil {
+	if err := m.opts.Bridge.EnsureGuarded(ctx); err != nil {
 		return "", fmt.Errorf("node bridge: %w", err)
 	}
 	if err := st.Endpoint.Create(ctx); err != nil {
@@ -429,6 +433,13 @@ func (m *Manager) mountRoot(st *State) error {
 	lower := st.Config.RootFS
 	if lower == "" {
 		lower = "/"
+	}
+	hidden, err := hiddenPaths(lower, append([]string{m.opts.DataDir, m.opts.StagingDir, DefaultDataDir}, m.opts.Hide...))
+	if err == nil {
+		err = maskUpper(filepath.Join(dir, "upper"), lower, hidden)
+	}
+	if err != nil {
+		return fmt.Errorf("root of %s: %w", st.Config.Name, err)
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
 	if err := unix.Mount("overlay", filepath.Join(dir, "rootfs"), "overlay", 0, opts); err != nil {

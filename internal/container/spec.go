@@ -75,12 +75,14 @@ type (
 	}
 )
 
-// defaultCaps is runc's default capability set plus what an ordinary
-// program inside a rank expects to be able to do with its own files.
+// defaultCaps is what an ordinary program inside a rank expects to be able
+// to do with its own files and processes: runc's default set less
+// CAP_NET_RAW (raw sockets could forge frames to the host past the bridge
+// guard) and CAP_AUDIT_WRITE (the host's audit log is not a rank's).
 var defaultCaps = []string{
-	"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE",
+	"CAP_KILL", "CAP_NET_BIND_SERVICE",
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID",
-	"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_NET_RAW", "CAP_SYS_CHROOT",
+	"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_CHROOT",
 }
 
 // writeSpec writes the runc bundle config for st into its bundle dir. The

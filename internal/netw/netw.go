@@ -36,6 +36,9 @@ func LinkExists(name string) bool {
 type Bridge struct {
 	Name   string       // link name, at most 15 bytes
 	Subnet netip.Prefix // e.g. 10.213.0.0/24; the bridge takes the first host address
+	// HostPorts are the TCP ports of the host that containers on the bridge
+	// may connect to; every other connection to the host is refused (Guard).
+	HostPorts []uint16
 }
 
 // Gateway is the bridge's own address: the subnet's first host address.
@@ -62,12 +65,25 @@ func (b Bridge) Ensure(ctx context.Context) error {
 	return ip(ctx, "link", "set", b.Name, "up")
 }
 
-// Delete removes the bridge. A missing bridge is not an error.
-func (b Bridge) Delete(ctx context.Context) error {
-	if !LinkExists(b.Name) {
-		return nil
+// EnsureGuarded is Ensure, then Guard: containers on the bridge reach no
+// listener of the host but HostPorts. A node bridge of containers is
+// guarded; the underlay bridge of a local cluster, which nodes use to reach
+// the coordinator, is not.
+func (b Bridge) EnsureGuarded(ctx context.Context) error {
+	if err := b.Ensure(ctx); err != nil {
+		return err
 	}
-	return ip(ctx, "link", "del", b.Name)
+	return Guard(ctx, "", b.Name, b.HostPorts)
+}
+
+// Delete removes the bridge and its guard. A missing bridge is not an
+// error.
+func (b Bridge) Delete(ctx context.Context) error {
+	err := Unguard(ctx, "", b.Name)
+	if LinkExists(b.Name) {
+		err = errors.Join(err, ip(ctx, "link", "del", b.Name))
+	}
+	return err
 }
 
 // Endpoint is a container's network: a named netns with eth0 joined to a

@@ -203,7 +203,12 @@ func (n NodeJobNet) Ensure(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	return n.bridge(ctx, "link", "set", "dev", vx, "learning", "off")
+	if err := n.bridge(ctx, "link", "set", "dev", vx, "learning", "off"); err != nil {
+		return err
+	}
+	// A job bridge has no address, but a rank must not reach its node's
+	// listeners (the agent) even by crafting frames to the bridge's MAC.
+	return Guard(ctx, netnsPathOf(n.Netns), br, nil)
 }
 
 // Delete removes every rank netns of the job named with Prefix, with its
@@ -219,6 +224,9 @@ func (n NodeJobNet) Delete(ctx context.Context) error {
 		errs = append(errs, n.DetachRank(ctx, a))
 	}
 	if n.Netns == "" || NetnsExists(n.Netns) {
+		if err := Unguard(ctx, netnsPathOf(n.Netns), n.BridgeName()); err != nil {
+			errs = append(errs, err)
+		}
 		for _, l := range []string{n.VXLANName(), n.BridgeName()} {
 			if n.hasLink(ctx, l) {
 				if err := n.ip(ctx, "link", "del", l); err != nil && n.hasLink(ctx, l) {

@@ -142,6 +142,12 @@ func TestNodeJobNet(t *testing.T) {
 				l, n3.Name, linkExistsIn(ctx, n3.Name, l), LinkExists(l))
 		}
 	}
+	// Its job bridge is guarded there: ranks reach no listener of the node.
+	inNode, err1 := Guarded(ctx, netnsPathOf(n3.Name), br)
+	onHost, err2 := Guarded(ctx, "", br)
+	if !inNode || onHost || err1 != nil || err2 != nil {
+		t.Fatalf("guard of %s: in the node %v (%v), on the host %v (%v); want only in the node", br, inNode, err1, onHost, err2)
+	}
 	out, err := n3.Command(ctx, "ip", "-d", "-o", "link", "show", "dev", vx).CombinedOutput()
 	if err != nil {
 		t.Fatal(err)

@@ -44,6 +44,7 @@ type ClusterFile struct {
 // ClusterNode is a node of a local cluster as cluster.json records it.
 type ClusterNode struct {
 	Name    string `json:"name"`
+	Addr    string `json:"addr"` // the agent's listen address`
 	Data    string `json:"data"`
 	Staging string `json:"staging"`
 	PID     int    `json:"pid"`

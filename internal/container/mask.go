@@ -1,0 +1,153 @@
+package container
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// A container's root is an overlay whose lower layer is usually the host's
+// own /. What a rank must not see of its host is hidden in the overlay's
+// upper dir before the overlay is mounted: a directory becomes an empty
+// opaque directory (trusted.overlay.opaque=y), anything else a whiteout.
+// The container can write there as anywhere else, into its own upper dir;
+// the host's files stay out of sight. This works whatever the lower layer
+// is, and costs nothing at run time.
+
+// hostSecrets are host paths hidden from every container (globs, matched
+// against the lower layer): credentials of the host and of the services on
+// it, and runtime state such as /run/netns and the sockets of daemons.
+var hostSecrets = []string{
+	"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+	"/etc/ssh/ssh_host_*_key", "/etc/ssl/private", "/etc/cairn",
+	"/root", "/home/*/.ssh", "/home/*/.gnupg",
+	"/run", "/var/log", "/var/spool", "/var/backups", "/var/mail",
+	"/var/lib/*",
+}
+
+// keptUnderVarLib are the entries of /var/lib programs read and that hold
+// no secret: the package databases and the machine id's neighbours.
+var keptUnderVarLib = []string{"dpkg", "apt", "ucf", "dbus", "misc", "pam", "python", "ca-certificates", "dictionaries-common", "polkit-1", "systemd"}
+
+// hiddenPaths returns the absolute paths under lower to hide: hostSecrets
+// that exist, and extra (cairn's own data, staging and the operator's
+// Hide list), which are hidden whether or not they exist in lower yet.
+func hiddenPaths(lower string, extra []string) ([]string, error) {
+	var out []string
+	for _, pat := range hostSecrets {
+		matches, err := filepath.Glob(filepath.Join(lower, pat))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range matches {
+			rel := "/" + strings.TrimPrefix(strings.TrimPrefix(m, lower), "/")
+			if dir, base := filepath.Split(rel); dir == "/var/lib/" && slices.Contains(keptUnderVarLib, base) {
+				continue
+			}
+			out = append(out, rel)
+		}
+	}
+	for _, p := range extra {
+		if p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, err
+		}
+		if abs == "/" {
+			return nil, errors.New("cannot hide /")
+		}
+		out = append(out, abs)
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	// A path under another hidden one is hidden already; masking it too
+	// would make its parents, empty, inside the opaque dir.
+	kept := out[:0]
+	for _, p := range out {
+		if len(kept) == 0 || !strings.HasPrefix(p, strings.TrimSuffix(kept[len(kept)-1], "/")+"/") {
+			kept = append(kept, p)
+		}
+	}
+	return kept, nil
+}
+
+// maskUpper hides paths (absolute, inside the container) of lower by
+// entries in upper, making the parents they need in upper with the mode
+// and owner the lower layer gives them (so /var/tmp stays 1777). A path
+// the upper dir already holds is left alone: it is the container's own, or
+// masked before.
+func maskUpper(upper, lower string, paths []string) error {
+	for _, p := range paths {
+		fi, err := os.Lstat(filepath.Join(lower, p))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("hide %s: %w", p, err)
+		}
+		if err := mkParents(upper, lower, filepath.Dir(p)); err != nil {
+			return fmt.Errorf("hide %s: %w", p, err)
+		}
+		dst := filepath.Join(upper, p)
+		if _, err := os.Lstat(dst); err == nil {
+			continue
+		}
+		if fi.IsDir() {
+			err = mkdirLike(dst, fi)
+			if err == nil {
+				err = unix.Lsetxattr(dst, "trusted.overlay.opaque", []byte("y"), 0)
+			}
+		} else {
+			err = unix.Mknod(dst, unix.S_IFCHR, 0)
+		}
+		if err != nil {
+			return fmt.Errorf("hide %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// mkParents makes dir (absolute, inside the container) and its parents in
+// upper where missing, each like its counterpart in lower.
+func mkParents(upper, lower, dir string) error {
+	if dir == "/" {
+		return nil
+	}
+	if _, err := os.Lstat(filepath.Join(upper, dir)); err == nil {
+		return nil
+	}
+	if err := mkParents(upper, lower, filepath.Dir(dir)); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(filepath.Join(lower, dir))
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory in the root", dir)
+	}
+	return mkdirLike(filepath.Join(upper, dir), fi)
+}
+
+// mkdirLike makes dir with fi's permission bits (sticky included) and owner.
+func mkdirLike(dir string, fi fs.FileInfo) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if err := os.Lchown(dir, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		return unix.Chmod(dir, st.Mode&0o7777)
+	}
+	return os.Chmod(dir, fi.Mode().Perm())
+}

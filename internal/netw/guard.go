@@ -1,0 +1,143 @@
+package netw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// guardPrefix starts the name of the nftables table that guards one bridge:
+// cairn_guard_BRIDGE.
+const guardPrefix = "cairn_guard_"
+
+// GuardTable is the name of the table that guards bridge.
+func GuardTable(bridge string) string { return guardPrefix + bridge }
+
+// Guard makes the network namespace at netnsPath ("" for this process's)
+// refuse every packet that arrives on bridge for the namespace itself,
+// except replies to connections the namespace opened and new TCP
+// connections to allowPorts. Containers attached to the bridge then cannot
+// reach any listener of their host (the agent, the coordinator, etcd, sshd)
+// on any of its addresses, while traffic forwarded through the host (NAT to
+// the outside for single containers, nothing for job bridges) and traffic
+// between containers are untouched: it never passes the input hook.
+//
+// The guard is an inet table (IPv4 and IPv6) with one input chain at filter
+// priority; it is replaced whole, in one transaction, so calling Guard again
+// with other ports is atomic. It lives until Unguard or until the namespace
+// goes.
+func Guard(ctx context.Context, netnsPath, bridge string, allowPorts []uint16) error {
+	return withNftables(ctx, netnsPath, func(c *nftables.Conn) error {
+		t := &nftables.Table{Family: nftables.TableFamilyINet, Name: GuardTable(bridge)}
+		c.AddTable(t) // so that the delete cannot fail
+		c.DelTable(t)
+		c.AddTable(t)
+		accept, prio := nftables.ChainPolicyAccept, nftables.ChainPriorityFilter
+		ch := c.AddChain(&nftables.Chain{
+			Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookInput, Priority: prio, Policy: &accept,
+		})
+		onBridge := []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(bridge)},
+		}
+		rule := func(tail ...expr.Any) {
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(append([]expr.Any{}, onBridge...), tail...)})
+		}
+		zero := binaryutil.NativeEndian.PutUint32(0)
+		rule( // ct state established,related accept
+			&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: zero},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero},
+			&expr.Verdict{Kind: expr.VerdictAccept},
+		)
+		for _, p := range allowPorts {
+			rule( // meta l4proto tcp tcp dport P accept
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p)},
+				&expr.Verdict{Kind: expr.VerdictAccept},
+			)
+		}
+		rule(&expr.Verdict{Kind: expr.VerdictDrop})
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("guard bridge %s: %w", bridge, err)
+		}
+		return nil
+	})
+}
+
+// Unguard removes Guard's table. A missing table is not an error.
+func Unguard(ctx context.Context, netnsPath, bridge string) error {
+	return withNftables(ctx, netnsPath, func(c *nftables.Conn) error {
+		t := &nftables.Table{Family: nftables.TableFamilyINet, Name: GuardTable(bridge)}
+		c.AddTable(t)
+		c.DelTable(t)
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("unguard bridge %s: %w", bridge, err)
+		}
+		return nil
+	})
+}
+
+// Guarded reports whether bridge has Guard's table in the namespace at
+// netnsPath ("" for this process's).
+func Guarded(ctx context.Context, netnsPath, bridge string) (bool, error) {
+	var found bool
+	err := withNftables(ctx, netnsPath, func(c *nftables.Conn) error {
+		_, err := c.ListTableOfFamily(GuardTable(bridge), nftables.TableFamilyINet)
+		switch {
+		case err == nil:
+			found = true
+		case errors.Is(err, unix.ENOENT), errors.Is(err, os.ErrNotExist):
+		default:
+			return err
+		}
+		return nil
+	})
+	return found, err
+}
+
+// withNftables runs fn with an nftables connection in the namespace at
+// netnsPath ("" for this process's), obeying ctx's deadline.
+func withNftables(ctx context.Context, netnsPath string, fn func(*nftables.Conn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var opts []nftables.ConnOption
+	if netnsPath != "" {
+		f, err := os.Open(netnsPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts = append(opts, nftables.WithNetNSFd(int(f.Fd())))
+	}
+	if d, ok := ctx.Deadline(); ok {
+		opts = append(opts, nftables.WithSockOptions(func(c *netlink.Conn) error { return c.SetDeadline(d) }))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return err
+	}
+	defer c.CloseLasting()
+	return fn(c)
+}
+
+// netnsPathOf is the bind mount of the named netns, or "" for none.
+func netnsPathOf(name string) string {
+	if name == "" {
+		return ""
+	}
+	return filepath.Join(NetnsDir, name)
+}
