@@ -30,7 +30,7 @@ demo: build ## Set up, build and run the demos: one container, then a 3-node clu
 test: setup ## Set up and run all tests (root: real runc, CRIU, namespaces), with the race detector
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l cmd internal bench test 2>/dev/null)" || { echo "gofmt needed:"; gofmt -l cmd internal bench test; exit 1; }
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -timeout 25m $(PKGS)
 	@./scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: fuzz
