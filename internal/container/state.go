@@ -1,8 +1,6 @@
 package container
 
 import (
-	"cairn/internal/durable"
-	"cairn/internal/names"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"cairn/internal/durable"
+	"cairn/internal/names"
 	"cairn/internal/netw"
 )
 

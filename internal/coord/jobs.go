@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"cairn/internal/names"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/agent"
 	"cairn/internal/catalog"
+	"cairn/internal/names"
 )
 
 // validJobName accepts names that make valid container names as JOB.RANK.
