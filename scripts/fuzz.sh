@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # fuzz.sh DURATION: run every Go fuzz target in the module for DURATION each.
+# Each new interesting input is minimized FUZZMINIMIZE times (default 1x):
+# targets that write files otherwise spend a short run shrinking their
+# first input and try a few dozen inputs instead of thousands.
 set -euo pipefail
 dur=${1:-5s}
+minimize=${FUZZMINIMIZE:-1x}
 cd "$(dirname "$0")/.."
 found=0
 for pkg in $(go list ./...); do
@@ -10,7 +14,7 @@ for pkg in $(go list ./...); do
 	for t in $targets; do
 		found=1
 		echo "fuzz $pkg $t ($dur)"
-		run() { go test -run '^$' -fuzz "^${t}\$" -fuzztime "$dur" "$pkg" >/tmp/cairn-fuzz.log 2>&1; }
+		run() { go test -run '^$' -fuzz "^${t}\$" -fuzztime "$dur" -fuzzminimizetime "$minimize" "$pkg" >/tmp/cairn-fuzz.log 2>&1; }
 		if ! run; then
 			# Go's fuzzing engine sometimes fails to stop its workers in time on
 			# a loaded machine ("context deadline exceeded", no failing input):

@@ -9,7 +9,33 @@ import (
 	"github.com/spf13/cobra"
 
 	"cairn/internal/container"
+	"cairn/internal/image"
+	"cairn/internal/store"
 )
+
+// storeWatch remembers which packs the store had in quarantine when a
+// command began, so that the command can report the damaged packs its own
+// use of the store found and quarantined.
+type storeWatch struct {
+	repo   image.Repo
+	before []store.Quarantine
+	ok     bool
+}
+
+func watchStore(repo image.Repo) storeWatch {
+	before, err := repo.Quarantined()
+	return storeWatch{repo: repo, before: before, ok: err == nil}
+}
+
+// damage returns an *image.QuarantineError (exit 4) naming every pack
+// quarantined since watchStore, or nil. What the command did stands; the
+// damage is said.
+func (w storeWatch) damage() error {
+	if !w.ok {
+		return nil
+	}
+	return w.repo.QuarantinedSince(w.before)
+}
 
 func newGCCmd() *cobra.Command {
 	var keep int
@@ -28,13 +54,14 @@ Restores may run while gc does: gc waits for them before deleting any pack.`,
 				return err
 			}
 			prog, done := progressBarOf("repacking", asJSON, "packs")
+			watch := watchStore(m.Repo())
 			res, err := m.Repo().GC(cmd.Context(), keep, dryRun, prog)
 			done()
 			if err != nil {
-				return err
+				return errors.Join(err, watch.damage())
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), res)
+				return errors.Join(printJSON(cmd.OutOrStdout(), res), watch.damage())
 			}
 			w := cmd.OutOrStdout()
 			verb := "removed"
@@ -49,7 +76,7 @@ Restores may run while gc does: gc waits for them before deleting any pack.`,
 				fmt.Fprintf(w, "kept %d checkpoints; store %s -> %s (%d chunks, %d manifests reclaimed; %d packs rewritten, %d deleted)\n",
 					len(res.Kept), humanBytes(s.BytesBefore), humanBytes(s.BytesAfter), s.ChunksRemoved, s.ManifestsRemoved, s.PacksRewritten, s.PacksDeleted)
 			}
-			return nil
+			return watch.damage()
 		},
 	}
 	cmd.Flags().IntVar(&keep, "keep", 3, "checkpoints to keep per container, newest first (pinned ones are kept too)")
@@ -172,17 +199,18 @@ func newImportCmd() *cobra.Command {
 			}
 			defer f.Close()
 			prog, done := progressBarOf("importing", quiet || asJSON, "chunks")
+			watch := watchStore(m.Repo())
 			rec, err := m.Repo().Import(cmd.Context(), f, as, prog)
 			done()
 			if err != nil {
-				return err
+				return errors.Join(err, watch.damage())
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), rec)
+				return errors.Join(printJSON(cmd.OutOrStdout(), rec), watch.damage())
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "imported %s (%s); restore it with: cairn restore %s --from %d\n",
 				rec.Name(), humanBytes(rec.Logical), rec.Container, rec.Seq)
-			return nil
+			return watch.damage()
 		},
 	}
 	cmd.Flags().StringVar(&as, "as", "", "list the checkpoint under this container name")

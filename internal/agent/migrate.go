@@ -1,18 +1,13 @@
 package agent
 
 import (
-	"archive/tar"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	v1 "cairn/api/agent/v1"
@@ -27,9 +22,6 @@ import (
 // (staged, migrateIn) into its own tmpfs staging and restores the rank
 // frozen from there, without a round trip through either store, the source
 // drops its copy (migrateOut), and RankResume starts everything again.
-
-// stagedRecord is the name of the record in a staged-image stream.
-const stagedRecord = "record.json"
 
 // hold arms a timer for a rank that waits for RankResume: fire runs if
 // none comes within d.
@@ -105,8 +97,9 @@ func (s *Server) rankStall(ctx context.Context, req v1.RankStall) error {
 	return nil
 }
 
-// staged streams a prepared rank's staged image as a tar: the record
-// first, then CRIU's files and the fs delta, read from tmpfs as they are.
+// staged streams a prepared rank's staged image (image.WriteStaged): the
+// record first, then CRIU's files and the fs delta, read from tmpfs as
+// they are, after announcing its size.
 func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 	name, seq, ok := imageRef(w, r.URL.Query().Get("container"), r.URL.Query().Get("seq"))
 	if !ok {
@@ -119,124 +112,37 @@ func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, v1.CodeNotFound, fmt.Sprintf("no prepared image %s:%d here", name, seq))
 		return
 	}
+	started := false
+	announce := func(size int64) {
+		started = true
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.Header().Set(v1.HeaderStagedSize, strconv.FormatInt(size, 10))
+		w.WriteHeader(http.StatusOK)
+	}
 	rec := p.prep.Record()
-	recJSON, err := json.Marshal(rec)
-	if err != nil {
-		failErr(w, err)
-		return
-	}
-	dir := p.prep.ImageDir()
-	files := []string{image.DeltaName}
-	ents, err := os.ReadDir(filepath.Join(dir, image.CRIUDir))
-	if err != nil {
-		failErr(w, err)
-		return
-	}
-	for _, e := range ents {
-		files = append(files, image.CRIUDir+"/"+e.Name())
-	}
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.WriteHeader(http.StatusOK)
-	tw := tar.NewWriter(w)
-	err = tw.WriteHeader(&tar.Header{Name: stagedRecord, Mode: 0o600, Size: int64(len(recJSON)), Typeflag: tar.TypeReg})
-	if err == nil {
-		_, err = tw.Write(recJSON)
-	}
-	for _, f := range files {
-		if err != nil {
-			break
+	if err := image.WriteStaged(w, p.prep.ImageDir(), &rec, announce); err != nil {
+		if !started {
+			failErr(w, err)
+			return
 		}
-		err = addFile(tw, filepath.Join(dir, f), f)
-	}
-	if err == nil {
-		err = tw.Close()
-	}
-	if err != nil {
 		// The receiver sees a stream cut short and refuses it.
 		s.log().Warn("staged image stream", "ckpt", fmt.Sprintf("%s:%d", name, seq), "err", err)
 	}
 }
 
-func addFile(tw *tar.Writer, path, name string) error {
-	f, err := os.Open(path)
+// Staged opens the staged-image stream of a rank prepared on the agent
+// and returns it with the size the agent announced for it.
+func (c *Client) Staged(ctx context.Context, container string, seq int) (io.ReadCloser, int64, error) {
+	body, h, err := c.rpc.StreamHeader(ctx, v1.PathStaged+"?container="+url.QueryEscape(container)+"&seq="+strconv.Itoa(seq), nil)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
+	size, err := strconv.ParseInt(h.Get(v1.HeaderStagedSize), 10, 64)
 	if err != nil {
-		return err
+		body.Close()
+		return nil, 0, &image.CorruptError{Image: fmt.Sprintf("%s:%d", container, seq), What: "staged image stream", Reason: "no size announced: " + err.Error()}
 	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", name)
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: fi.Size(), Typeflag: tar.TypeReg}); err != nil {
-		return err
-	}
-	_, err = io.Copy(tw, f)
-	return err
-}
-
-// Staged opens the staged-image stream of a rank prepared on the agent.
-func (c *Client) Staged(ctx context.Context, container string, seq int) (io.ReadCloser, error) {
-	return c.stream(ctx, v1.PathStaged+"?container="+url.QueryEscape(container)+"&seq="+strconv.Itoa(seq))
-}
-
-// receiveStaged unpacks a staged-image stream into dir, accepting only
-// what a staged image holds: the record, the fs delta and plain files
-// under criu/, each once. It returns the record and the bytes received.
-func receiveStaged(r io.Reader, dir string) (image.Record, int64, error) {
-	var rec image.Record
-	var n int64
-	seen := map[string]bool{}
-	if err := os.Mkdir(filepath.Join(dir, image.CRIUDir), 0o700); err != nil {
-		return rec, 0, err
-	}
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return rec, n, fmt.Errorf("staged image: %w", err)
-		}
-		name := hdr.Name
-		base, inCRIU := strings.CutPrefix(name, image.CRIUDir+"/")
-		ok := hdr.Typeflag == tar.TypeReg && hdr.Size >= 0 && !seen[name] &&
-			(name == stagedRecord || name == image.DeltaName ||
-				(inCRIU && base != "" && base != "." && base != ".." && !strings.ContainsAny(base, "/\x00")))
-		if !ok {
-			return rec, n, fmt.Errorf("staged image: unexpected entry %q", name)
-		}
-		seen[name] = true
-		if name == stagedRecord {
-			b, err := io.ReadAll(io.LimitReader(tr, 1<<20))
-			if err != nil {
-				return rec, n, fmt.Errorf("staged image: %w", err)
-			}
-			if err := json.Unmarshal(b, &rec); err != nil {
-				return rec, n, fmt.Errorf("staged image: record: %w", err)
-			}
-			continue
-		}
-		f, err := os.OpenFile(filepath.Join(dir, filepath.FromSlash(name)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
-			return rec, n, err
-		}
-		k, err := io.Copy(f, tr)
-		n += k
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return rec, n, fmt.Errorf("staged image: %s: %w", name, err)
-		}
-	}
-	if !seen[stagedRecord] || !seen[image.DeltaName] {
-		return rec, n, errors.New("staged image: record or fs delta missing")
-	}
-	return rec, n, nil
+	return body, size, nil
 }
 
 // migrateIn receives a rank prepared on another node, stores its image
@@ -247,7 +153,7 @@ func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 	start := time.Now()
 	c := NewClient(req.From, req.FromNode, s.Creds)
 	defer c.Close()
-	body, err := c.Staged(ctx, name, req.Seq)
+	body, size, err := c.Staged(ctx, name, req.Seq)
 	if err != nil {
 		return out, fmt.Errorf("migrate %s from %s: %w", name, req.FromNode, err)
 	}
@@ -260,7 +166,7 @@ func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 		return out, err
 	}
 	defer os.RemoveAll(dir)
-	rec, n, err := receiveStaged(body, dir)
+	rec, n, err := image.ReceiveStaged(body, dir, size)
 	out.Bytes, out.Move = n, time.Since(start)
 	if err != nil {
 		return out, fmt.Errorf("migrate %s from %s: %w", name, req.FromNode, err)

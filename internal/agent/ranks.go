@@ -16,6 +16,7 @@ import (
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/image"
+	"cairn/internal/names"
 	"cairn/internal/netw"
 	"cairn/internal/rpc"
 	"cairn/internal/store"
@@ -418,9 +419,14 @@ func (s *Server) finish(ctx context.Context, key pendingKey, commit bool) (*v1.C
 
 // fetch copies an image from another agent unless it is here already.
 // With req.Repair, an image that is here is read in full first, and what
-// of it is damaged is set aside and fetched again.
+// of it is damaged is set aside and fetched again. The peer's stream must
+// hold exactly the image asked for: Receive checks its record against
+// req before it stores anything.
 func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	start := time.Now()
+	if err := errors.Join(names.Container(req.Container), names.Seq(req.Seq)); err != nil {
+		return v1.Image{}, badRequest(err)
+	}
 	repo := s.Manager.Repo()
 	var damage image.Damage
 	if rec, err := repo.Load(req.Container, req.Seq); err == nil {
@@ -447,10 +453,10 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	}
 	receive := func(cr *countingReader) (rec *image.Record, err error) {
 		if !req.Background {
-			return repo.Receive(ctx, cr, nil)
+			return repo.Receive(ctx, cr, req.Container, req.Seq, nil)
 		}
 		err = inBackground(func() error {
-			rec, err = repo.Receive(ctx, cr, nil)
+			rec, err = repo.Receive(ctx, cr, req.Container, req.Seq, nil)
 			return err
 		})
 		return rec, err
@@ -469,9 +475,6 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	if err != nil {
 		return v1.Image{}, fmt.Errorf("fetch %s:%d from %s: %w", req.Container, req.Seq, req.FromNode, err)
 	}
-	if rec.Container != req.Container || rec.Seq != req.Seq {
-		return v1.Image{}, fmt.Errorf("fetch %s:%d from %s: got %s", req.Container, req.Seq, req.FromNode, rec.Name())
-	}
 	return v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Bytes: cr.n, Duration: time.Since(start),
 		Repaired: damage.Chunks, RepairedManifest: damage.Manifest}, nil
 }
@@ -487,7 +490,7 @@ func (s *Server) openDelta(ctx context.Context, c *Client, req v1.Fetch) (io.Rea
 	for _, h := range hexIDs {
 		id, err := store.ParseID(h)
 		if err != nil {
-			return nil, fmt.Errorf("chunk list from %s: %w", req.FromNode, err)
+			return nil, &image.CorruptError{Image: fmt.Sprintf("%s:%d", req.Container, req.Seq), What: "chunk list from " + req.FromNode, Reason: err.Error()}
 		}
 		ids = append(ids, id)
 	}

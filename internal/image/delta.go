@@ -179,8 +179,12 @@ func cleanName(name string) (string, error) {
 	return c, nil
 }
 
+// checkHeader checks an fs delta tar entry: what only a tar can get
+// wrong here, then the node it makes against checkFSNode, as every node of
+// an image is checked.
 func checkHeader(hdr *tar.Header) error {
-	if _, err := cleanName(hdr.Name); err != nil {
+	name, err := cleanName(hdr.Name)
+	if err != nil {
 		return err
 	}
 	// A sparse entry can claim terabytes of zeros that the stream does not
@@ -191,19 +195,19 @@ func checkHeader(hdr *tar.Header) error {
 		}
 	}
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeFifo:
+	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeFifo, tar.TypeChar, tar.TypeBlock:
 	case tar.TypeLink:
 		if _, err := cleanName(hdr.Linkname); err != nil {
 			return fmt.Errorf("hard link %q: %w", hdr.Name, err)
 		}
-	case tar.TypeChar:
-		if hdr.Devmajor != 0 || hdr.Devminor != 0 {
-			return fmt.Errorf("%w: %q is a character device %d:%d", ErrUnsafeEntry, hdr.Name, hdr.Devmajor, hdr.Devminor)
-		}
-	case tar.TypeBlock:
-		return fmt.Errorf("%w: %q is a block device", ErrUnsafeEntry, hdr.Name)
 	default:
 		return fmt.Errorf("%w: %q has unsupported type %q", ErrUnsafeEntry, hdr.Name, hdr.Typeflag)
+	}
+	if err := checkFSNode(name, nodeFromHeader(hdr, name)); err != nil {
+		if hdr.Typeflag == tar.TypeChar {
+			return fmt.Errorf("%w: %q is a character device %d:%d", ErrUnsafeEntry, hdr.Name, hdr.Devmajor, hdr.Devminor)
+		}
+		return err
 	}
 	return nil
 }

@@ -8,6 +8,13 @@
 //     including whiteouts for what it deleted), captured as a tar stream
 //     with ownership, modes, times and xattrs; see [PackDelta] and
 //     [UnpackDelta], which refuse `..`, absolute paths and device nodes.
+//   - shape: what an image's manifest may hold for restore to make it
+//     (CRIU's plain files under criu/, the fs delta under fs/, nothing
+//     else). Import, Receive, Materialize and Verify check a manifest's
+//     shape, ingest and UnpackDelta each entry, all with one per-node
+//     check; export files, peers' streams and staged-image streams
+//     (ReceiveStaged) are hostile input, their names checked by package
+//     names.
 //   - manifest: manifest.json in an image directory: what was captured, when,
 //     with which CRIU, the container's config, and the size and BLAKE3-256
 //     hash of every file, so corruption and truncation are found before

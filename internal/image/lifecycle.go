@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 
+	"cairn/internal/names"
 	"cairn/internal/store"
 )
 
@@ -188,52 +189,76 @@ func (r Repo) export(ctx context.Context, container string, seq int, w io.Writer
 
 // Import reads an export file, verifying every chunk and the manifest
 // before the checkpoint becomes visible, and lists it as the next
-// checkpoint of its container (or of as, if given). A damaged file
-// changes nothing that is listed.
+// checkpoint of its container (or of as, if given). The file is hostile
+// input: a record whose container name or checkpoint number is invalid
+// (names.Container, names.Seq), or an image restore would refuse
+// (devices, sockets, symlinks among CRIU's files, nodes outside criu/ and
+// fs/, no CRIU files), is refused with ErrCorrupt before any of it is
+// stored, and nothing is written outside the repo. A damaged file changes
+// nothing that is listed.
 func (r Repo) Import(ctx context.Context, rd io.Reader, as string, progress Progress) (*Record, error) {
-	return r.importStream(ctx, rd, as, false, progress)
+	if as != "" {
+		if err := names.Container(as); err != nil {
+			return nil, fmt.Errorf("import: %w", err)
+		}
+	}
+	return r.importStream(ctx, rd, as, nil, progress)
 }
 
-// Receive stores a checkpoint exported by another node (Export or
-// ExportDelta) under the name and number it has there: how a rank's image
-// follows it to another node. Everything in the stream is verified, and
-// every chunk a delta stream leaves out must be in this repo's store
-// already; otherwise Receive fails with ErrCorrupt (and, for a missing
-// chunk, store.ErrNotFound) and lists nothing. A checkpoint of that name
-// and number already here is left as it is and returned.
-func (r Repo) Receive(ctx context.Context, rd io.Reader, progress Progress) (*Record, error) {
-	return r.importStream(ctx, rd, "", true, progress)
+// Receive stores checkpoint container:seq, exported by another node
+// (Export or ExportDelta), under that name and number: how a rank's image
+// follows it to another node. The stream is hostile input, checked as
+// Import checks a file; besides, its record must name container:seq, or
+// Receive fails with ErrCorrupt before anything is stored. Everything in
+// the stream is verified, and every chunk a delta stream leaves out must
+// be in this repo's store already; otherwise Receive fails with
+// ErrCorrupt (and, for a missing chunk, store.ErrNotFound) and lists
+// nothing. A checkpoint of that name and number already here is left as
+// it is and returned.
+func (r Repo) Receive(ctx context.Context, rd io.Reader, container string, seq int, progress Progress) (*Record, error) {
+	if err := names.Container(container); err != nil {
+		return nil, fmt.Errorf("receive: %w", err)
+	}
+	if err := names.Seq(seq); err != nil {
+		return nil, fmt.Errorf("receive: %w", err)
+	}
+	return r.importStream(ctx, rd, "", &imageRef{container, seq}, progress)
 }
 
-// importStream imports an export stream. Only Receive (keepSeq) takes
-// delta streams: a file given to Import must stand alone.
-func (r Repo) importStream(ctx context.Context, rd io.Reader, as string, keepSeq bool, progress Progress) (*Record, error) {
+// imageRef names the checkpoint a stream must hold.
+type imageRef struct {
+	container string
+	seq       int
+}
+
+// importStream imports an export stream. Only Receive (want set) takes
+// delta streams: a file given to Import must stand alone. The stream's
+// record and manifest are checked (checkImported) as soon as they are
+// read, before any chunk is.
+func (r Repo) importStream(ctx context.Context, rd io.Reader, as string, want *imageRef, progress Progress) (*Record, error) {
 	st, err := r.OpenWriter(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	ids, meta, err := st.Import(ctx, rd, store.ImportOptions{Progress: progress, AllowDelta: keepSeq})
+	var rec Record
+	check := func(meta []byte, ids []store.ID, ms []*store.Manifest) error {
+		return checkImported(meta, ids, ms, want, &rec)
+	}
+	ids, _, err := st.Import(ctx, rd, store.ImportOptions{Progress: progress, AllowDelta: want != nil, Check: check})
 	if errors.Is(err, store.ErrCorrupt) {
 		return nil, &CorruptError{Image: "import", What: "export file", Reason: err.Error(), Err: err}
 	}
 	if err != nil {
 		return nil, err
 	}
-	var rec Record
-	if err := json.Unmarshal(meta, &rec); err != nil || len(ids) != 1 || rec.Manifest != ids[0] {
-		return nil, &CorruptError{Image: "import", What: "record", Reason: fmt.Sprintf("export file does not describe one checkpoint (%v)", err)}
+	if len(ids) != 1 || rec.Manifest != ids[0] {
+		return nil, &CorruptError{Image: "import", What: "record", Reason: "export file does not describe one checkpoint"}
 	}
 	if as != "" {
 		rec.Container = as
 	}
-	if rec.Container == "" {
-		return nil, &CorruptError{Image: "import", What: "record", Reason: "no container name"}
-	}
-	if keepSeq {
-		if rec.Seq <= 0 {
-			return nil, &CorruptError{Image: "import", What: "record", Reason: fmt.Sprintf("checkpoint number %d", rec.Seq)}
-		}
+	if want != nil {
 		if have, err := r.Load(rec.Container, rec.Seq); err == nil {
 			return have, nil
 		}
@@ -245,6 +270,38 @@ func (r Repo) importStream(ctx context.Context, rd io.Reader, as string, keepSeq
 		return nil, err
 	}
 	return &rec, nil
+}
+
+// checkImported decodes the record of an export stream into rec and
+// checks it and the image's manifest, before any chunk is read: the
+// record must describe the one manifest, name a valid container and
+// checkpoint number (want's, if set), and the manifest must have the
+// shape restore requires (checkShape).
+func checkImported(meta []byte, ids []store.ID, ms []*store.Manifest, want *imageRef, rec *Record) error {
+	if len(ms) != 1 {
+		return fmt.Errorf("export file holds %d images, want one", len(ms))
+	}
+	if err := json.Unmarshal(meta, rec); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	if rec.Manifest != ids[0] {
+		return fmt.Errorf("record names manifest %s, the file holds %s", rec.Manifest.Short(), ids[0].Short())
+	}
+	// The name errors are kept as text: a bad name inside a file is
+	// damage (ErrCorrupt), not a caller's mistake (names.ErrInvalid).
+	if err := names.Container(rec.Container); err != nil {
+		return fmt.Errorf("record: %v", err)
+	}
+	if err := names.Seq(rec.Seq); err != nil {
+		return fmt.Errorf("record: %v", err)
+	}
+	if want != nil && (rec.Container != want.container || rec.Seq != want.seq) {
+		return fmt.Errorf("record names checkpoint %s, want %s:%d", rec.Name(), want.container, want.seq)
+	}
+	if err := checkShape(ms[0]); err != nil {
+		return fmt.Errorf("image %s: %w", rec.Name(), err)
+	}
+	return nil
 }
 
 // ChunkIDs returns the distinct chunks of a checkpoint's image, in order
@@ -324,6 +381,9 @@ func (r Repo) CheckStore(ctx context.Context, readData bool, progress Progress) 
 		}
 		return out
 	}
+	for _, q := range cr.Quarantined {
+		rep.Problems = append(rep.Problems, q.String())
+	}
 	for _, p := range cr.BadPacks {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("pack %s: missing=%v %v", p.ID.Short(), p.Missing, p.Err))
 	}
@@ -377,4 +437,48 @@ func (r Repo) SetAsideDamaged(ctx context.Context, container string, seq int) (D
 	bad, err := st.Scrub(ctx, m.ChunkIDs())
 	d.Chunks = len(bad)
 	return d, err
+}
+
+// QuarantineError reports damaged packs that the store's recovery moved to
+// quarantine/ (store.Quarantine): what still verified was salvaged, the
+// rest is lost, and the packs are kept for an operator to examine. It
+// matches ErrCorrupt and store.ErrCorrupt.
+type QuarantineError struct {
+	Err *store.QuarantineError
+}
+
+func (e *QuarantineError) Error() string { return e.Err.Error() }
+
+// Is matches ErrCorrupt.
+func (e *QuarantineError) Is(target error) bool { return target == ErrCorrupt }
+
+// Unwrap returns the store's report.
+func (e *QuarantineError) Unwrap() error { return e.Err }
+
+// Quarantined lists the damaged packs in the store's quarantine/.
+func (r Repo) Quarantined() ([]store.Quarantine, error) { return store.Quarantined(r.StoreDir) }
+
+// QuarantinedSince returns a *QuarantineError naming every pack in the
+// store's quarantine/ that is not in before (an earlier Quarantined), or
+// nil if there is none: how a command tells that the store it used found
+// damage, whatever the command itself achieved.
+func (r Repo) QuarantinedSince(before []store.Quarantine) error {
+	now, err := r.Quarantined()
+	if err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(before))
+	for _, q := range before {
+		seen[q.File] = true
+	}
+	var fresh []store.Quarantine
+	for _, q := range now {
+		if !seen[q.File] {
+			fresh = append(fresh, q)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	return &QuarantineError{Err: &store.QuarantineError{Dir: r.StoreDir, Packs: fresh}}
 }

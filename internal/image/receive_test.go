@@ -75,7 +75,7 @@ func TestReceiveDelta(t *testing.T) {
 	if _, err := a.Export(ctx, "c", 1, &full1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Receive(ctx, bytes.NewReader(full1.Bytes()), nil); err != nil {
+	if _, err := b.Receive(ctx, bytes.NewReader(full1.Bytes()), "c", 1, nil); err != nil {
 		t.Fatalf("Receive full: %v", err)
 	}
 
@@ -151,7 +151,7 @@ func TestReceiveDelta(t *testing.T) {
 		t.Fatalf("Import of a delta stream = %v, want store.ErrDeltaExport", err)
 	}
 
-	got, err := b.Receive(ctx, bytes.NewReader(delta.Bytes()), nil)
+	got, err := b.Receive(ctx, bytes.NewReader(delta.Bytes()), "c", 2, nil)
 	if err != nil {
 		t.Fatalf("Receive delta: %v", err)
 	}
@@ -175,13 +175,13 @@ func TestReceiveDelta(t *testing.T) {
 		t.Errorf("Verify on the peer: %v", err)
 	}
 	// Received again, the checkpoint is returned as it is.
-	if again, err := b.Receive(ctx, bytes.NewReader(delta.Bytes()), nil); err != nil || again.Name() != "c:2" {
+	if again, err := b.Receive(ctx, bytes.NewReader(delta.Bytes()), "c", 2, nil); err != nil || again.Name() != "c:2" {
 		t.Errorf("second Receive = %v, %v", again, err)
 	}
 
 	t.Run("peer lacks a skipped chunk", func(t *testing.T) {
 		empty := newRepo(t)
-		_, err := empty.Receive(ctx, bytes.NewReader(delta.Bytes()), nil)
+		_, err := empty.Receive(ctx, bytes.NewReader(delta.Bytes()), "c", 2, nil)
 		if !errors.Is(err, image.ErrCorrupt) || !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("Receive = %v, want ErrCorrupt and store.ErrNotFound", err)
 		}
@@ -192,12 +192,12 @@ func TestReceiveDelta(t *testing.T) {
 
 	// A peer with only the first checkpoint, for the damaged streams.
 	peer := newRepo(t)
-	if _, err := peer.Receive(ctx, bytes.NewReader(full1.Bytes()), nil); err != nil {
+	if _, err := peer.Receive(ctx, bytes.NewReader(full1.Bytes()), "c", 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	refused := func(t *testing.T, what string, stream []byte) error {
 		t.Helper()
-		_, err := peer.Receive(ctx, bytes.NewReader(stream), nil)
+		_, err := peer.Receive(ctx, bytes.NewReader(stream), "c", 2, nil)
 		if !errors.Is(err, image.ErrCorrupt) {
 			t.Fatalf("Receive of %s = %v, want ErrCorrupt", what, err)
 		}
@@ -222,7 +222,7 @@ func TestReceiveDelta(t *testing.T) {
 			refused(t, "a truncated stream", s[:n])
 		}
 	})
-	if _, err := peer.Receive(ctx, bytes.NewReader(delta.Bytes()), nil); err != nil {
+	if _, err := peer.Receive(ctx, bytes.NewReader(delta.Bytes()), "c", 2, nil); err != nil {
 		t.Fatalf("Receive after the refused streams: %v", err)
 	}
 }

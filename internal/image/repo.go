@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"cairn/internal/durable"
+	"cairn/internal/names"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,15 @@ type Progress func(done, total int64)
 
 func (r Repo) containerDir(container string) string { return filepath.Join(r.Dir, container) }
 
+// checkRef refuses a container name or checkpoint number that cannot be
+// one of the catalog's (names.ErrInvalid) before it becomes a path.
+func checkRef(container string, seq int) error {
+	if err := names.Container(container); err != nil {
+		return err
+	}
+	return names.Seq(seq)
+}
+
 func (r Repo) recordPath(container string, seq int) string {
 	return filepath.Join(r.containerDir(container), strconv.Itoa(seq)+".json")
 }
@@ -72,6 +82,9 @@ func (r Repo) OpenReader() (*store.Store, error) {
 // List returns a container's records, oldest first. A record that does not
 // parse is reported in the error slice and left out.
 func (r Repo) List(container string) ([]*Record, []error) {
+	if err := names.Container(container); err != nil {
+		return nil, []error{err}
+	}
 	ents, err := os.ReadDir(r.containerDir(container))
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -138,6 +151,9 @@ func (r Repo) Containers() ([]string, error) {
 
 // Latest returns the newest record of a container.
 func (r Repo) Latest(container string) (*Record, error) {
+	if err := names.Container(container); err != nil {
+		return nil, err
+	}
 	recs, _ := r.List(container)
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("%w: container %s has no checkpoint", ErrNotFound, container)
@@ -163,6 +179,9 @@ func (r Repo) NextSeq(container string) int {
 
 // Load reads one record.
 func (r Repo) Load(container string, seq int) (*Record, error) {
+	if err := checkRef(container, seq); err != nil {
+		return nil, err
+	}
 	name := fmt.Sprintf("%s:%d", container, seq)
 	b, err := os.ReadFile(r.recordPath(container, seq))
 	if err != nil {
@@ -184,6 +203,9 @@ func (r Repo) Load(container string, seq int) (*Record, error) {
 }
 
 func (r Repo) saveRecord(rec *Record) error {
+	if err := checkRef(rec.Container, rec.Seq); err != nil {
+		return err
+	}
 	rec.Version = RecordVersion
 	if err := os.MkdirAll(r.containerDir(rec.Container), 0o700); err != nil {
 		return err
@@ -209,6 +231,9 @@ func (r Repo) SetPinned(container string, seq int, pinned bool) error {
 // Remove deletes a checkpoint's record. Its data stays in the store until
 // gc finds no other checkpoint uses it.
 func (r Repo) Remove(container string, seq int) error {
+	if err := checkRef(container, seq); err != nil {
+		return err
+	}
 	if _, err := os.Stat(r.recordPath(container, seq)); err != nil {
 		return fmt.Errorf("%w: %s:%d", ErrNotFound, container, seq)
 	}
@@ -221,9 +246,12 @@ func (r Repo) Remove(container string, seq int) error {
 
 // CleanTemp removes records an interrupted write left half-written.
 func (r Repo) CleanTemp(container string) {
+	if names.Container(container) != nil {
+		return
+	}
 	ents, _ := os.ReadDir(r.containerDir(container))
 	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".tmp") || strings.Contains(e.Name(), ".tmp-") {
+		if isTempRecord(e.Name()) {
 			_ = os.RemoveAll(filepath.Join(r.containerDir(container), e.Name()))
 		}
 	}
@@ -337,8 +365,8 @@ func ingestDelta(ctx context.Context, st *store.Store, tarPath string, stats *in
 	}
 }
 
-// nodeFromHeader is the manifest node of an fs delta entry (name cleaned,
-// the header checked by checkHeader), without its chunks.
+// nodeFromHeader is the manifest node of an fs delta entry (name cleaned),
+// without its chunks. checkHeader decides whether it is allowed.
 func nodeFromHeader(hdr *tar.Header, name string) store.Node {
 	n := store.Node{
 		Path: FSDir + "/" + name, Mode: uint32(hdr.Mode & 0o7777),
@@ -358,8 +386,13 @@ func nodeFromHeader(hdr *tar.Header, name string) store.Node {
 		n.Kind, n.Target = store.KindSymlink, hdr.Linkname
 	case tar.TypeFifo:
 		n.Kind = store.KindFIFO
-	case tar.TypeChar: // checkHeader allows only 0:0, a whiteout
-		n.Kind = store.KindWhiteout
+	case tar.TypeChar: // an overlay whiteout is a character device 0:0
+		n.Kind, n.Major, n.Minor = store.KindWhiteout, 0, 0
+		if hdr.Devmajor != 0 || hdr.Devminor != 0 {
+			n.Kind, n.Major, n.Minor = store.KindCharDev, uint32(hdr.Devmajor), uint32(hdr.Devminor)
+		}
+	case tar.TypeBlock:
+		n.Kind, n.Major, n.Minor = store.KindBlockDev, uint32(hdr.Devmajor), uint32(hdr.Devminor)
 	}
 	return n
 }
@@ -454,24 +487,21 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 		return err
 	}
 	defer release()
+	if err := checkShape(m); err != nil {
+		return shapeError(rec.Name(), err)
+	}
 	var done atomic.Int64
 	stop := startProgress(progress, &done, rec.Logical)
 	defer stop()
 	var fsNodes []store.Node
 	for _, n := range m.Nodes {
 		switch {
-		case n.Path == CRIUDir || n.Path == FSDir:
 		case strings.HasPrefix(n.Path, CRIUDir+"/"):
-			if n.Kind != store.KindFile || strings.Contains(n.Path[len(CRIUDir)+1:], "/") {
-				return &CorruptError{Image: rec.Name(), What: n.Path, Reason: "not a plain CRIU image file"}
-			}
 			if err := r.writeFile(ctx, st, rec, n, filepath.Join(criuDst, n.Path[len(CRIUDir)+1:]), &done); err != nil {
 				return err
 			}
 		case strings.HasPrefix(n.Path, FSDir+"/"):
 			fsNodes = append(fsNodes, n)
-		default:
-			return &CorruptError{Image: rec.Name(), What: n.Path, Reason: "outside criu/ and fs/"}
 		}
 	}
 	return r.materializeFS(ctx, st, rec, fsNodes, fsDst, &done)
@@ -643,7 +673,7 @@ type dirMeta struct {
 // of the tree; content writes a regular file's bytes to a new file at its
 // path. Directories get their metadata from finishDirs.
 func makeEntry(dst, name string, n store.Node, content func(p string) error, dirs []dirMeta) ([]dirMeta, error) {
-	if _, err := cleanName(name); err != nil {
+	if err := checkFSNode(name, n); err != nil {
 		return dirs, err
 	}
 	if err := checkParents(dst, name); err != nil {
@@ -706,9 +736,11 @@ func kindName(k store.Kind) string {
 	return fmt.Sprintf("file of kind %d", k)
 }
 
-// Verify checks a checkpoint: its record, its manifest, and that every
-// chunk it uses is in the store; with readData, every chunk is read and
-// checked against its id.
+// Verify checks a checkpoint: its record, its manifest (and its shape),
+// and that every chunk it uses is in the index, in a pack that exists and
+// whose header lists it; with readData, every chunk is read and checked
+// against its id. A problem is a *CorruptError (ErrNotFound for a
+// checkpoint that does not exist).
 func (r Repo) Verify(ctx context.Context, container string, seq int, readData bool, progress Progress) (*Record, error) {
 	rec, err := r.Load(container, seq)
 	if err != nil {
@@ -728,18 +760,27 @@ func (r Repo) Verify(ctx context.Context, container string, seq int, readData bo
 	if err != nil {
 		return rec, err
 	}
+	if err := checkShape(m); err != nil {
+		return rec, shapeError(rec.Name(), err)
+	}
+	if !readData {
+		bad, err := st.CheckChunks(ctx, m.ChunkIDs())
+		if err != nil {
+			return rec, err
+		}
+		if len(bad) == 0 {
+			return rec, nil
+		}
+		reason := bad[0].Err.Error()
+		if len(bad) > 1 {
+			reason += fmt.Sprintf(" (and %d more chunks)", len(bad)-1)
+		}
+		return rec, &CorruptError{Image: rec.Name(), What: "chunk " + bad[0].ID.String(), Reason: reason, Affected: r.usersOf(ctx, bad[0].ID), Err: bad[0].Err}
+	}
 	var done atomic.Int64
 	stop := startProgress(progress, &done, rec.Logical)
 	defer stop()
 	for _, n := range m.Nodes {
-		if !readData {
-			for _, id := range n.Chunks {
-				if !st.Has(id) {
-					return rec, r.corrupt(ctx, rec, fmt.Errorf("chunk %s: %w", id, store.ErrNotFound))
-				}
-			}
-			continue
-		}
 		k, err := writeChunks(ctx, st, n.Chunks, io.Discard, &done)
 		if err != nil {
 			return rec, r.corrupt(ctx, rec, err)

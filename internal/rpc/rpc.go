@@ -69,27 +69,33 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 // Stream GETs path (or POSTs body as JSON, if not nil) and returns the
 // reply's body for the caller to read and close.
 func (c *Client) Stream(ctx context.Context, path string, body any) (io.ReadCloser, error) {
+	rc, _, err := c.StreamHeader(ctx, path, body)
+	return rc, err
+}
+
+// StreamHeader is Stream, returning the reply's header too.
+func (c *Client) StreamHeader(ctx context.Context, path string, body any) (io.ReadCloser, http.Header, error) {
 	method, rd := http.MethodGet, io.Reader(nil)
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		method, rd = http.MethodPost, bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := c.streams.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if err := replyError(method, path, resp); err != nil {
 		resp.Body.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return resp.Body, nil
+	return resp.Body, resp.Header, nil
 }
 
 func replyError(method, path string, resp *http.Response) error {

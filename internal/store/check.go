@@ -42,6 +42,10 @@ type CheckReport struct {
 	// store; a reader may see a GC's new packs), but their chunks cannot be
 	// read until they are indexed.
 	UnindexedPacks []ID
+	// Quarantined are the damaged packs a writer's recovery moved to
+	// quarantine/ (see Store.Quarantined). They stay there, and are
+	// reported here, until an operator removes them.
+	Quarantined []Quarantine
 }
 
 // ChunkProblem is a chunk that cannot be read intact.
@@ -71,7 +75,7 @@ type ManifestProblem struct {
 
 // OK reports whether Check found no problem.
 func (r *CheckReport) OK() bool {
-	return len(r.BadChunks) == 0 && len(r.BadPacks) == 0 && len(r.BadManifests) == 0
+	return len(r.BadChunks) == 0 && len(r.BadPacks) == 0 && len(r.BadManifests) == 0 && len(r.Quarantined) == 0
 }
 
 // Check verifies the store: every index entry against its pack's header,
@@ -132,6 +136,9 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) (CheckReport, erro
 	}
 	for id := range onDisk {
 		r.UnindexedPacks = append(r.UnindexedPacks, id)
+	}
+	if r.Quarantined, err = s.Quarantined(); err != nil {
+		return r, fmt.Errorf("check: %w", err)
 	}
 
 	users := make(map[ID][]ID)
@@ -218,6 +225,65 @@ func (s *Store) checkPack(p index.PackEntries, readData bool, r *CheckReport, ad
 			}
 		}
 	}
+}
+
+// CheckChunks checks, without reading their blobs, that every chunk of
+// ids is indexed and that the pack the index places it in exists and has a
+// header that lists it: what a deleted, truncated or damaged pack breaks.
+// Each pack's header is read once. It returns a problem for every chunk
+// that fails, once each, in the order given; the error is for the check
+// itself failing. Chunks still in a writer's open pack pass. Call it in a
+// read session, so that a GC deletes no pack under it.
+func (s *Store) CheckChunks(ctx context.Context, ids []ID) ([]ChunkProblem, error) {
+	type header struct {
+		entries map[pack.Entry]bool
+		err     error
+	}
+	headers := make(map[ID]*header)
+	seen := make(map[ID]bool, len(ids))
+	var out []ChunkProblem
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		loc, ok := s.idx.Lookup(id)
+		if !ok {
+			s.mu.Lock()
+			pending := s.pendingLocked(id)
+			s.mu.Unlock()
+			if !pending {
+				out = append(out, ChunkProblem{ID: id, Err: fmt.Errorf("chunk %s: %w", id, ErrNotFound)})
+			}
+			continue
+		}
+		p := ID(loc.Pack)
+		h := headers[p]
+		if h == nil {
+			h = &header{}
+			entries, err := readHeader(s.packPath(p))
+			if errors.Is(err, fs.ErrNotExist) {
+				h.err = fmt.Errorf("pack %s is missing", p)
+			} else if err != nil {
+				h.err = fmt.Errorf("pack %s: %w", p, err)
+			}
+			h.entries = make(map[pack.Entry]bool, len(entries))
+			for _, e := range entries {
+				h.entries[e] = true
+			}
+			headers[p] = h
+		}
+		switch {
+		case h.err != nil:
+			out = append(out, ChunkProblem{ID: id, Pack: p, Err: h.err})
+		case !h.entries[loc.Entry]:
+			out = append(out, ChunkProblem{ID: id, Pack: p, Err: fmt.Errorf("chunk %s is not in the header of pack %s", id, p)})
+		}
+	}
+	return out, nil
 }
 
 // ManifestsUsing returns the IDs of the manifests that reference chunk,

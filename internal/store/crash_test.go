@@ -60,7 +60,7 @@ func TestCrashBeforeIndex(t *testing.T) {
 
 // TestHalfWrittenPack plants a pack without a valid trailer under a valid
 // name, as a file system that does not order rename after the data might
-// leave it, and checks that Open removes it.
+// leave it, and checks that Open moves it to quarantine/ and empties tmp/.
 func TestHalfWrittenPack(t *testing.T) {
 	dir := t.TempDir()
 	s, err := store.Open(dir, store.TestOptions(t))
@@ -93,6 +93,9 @@ func TestHalfWrittenPack(t *testing.T) {
 	s = reopen(t, dir)
 	if _, err := os.Stat(bad); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("half-written pack still there: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "quarantine", hid)); err != nil || len(b) != len(half) {
+		t.Errorf("half-written pack not quarantined: %v", err)
 	}
 	if got := files(t, dir, "tmp"); len(got) != 0 {
 		t.Errorf("tmp/ still holds %v", got)

@@ -34,9 +34,11 @@
 //
 // Files are first written under tmp/ and renamed into place after an fsync,
 // followed by an fsync of the directory. Open by a writer removes whatever a
-// crash left in tmp/, and reads the headers of packs that no index file
-// lists: valid ones are indexed again, ones without a valid trailer are
-// removed.
+// crash left in tmp/, and reads the packs that no index file lists: valid
+// ones are indexed again; damaged ones (not hashing to their names, or
+// without a valid header) are moved to quarantine/ with a report, after
+// every blob of them that still verifies is stored again (Quarantined,
+// QuarantineErr). Recovery removes nothing outside tmp/.
 //
 // # Lifecycle
 //

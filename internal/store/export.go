@@ -66,6 +66,12 @@ type ImportOptions struct {
 	// to stand alone never silently depends on what the importing store
 	// happens to hold.
 	AllowDelta bool
+	// Check, if set, is called with the meta and the manifests (their IDs
+	// and decoded) once they are read, before any chunk is read or
+	// stored, so that the caller can refuse a stream by what it says it
+	// holds. If Check returns an error, Import stores nothing and fails
+	// with an error that matches ErrCorrupt and wraps Check's.
+	Check func(meta []byte, ids []ID, manifests []*Manifest) error
 }
 
 // Export writes the manifests, meta and every chunk the manifests reference
@@ -241,6 +247,17 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 		}
 		order.reference(m)
 		ms = append(ms, manifest{id: id, b: b, m: m})
+	}
+
+	if ir.err == nil && opts.Check != nil {
+		ids := make([]ID, len(ms))
+		decoded := make([]*Manifest, len(ms))
+		for i, m := range ms {
+			ids[i], decoded[i] = m.id, m.m
+		}
+		if err := opts.Check(meta, ids, decoded); err != nil {
+			return nil, nil, fmt.Errorf("import: %w: refused: %w", ErrCorrupt, err)
+		}
 	}
 
 	nchunks := ir.u32()

@@ -72,8 +72,9 @@ func (s *Store) readConfig() error {
 
 // recover loads the index files, then indexes the packs that none of them
 // lists. A writer also cleans up after a crash: it empties tmp/, sets aside
-// damaged index files, removes unlisted packs that have no valid trailer
-// and writes an index file for the packs it recovered.
+// damaged index files, quarantines unlisted packs that are damaged (after
+// storing again every blob of them that still verifies) and writes an
+// index file for the packs it recovered. Nothing outside tmp/ is removed.
 func (s *Store) recover() error {
 	if !s.opts.ReadOnly {
 		if err := s.cleanTmp(); err != nil {
@@ -83,8 +84,12 @@ func (s *Store) recover() error {
 	if err := s.loadIndexFiles(); err != nil {
 		return err
 	}
-	if err := s.indexUnlistedPacks(); err != nil {
+	damaged, err := s.indexUnlistedPacks()
+	if err != nil {
 		return err
+	}
+	if len(damaged) > 0 {
+		return s.salvage(damaged)
 	}
 	if s.opts.ReadOnly || len(s.unsaved) == 0 {
 		return nil
@@ -149,31 +154,35 @@ func (s *Store) readIndexFile(id ID) ([]index.PackEntries, error) {
 	return index.Decode(b)
 }
 
-// indexUnlistedPacks reads the header of every pack that no index file
-// lists: the packs finished after the last index file was written.
-func (s *Store) indexUnlistedPacks() error {
-	return s.walkPacks(func(id ID, path string) error {
+// indexUnlistedPacks reads every pack that no index file lists (the packs
+// finished after the last index file was written) and indexes those that
+// hash to their names and have a valid header. A writer gets back the
+// others, to salvage and quarantine; a reader ignores them.
+func (s *Store) indexUnlistedPacks() ([]damagedPack, error) {
+	var damaged []damagedPack
+	err := s.walkPacks(func(id ID, path string) error {
 		if s.idx.HasPack(id) {
 			return nil
 		}
-		entries, err := readPack(path, id)
+		b, err := os.ReadFile(path)
+		var entries []pack.Entry
+		if err == nil {
+			entries, err = checkPack(b, id)
+		}
 		if err != nil {
 			if s.opts.ReadOnly {
-				s.log.Warn("ignoring unfinished pack", "pack", id.String(), "err", err)
+				s.log.Warn("ignoring damaged unindexed pack", "pack", id.String(), "err", err)
 				return nil
 			}
-			// No index lists it, so no durable manifest refers to it.
-			s.log.Warn("removing unfinished pack", "pack", id.String(), "err", err)
-			if err := os.Remove(path); err != nil {
-				return fmt.Errorf("remove pack %s: %w", id, err)
-			}
-			return syncDir(filepath.Dir(path))
+			damaged = append(damaged, damagedPack{id: id, path: path, reason: err})
+			return nil
 		}
 		s.log.Info("indexing pack missing from the index", "pack", id.String(), "chunks", len(entries))
 		s.idx.AddPack(id, entries)
 		s.unsaved = append(s.unsaved, index.PackEntries{Pack: id, Entries: entries})
 		return nil
 	})
+	return damaged, err
 }
 
 // walkPacks calls fn for every file under packs/ named like a pack.
@@ -203,13 +212,9 @@ func (s *Store) walkPacks(fn func(id ID, path string) error) error {
 	return nil
 }
 
-// readPack checks that the pack file at path hashes to id and returns its
-// entries.
-func readPack(path string, id ID) ([]pack.Entry, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
+// checkPack checks that the bytes b of a pack file hash to id and returns
+// its entries.
+func checkPack(b []byte, id ID) ([]pack.Entry, error) {
 	if got := Hash(b); got != id {
 		return nil, fmt.Errorf("content hashes to %s", got)
 	}

@@ -98,6 +98,10 @@ type Store struct {
 	commits []*commit           // finished packs being committed; see startCommitLocked
 	unsaved []index.PackEntries // finished packs not yet in an index file
 	closed  bool
+
+	// quarantined are the damaged packs this writer's recovery moved to
+	// quarantine/.
+	quarantined []Quarantine
 }
 
 // commit is a finished pack being committed in the background. Its pending

@@ -23,10 +23,15 @@ const (
 
 	// Migration of one rank (see MigrateIn).
 	PathRankStall  = "/v1/ranks/stall"       // POST RankStall: lock and freeze ranks (RankResume ends it)
-	PathStaged     = "/v1/images/staged"     // GET ?container=NAME&seq=N: a prepared rank's staged image as tar (agents may call it)
+	PathStaged     = "/v1/images/staged"     // GET ?container=NAME&seq=N: a prepared rank's staged image as tar (agents may call it), its size in HeaderStagedSize
 	PathMigrateIn  = "/v1/ranks/migrate-in"  // POST MigrateIn: MigratedIn
 	PathMigrateOut = "/v1/ranks/migrate-out" // POST MigrateOut: the rank has moved away
 )
+
+// HeaderStagedSize announces, in the reply to PathStaged, the bytes of
+// the files the staged-image stream carries (decimal). The receiver takes
+// no more.
+const HeaderStagedSize = "Cairn-Staged-Size"
 
 // Node-side error codes of the rank API.
 const (
