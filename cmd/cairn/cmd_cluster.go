@@ -31,22 +31,34 @@ func newCoordinatorCmd() *cobra.Command {
 	var deadline, ttl time.Duration
 	var jobSubnets string
 	var hookSpecs []string
+	var hookSecretFile, hookCA string
+	var etcdTLS catalog.TLSFiles
 	cmd := &cobra.Command{
 		Use:   "coordinator --creds DIR --dir DIR [--listen ADDR] [--etcd URLS] [--hook TYPE=TARGET]...",
 		Short: "Run the cluster coordinator (catalog in etcd, checkpoint rounds, restarts)",
 		Long: `Run the coordinator in the foreground. It keeps the catalog (nodes, jobs,
 global checkpoints) in etcd: an embedded single-member etcd in DIR/etcd by
-default, or the cluster given by --etcd (comma-separated client URLs). It
-places ranks, runs the two-phase commit of global checkpoints and whole-job
+default, or the cluster given by --etcd (comma-separated client URLs). The
+embedded etcd opens no TCP port: the coordinator, its only client, reaches
+it through a unix socket in DIR/etcd (mode 0700). An external etcd is
+reached over https:// with --etcd-cacert, --etcd-cert and --etcd-key; plain
+http:// is refused but to a loopback address. The coordinator places
+ranks, runs the two-phase commit of global checkpoints and whole-job
 restarts, and on start finishes any round a previous coordinator left.
 Credentials: 'cairn node cert coordinator --role coordinator -o DIR'.
 
 Events (see 'cairn events') are kept in DIR/events.jsonl. Each --hook runs
 for the events of a type (or family: checkpoint.*, or *): exec:COMMAND gets
 the event as JSON on stdin and CAIRN_EVENT_TYPE/JOB/NODE/SEQ in its
-environment; an http(s) URL gets it POSTed. A failed delivery is retried
-(4 attempts, backoff from 0.5 s) and then reported as a hook.failed event;
-hooks never hold the cluster up.`,
+environment; it runs in a process group of its own, all of which is killed
+at the timeout (10 s) and when the command ends. An http(s) URL gets it
+POSTed: https:// servers are verified with the system's roots and
+--hook-ca, and with --hook-secret-file FILE (or $CAIRN_HOOK_SECRET) every
+POST is signed: X-Cairn-Timestamp is the time in Unix seconds and
+X-Cairn-Signature is "sha256=" and the hex HMAC-SHA256, under the secret,
+of the timestamp, a dot and the body (docs/security.md tells how to verify
+it). A failed delivery is retried (4 attempts, backoff from 0.5 s) and
+then reported as a hook.failed event; hooks never hold the cluster up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if creds == "" || dir == "" {
@@ -71,9 +83,34 @@ hooks never hold the cluster up.`,
 				}
 				hooks = append(hooks, h)
 			}
+			secret, err := hookSecret(hookSecretFile)
+			if err != nil {
+				return err
+			}
+			roots, err := events.HookRoots(hookCA)
+			if err != nil {
+				return usageError{fmt.Errorf("--hook-ca: %w", err)}
+			}
+			var catCfg catalog.Config
+			if etcd != "" {
+				if catCfg, err = catalog.ExternalConfig(strings.Split(etcd, ","), etcdTLS); err != nil {
+					return usageError{fmt.Errorf("--etcd: %w", err)}
+				}
+			} else if etcdTLS != (catalog.TLSFiles{}) {
+				return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key are for an external etcd (--etcd)")}
+			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			ctx := cmd.Context()
-			endpoints := strings.Split(etcd, ",")
+			for _, ep := range catCfg.Endpoints {
+				if strings.HasPrefix(ep, "http://") {
+					log.Warn("etcd without TLS: every user of this machine can reach it unless it requires authentication", "etcd", ep)
+				}
+			}
+			for _, h := range hooks {
+				if h.URL != "" && len(secret) == 0 {
+					log.Warn("HTTP hook without a signature: give --hook-secret-file or $CAIRN_HOOK_SECRET", "hook", h.String())
+				}
+			}
 			desc := etcd
 			if etcd == "" {
 				// A coordinator restarted right after the old one died may
@@ -89,9 +126,9 @@ hooks never hold the cluster up.`,
 					return err
 				}
 				defer e.Close()
-				endpoints, desc = e.Endpoints(), "embedded"
+				catCfg, desc = catalog.Config{Endpoints: e.Endpoints()}, "embedded"
 			}
-			cat, err := catalog.Open(ctx, catalog.Config{Endpoints: endpoints})
+			cat, err := catalog.Open(ctx, catCfg)
 			if err != nil {
 				return err
 			}
@@ -108,7 +145,10 @@ hooks never hold the cluster up.`,
 			defer ev.Close()
 			hctx, stopHooks := context.WithCancel(ctx)
 			hooksDone := make(chan struct{})
-			go func() { events.RunHooks(hctx, ev, hooks, events.HookOptions{}); close(hooksDone) }()
+			go func() {
+				events.RunHooks(hctx, ev, hooks, events.HookOptions{Secret: secret, RootCAs: roots})
+				close(hooksDone)
+			}()
 			defer func() { stopHooks(); <-hooksDone }()
 			co := coord.New(cat, c, log, coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, EtcdDesc: desc, Events: ev})
 			return co.Run(ctx, ln)
@@ -118,12 +158,37 @@ hooks never hold the cluster up.`,
 	f.StringVar(&listen, "listen", "127.0.0.1:7400", "address to serve on")
 	f.StringVar(&creds, "creds", "", "directory with the coordinator's credentials (required)")
 	f.StringVar(&dir, "dir", "", "directory for the coordinator's state (the embedded etcd) (required)")
-	f.StringVar(&etcd, "etcd", "", "use this etcd cluster (comma-separated client URLs) instead of an embedded one")
+	f.StringVar(&etcd, "etcd", "", "use this etcd cluster (comma-separated client URLs: https://, or http:// to a loopback address) instead of an embedded one")
+	f.StringVar(&etcdTLS.CA, "etcd-cacert", "", "CA certificate (PEM) that verifies the --etcd servers (default: the system's roots)")
+	f.StringVar(&etcdTLS.Cert, "etcd-cert", "", "client certificate (PEM) for the --etcd cluster")
+	f.StringVar(&etcdTLS.Key, "etcd-key", "", "key (PEM) of --etcd-cert")
 	f.DurationVar(&deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
 	f.DurationVar(&ttl, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
 	f.StringVar(&jobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
-	f.StringArrayVar(&hookSpecs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http://URL (repeatable)")
+	f.StringArrayVar(&hookSpecs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable)")
+	f.StringVar(&hookSecretFile, "hook-secret-file", "", "sign HTTP hooks with the secret in this file (at least 16 bytes; default $CAIRN_HOOK_SECRET)")
+	f.StringVar(&hookCA, "hook-ca", "", "CA certificates (PEM) that verify https:// hooks, besides the system's roots")
 	return cmd
+}
+
+// hookSecret returns the secret that signs HTTP hooks: the content of
+// file without its final newline, or $CAIRN_HOOK_SECRET; none is nil.
+func hookSecret(file string) ([]byte, error) {
+	secret := os.Getenv("CAIRN_HOOK_SECRET")
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--hook-secret-file: %w", err)}
+		}
+		secret = strings.TrimRight(string(b), "\r\n")
+	}
+	if secret == "" {
+		return nil, nil
+	}
+	if len(secret) < 16 {
+		return nil, usageError{errors.New("the hook secret is shorter than 16 bytes")}
+	}
+	return []byte(secret), nil
 }
 
 // localCluster is what `cairn up` records in DATA/cluster/cluster.json:
@@ -228,11 +293,28 @@ all of it.`,
 					return usageError{fmt.Errorf("--hook: %w", err)}
 				}
 			}
+			// The coordinator reads them once it runs: check them now, and
+			// hand it paths that do not depend on this directory.
+			if _, err := hookSecret(extra.hookSecretFile); err != nil {
+				return err
+			}
+			if _, err := events.HookRoots(extra.hookCA); err != nil {
+				return usageError{fmt.Errorf("--hook-ca: %w", err)}
+			}
+			for _, p := range []*string{&extra.hookSecretFile, &extra.hookCA} {
+				if *p != "" {
+					if *p, err = filepath.Abs(*p); err != nil {
+						return err
+					}
+				}
+			}
 			return clusterUp(cmd.Context(), cmd, nodes, prefix, sub, jobSubnets, deadline, ttl, extra)
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&extra.hooks, "hook", nil, "the coordinator's event hooks, TYPE=exec:COMMAND or TYPE=http://URL (repeatable; see 'cairn coordinator --help')")
+	f.StringArrayVar(&extra.hooks, "hook", nil, "the coordinator's event hooks, TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable; see 'cairn coordinator --help')")
+	f.StringVar(&extra.hookSecretFile, "hook-secret-file", "", "the coordinator's --hook-secret-file (default $CAIRN_HOOK_SECRET)")
+	f.StringVar(&extra.hookCA, "hook-ca", "", "the coordinator's --hook-ca")
 	f.StringVar(&extra.healthCmd, "health-cmd", "", "every agent's health probe command (see 'cairn agent --help')")
 	f.DurationVar(&extra.healthEvery, "health-every", 0, "how often agents run their health probes (default: the agent's)")
 	f.IntVar(&nodes, "nodes", 3, "number of nodes")
@@ -253,9 +335,11 @@ const (
 // upExtra are the options of `cairn up` handed on to the coordinator and
 // the agents.
 type upExtra struct {
-	hooks       []string
-	healthCmd   string
-	healthEvery time.Duration
+	hooks          []string
+	hookSecretFile string
+	hookCA         string
+	healthCmd      string
+	healthEvery    time.Duration
 }
 
 func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, underlay netip.Prefix, jobSubnets string, deadline, ttl time.Duration, extra upExtra) (err error) {
@@ -318,6 +402,12 @@ func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, un
 		"--deadline", deadline.String(), "--node-ttl", ttl.String()}
 	for _, h := range extra.hooks {
 		coordArgs = append(coordArgs, "--hook", h)
+	}
+	if extra.hookSecretFile != "" {
+		coordArgs = append(coordArgs, "--hook-secret-file", extra.hookSecretFile)
+	}
+	if extra.hookCA != "" {
+		coordArgs = append(coordArgs, "--hook-ca", extra.hookCA)
 	}
 	pid, err := spawn(filepath.Join(dir, "coordinator", "coordinator.log"), nil, exe, coordArgs...)
 	if err != nil {

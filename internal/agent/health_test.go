@@ -2,10 +2,13 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -52,4 +55,90 @@ func TestHealth(t *testing.T) {
 	if w := mem.Check(context.Background()); len(w) != 1 || !strings.HasPrefix(w[0], "memory: ") {
 		t.Fatalf("memory probe: %q", w)
 	}
+}
+
+// TestHealthCommandTimeout: a probe command that hangs, with a child that
+// holds its output open, fails at its timeout with everything it started
+// killed, and the probes go on.
+func TestHealthCommandTimeout(t *testing.T) {
+	dir := t.TempDir()
+	pidFile, hang := filepath.Join(dir, "pid"), filepath.Join(dir, "hang")
+	if err := os.WriteFile(hang, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHealth(HealthConfig{Every: 50 * time.Millisecond, Timeout: time.Second,
+		Command: fmt.Sprintf(`if [ -e %s ]; then sleep 30 & echo $! > %s; exec sleep 30; fi`, hang, pidFile)})
+	changes := make(chan []string, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { h.Run(ctx, func(w []string) { changes <- w }); close(done) }()
+	defer func() { cancel(); <-done }()
+	child := readProbePID(t, pidFile)
+	select {
+	case w := <-changes:
+		took := time.Since(start)
+		if want := []string{"command: timed out after 1s"}; !slices.Equal(w, want) {
+			t.Errorf("hung probe reports %q, want %q", w, want)
+		}
+		if took > 2500*time.Millisecond {
+			t.Errorf("a probe with a 1s timeout reported after %v", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a hung probe: no report within 5s")
+	}
+	waitProbe(t, "the probe's child to be gone", func() bool { return probeGone(child) })
+	// The probes go on: once the command stops hanging, the node is well.
+	os.Remove(hang)
+	select {
+	case w := <-changes:
+		if len(w) != 0 {
+			t.Fatalf("recovered node reports %q", w)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no report once the probe stopped hanging")
+	}
+}
+
+// probeGone reports whether the process pid has ended (or is a zombie that
+// its new parent has yet to reap).
+func probeGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] == "Z"
+}
+
+func waitProbe(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for " + what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// readProbePID waits for a pid written to file by a command under test, and
+// kills it when the test ends if it still runs.
+func readProbePID(t *testing.T, file string) int {
+	t.Helper()
+	var pid int
+	waitProbe(t, "the pid in "+file, func() bool {
+		b, err := os.ReadFile(file)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	t.Cleanup(func() {
+		if !probeGone(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return pid
 }

@@ -56,6 +56,12 @@
 // lets leases as short as 1 s work), snapshots every 10000 writes, periodic
 // compaction keeping ten minutes of history, a 256 MiB database quota, and
 // its log in the data directory or in the caller's slog.Logger, never on
-// stderr. Its clients speak plain gRPC without authentication: by default
-// it listens on 127.0.0.1 only.
+// stderr. It opens no TCP port: its clients speak plain gRPC through the
+// unix socket etcd.sock in its data directory, which is mode 0700 and the
+// process's user's own, so no other local user can reach the catalog; and
+// as a single member it has no peer listener at all.
+//
+// An etcd cluster of the operator's is reached with [ExternalConfig]:
+// over TLS with a CA and a client certificate, or without TLS only on
+// this machine (a unix socket, or http:// to a loopback address).
 package catalog

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -28,6 +29,12 @@ const (
 	defaultQuotaBytes   = 256 << 20
 	embeddedLogMaxBytes = 16 << 20
 	embeddedMemberName  = "cairn"
+
+	// socketName is the unix socket in the data directory where clients
+	// connect; maxSocketPath is the longest path a unix socket may have
+	// (sun_path holds 108 bytes with the terminating NUL).
+	socketName    = "etcd.sock"
+	maxSocketPath = 107
 )
 
 // ErrLocked is returned by StartEmbedded when another server, in this
@@ -37,14 +44,11 @@ var ErrLocked = errors.New("data directory in use by another etcd server")
 // EmbeddedOptions configures StartEmbedded.
 type EmbeddedOptions struct {
 	// Dir is etcd's data directory, made private (mode 0700) and created
-	// if missing. Starting again on the same Dir keeps the data. Besides
-	// etcd's member/ directory it holds the files lock and etcd.log.
+	// if missing; it must belong to this process's user. Starting again on
+	// the same Dir keeps the data. Besides etcd's member/ directory it
+	// holds the files lock and etcd.log, and the socket etcd.sock where
+	// clients connect (see Embedded.Endpoints).
 	Dir string
-
-	// ClientAddr is the host:port where clients connect, over plain gRPC
-	// without authentication. "" means 127.0.0.1 on a free port; see
-	// Embedded.Endpoints.
-	ClientAddr string
 
 	// QuotaBytes caps the size of the backend database; writes fail with
 	// "mvcc: database space exceeded" beyond it. 0 means 256 MiB.
@@ -62,6 +66,7 @@ type Embedded struct {
 	lock      *os.File
 	log       *logFile // nil when logging to an slog.Logger
 	endpoints []string
+	sockDir   string // a private directory for the socket alone, removed by Close; "" when the socket is in Dir
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -69,54 +74,81 @@ type Embedded struct {
 // StartEmbedded starts a single-member etcd in opts.Dir and returns once it
 // serves clients. If ctx ends first, the server is stopped again and ctx's
 // error returned.
+//
+// The server opens no TCP port: clients connect through the unix socket
+// etcd.sock in Dir, so only this user (and root) can reach it. A Dir whose
+// socket path would be too long for a unix socket (107 bytes) gets its
+// socket in a private directory of its own under os.TempDir instead.
 func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("start embedded etcd: no data directory")
 	}
-	// etcd wants its data private; it only warns if it is not.
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
-	if err := os.Chmod(opts.Dir, 0o700); err != nil {
+	opts.Dir = dir
+	// etcd wants its data private; it only warns if it is not. The
+	// socket's safety depends on it.
+	if err := privateDir(opts.Dir); err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
 	lock, err := lockDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
-	// A free port chosen here may be taken before etcd binds it; try again
-	// with another.
-	for attempt := 0; ; attempt++ {
-		e, err := startEmbedded(ctx, opts)
-		if err != nil && opts.ClientAddr == "" && attempt < 3 && errors.Is(err, syscall.EADDRINUSE) {
-			continue
-		}
-		if err != nil {
-			lock.Close()
-			return nil, err
-		}
-		e.lock = lock
-		return e, nil
+	e, err := startEmbedded(ctx, opts)
+	if err != nil {
+		lock.Close()
+		return nil, err
 	}
+	e.lock = lock
+	return e, nil
+}
+
+// privateDir makes dir if it is missing and checks that it is a directory
+// of this process's user, then makes it mode 0700.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s belongs to user %d, not to this process's user %d", dir, st.Uid, os.Geteuid())
+	}
+	return os.Chmod(dir, 0o700)
 }
 
 func startEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err error) {
-	clientAddr := opts.ClientAddr
-	if clientAddr == "" {
-		clientAddr, err = freeLoopbackAddr()
-		if err != nil {
-			return nil, fmt.Errorf("start embedded etcd: %w", err)
+	em := &Embedded{}
+	sock := filepath.Join(opts.Dir, socketName)
+	if len(sock) > maxSocketPath {
+		// MkdirTemp makes it mode 0700.
+		if em.sockDir, err = os.MkdirTemp("", "cairn-etcd-"); err != nil {
+			return nil, fmt.Errorf("start embedded etcd: socket directory: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				os.RemoveAll(em.sockDir)
+			}
+		}()
+		sock = filepath.Join(em.sockDir, socketName)
+		if len(sock) > maxSocketPath {
+			return nil, fmt.Errorf("start embedded etcd: socket path %s is longer than %d bytes", sock, maxSocketPath)
 		}
 	}
-	clientURL, err := url.Parse("http://" + clientAddr)
-	if err != nil {
-		return nil, fmt.Errorf("start embedded etcd: client address %q: %w", clientAddr, err)
-	}
-	// The peer listener is required but never used by a single member:
-	// any free loopback port will do, and it is never advertised to anyone.
-	peerURL, _ := url.Parse("http://127.0.0.1:0")
+	clientURL := url.URL{Scheme: "unix", Path: sock}
+	// A single member has no peers to listen for: it has no peer listener.
+	// A peer URL must still be advertised; this one is never dialled.
+	peerURL := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
 
-	em := &Embedded{endpoints: []string{clientURL.String()}}
+	em.endpoints = []string{"unix://" + sock}
 	var lg *zap.Logger
 	if opts.Logger != nil {
 		lg = newSlogZap(opts.Logger)
@@ -137,10 +169,10 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 	cfg.Name = embeddedMemberName
 	cfg.Dir = opts.Dir
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
-	cfg.ListenClientUrls = []url.URL{*clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
-	cfg.ListenPeerUrls = []url.URL{*peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
+	cfg.ListenClientUrls = []url.URL{clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{clientURL}
+	cfg.ListenPeerUrls = nil
+	cfg.AdvertisePeerUrls = []url.URL{peerURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.TickMs = uint(embeddedTick / time.Millisecond)
 	cfg.ElectionMs = uint(embeddedElection / time.Millisecond)
@@ -162,7 +194,11 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 	em.etcd = e
 	select {
 	case <-e.Server.ReadyNotify():
-		return em, nil
+		// The directory keeps others out; the socket's own mode too.
+		if err = os.Chmod(sock, 0o600); err == nil {
+			return em, nil
+		}
+		err = fmt.Errorf("start embedded etcd in %s: %w", opts.Dir, err)
 	case err = <-e.Err():
 		err = fmt.Errorf("start embedded etcd in %s: %w", opts.Dir, err)
 	case <-e.Server.StopNotify():
@@ -174,24 +210,14 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 	return nil, err
 }
 
-// freeLoopbackAddr returns 127.0.0.1 with a port that was free a moment
-// ago.
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
-}
-
-// Endpoints returns the client URLs to pass to Open.
+// Endpoints returns the client URLs to pass to Open: the unix socket
+// ("unix:///DIR/etcd.sock"), the same for every start on the same Dir.
 func (e *Embedded) Endpoints() []string {
 	return append([]string(nil), e.endpoints...)
 }
 
 // Close stops the server and waits until its goroutines have ended, its
-// ports are closed and its data directory is unlocked. Clients' open
+// socket is removed and its data directory is unlocked. Clients' open
 // streams (watches, lease keepalives) delay it up to etcd's request
 // timeout (about 5 s), so close the Catalogs on it first. Close is
 // idempotent.
@@ -208,6 +234,11 @@ func (e *Embedded) Close() error {
 		if e.log != nil {
 			if err := e.log.Close(); err != nil && e.closeErr == nil {
 				e.closeErr = fmt.Errorf("close embedded etcd log: %w", err)
+			}
+		}
+		if e.sockDir != "" {
+			if err := os.RemoveAll(e.sockDir); err != nil && e.closeErr == nil {
+				e.closeErr = fmt.Errorf("close embedded etcd: %w", err)
 			}
 		}
 		e.lock.Close()

@@ -3,10 +3,11 @@ package catalog_test
 import (
 	"errors"
 	"net"
-	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func TestRestartKeepsData(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Same directory, on another port.
+	// Same directory, so the same socket.
 	c = open(t, startEmbedded(t, dir))
 	var got record
 	gotRev, err := c.Get(ctx, "ckpts/a/000001", &got)
@@ -63,8 +64,8 @@ func TestRestartKeepsData(t *testing.T) {
 }
 
 // TestCloseLeavesNothing checks that Close ends every goroutine of the
-// server and the client, closes the port and unlocks the directory, even
-// with a watch and a membership open.
+// server and the client, removes the socket and unlocks the directory,
+// even with a watch and a membership open.
 func TestCloseLeavesNothing(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	dir := t.TempDir()
@@ -109,29 +110,27 @@ func TestCloseLeavesNothing(t *testing.T) {
 
 	goleak.VerifyNone(t, ignore)
 
-	u, err := url.Parse(e.Endpoints()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if conn, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+	sock := strings.TrimPrefix(e.Endpoints()[0], "unix://")
+	if conn, err := net.DialTimeout("unix", sock, time.Second); err == nil {
 		conn.Close()
-		t.Fatalf("%s still accepts connections after Close", u.Host)
+		t.Fatalf("%s still accepts connections after Close", sock)
 	}
-	l, err := net.Listen("tcp", u.Host)
-	if err != nil {
-		t.Fatalf("port not free after Close: %v", err)
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket %s after Close: %v", sock, err)
 	}
-	l.Close()
 
 	if fi, err := os.Stat(filepath.Join(dir, "etcd.log")); err != nil || fi.Size() == 0 {
 		t.Errorf("etcd.log in the data directory: %v, %v", fi, err)
 	}
 
-	// The directory is unlocked: a new server starts on it at once, on the
-	// port the first one had.
-	e2, err := catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: dir, ClientAddr: u.Host, Logger: testLogger(t)})
+	// The directory is unlocked: a new server starts on it at once, with
+	// the same endpoint.
+	e2, err := catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: dir, Logger: testLogger(t)})
 	if err != nil {
-		t.Fatalf("restart on the same directory and port: %v", err)
+		t.Fatalf("restart on the same directory: %v", err)
+	}
+	if diff := cmp.Diff(e.Endpoints(), e2.Endpoints()); diff != "" {
+		t.Errorf("endpoints after a restart (-before +after):\n%s", diff)
 	}
 	if err := e2.Close(); err != nil {
 		t.Fatal(err)
@@ -142,7 +141,8 @@ func TestCloseLeavesNothing(t *testing.T) {
 }
 
 // TestWatchSurvivesRestart: a watch waits while the server is down and
-// resumes, missing nothing, when it is back on the same address.
+// resumes, missing nothing, when it is back on the same directory (and so
+// the same socket).
 func TestWatchSurvivesRestart(t *testing.T) {
 	ctx := testContext(t)
 	dir := t.TempDir()
@@ -168,8 +168,7 @@ func TestWatchSurvivesRestart(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 
-	addr := strings.TrimPrefix(e.Endpoints()[0], "http://")
-	e2, err := catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: dir, ClientAddr: addr, Logger: testLogger(t)})
+	e2, err := catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: dir, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,4 +218,146 @@ func TestOpenUnreachable(t *testing.T) {
 	}
 	t.Logf("Open: %v", err)
 	goleak.VerifyNone(t, ignore)
+}
+
+// TestEmbeddedReachableByOwnerOnly: the embedded etcd opens no TCP port,
+// clients or peers; its clients connect through a unix socket in a
+// directory of mode 0700, which a process of another user cannot reach
+// even where it can reach the directory around it.
+func TestEmbeddedReachableByOwnerOnly(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a process as another user")
+	}
+	before := tcpListeners(t)
+	// Other users may enter base, as they may enter /var/lib.
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := startEmbedded(t, filepath.Join(base, "etcd"))
+
+	if got := tcpListeners(t); len(got) > len(before) {
+		t.Errorf("listening TCP sockets before StartEmbedded %v, after %v", before, got)
+	}
+	eps := e.Endpoints()
+	if len(eps) != 1 || !strings.HasPrefix(eps[0], "unix:///") {
+		t.Fatalf("endpoints %q, want one unix socket", eps)
+	}
+	sock := strings.TrimPrefix(eps[0], "unix://")
+	fi, err := os.Stat(filepath.Dir(sock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
+		t.Errorf("socket directory %s: mode %v, owner %d; want 0700 and %d", filepath.Dir(sock), fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid, os.Geteuid())
+	}
+
+	// The owner is served.
+	c := open(t, e)
+	ctx := testContext(t)
+	if err := c.Put(ctx, "jobs/a", record{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another user reaches a socket of base, but not etcd's.
+	control := filepath.Join(base, "control.sock")
+	l, err := net.Listen("unix", control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := os.Chmod(control, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	if err := dialAs(t, nobody, control); err != nil {
+		t.Fatalf("user %d cannot reach a socket open to all: %v", nobody, err)
+	}
+	err = dialAs(t, nobody, sock)
+	if err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("user %d dialling etcd's socket: %v, want permission denied", nobody, err)
+	}
+}
+
+// dialAs dials the unix socket at path from a process running as uid
+// (this test binary again; see TestMain) and returns its error.
+func dialAs(t *testing.T, uid uint32, path string) error {
+	t.Helper()
+	cmd := exec.Command("/proc/self/exe", "-test.run=^$")
+	cmd.Env = append(os.Environ(), dialEnv+"="+path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &exit) && exit.ExitCode() == 1:
+		return errors.New(strings.TrimSpace(string(out)))
+	default:
+		t.Fatalf("run as user %d: %v: %s", uid, err, out)
+		return nil
+	}
+}
+
+// tcpListeners returns the listening TCP sockets (as "local address")
+// that this process holds.
+func tcpListeners(t *testing.T) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			mine[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	var out []string
+	for _, table := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			f := strings.Fields(line)
+			if len(f) >= 10 && f[3] == "0A" && mine[f[9]] {
+				out = append(out, f[1])
+			}
+		}
+	}
+	return out
+}
+
+// TestEmbeddedLongDir: a data directory too deep for a unix socket path
+// gets its socket in a private directory of its own, removed by Close.
+func TestEmbeddedLongDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	e, err := catalog.StartEmbedded(testContext(t), catalog.EmbeddedOptions{Dir: dir, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := strings.TrimPrefix(e.Endpoints()[0], "unix://")
+	c, err := catalog.Open(testContext(t), catalog.Config{Endpoints: e.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(testContext(t), "x", 1); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	fi, err := os.Stat(filepath.Dir(sock))
+	if err != nil || fi.Mode().Perm() != 0o700 || strings.HasPrefix(sock, dir) {
+		t.Errorf("socket %s: directory %v, %v; want mode 0700 outside %s", sock, fi, err, dir)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(sock)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket directory after Close: %v", err)
+	}
 }

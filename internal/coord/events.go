@@ -7,12 +7,15 @@ import (
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/events"
 )
 
 // serveEvents streams the event history that matches the query as JSON
 // lines, then, with follow=1, every new matching event until the caller
-// goes away.
+// goes away. A caller that leaves what it is sent unread for
+// Options.WriteTimeout is cut off: its subscription ends, and with it
+// everything kept for it.
 func (c *Coordinator) serveEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := events.Filter{Job: q.Get("job"), Type: q.Get("type")}
@@ -35,34 +38,30 @@ func (c *Coordinator) serveEvents(w http.ResponseWriter, r *http.Request) {
 	follow := q.Get("follow") == "1"
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	flush := func() {
-		if fl, ok := w.(http.Flusher); ok {
-			fl.Flush()
-		}
+	out := &eventWriter{w: w, rc: http.NewResponseController(w), timeout: c.opts.WriteTimeout}
+	out.enc = json.NewEncoder(out.w)
+	if out.flush() != nil {
+		return
 	}
-	flush()
 	if !follow {
-		for _, e := range c.opts.Events.History(f) {
-			if enc.Encode(e) != nil {
+		past := c.opts.Events.History(f)
+		for i, e := range past {
+			if out.send(e, i == len(past)-1) != nil {
 				return
 			}
 		}
 		return
 	}
 	for {
-		sub := c.opts.Events.Subscribe(f, 4096)
+		sub := c.opts.Events.Subscribe(f, followBuffer)
 		for {
 			e, ok := sub.Wait(r.Context())
 			if !ok {
 				break
 			}
-			if enc.Encode(e) != nil {
+			if out.send(e, len(sub.C) == 0) != nil {
 				sub.Cancel()
 				return
-			}
-			if len(sub.C) == 0 {
-				flush()
 			}
 			f.AfterSeq = e.Seq
 		}
@@ -73,4 +72,43 @@ func (c *Coordinator) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		// Fell behind: resume from the last event sent, out of the history.
 	}
+}
+
+// followBuffer is how many events a follower may fall behind before its
+// subscription is cut off and resumed from the history.
+const followBuffer = 4096
+
+// eventWriter writes events to a caller, each write bounded by a deadline.
+type eventWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	enc     *json.Encoder
+	timeout time.Duration
+}
+
+// send writes e, and flushes it if last (no other event is waiting). It
+// fails if the caller takes nothing for the timeout.
+func (o *eventWriter) send(e evv1.Event, last bool) error {
+	// Unsupported deadlines (an http.ResponseWriter of a test) only
+	// leave the writes unbounded.
+	_ = o.rc.SetWriteDeadline(time.Now().Add(o.timeout))
+	if err := o.enc.Encode(e); err != nil {
+		return err
+	}
+	if !last {
+		return nil
+	}
+	return o.flush()
+}
+
+// flush sends what is buffered within the timeout, then lifts the deadline
+// while the stream waits for events: an HTTP/2 stream's deadline ends the
+// stream when it passes, written to or not.
+func (o *eventWriter) flush() error {
+	_ = o.rc.SetWriteDeadline(time.Now().Add(o.timeout))
+	if err := o.rc.Flush(); err != nil {
+		return err
+	}
+	_ = o.rc.SetWriteDeadline(time.Time{})
+	return nil
 }

@@ -3,23 +3,36 @@ package events
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	v1 "cairn/api/events/v1"
 )
 
 // Hook runs for every event whose type matches Pattern: Exec is a shell
 // command that gets the event as JSON on stdin (and CAIRN_EVENT_* in its
-// environment), URL an http(s) address the event is POSTed to as JSON.
-// A delivery succeeds when the command exits 0 or the URL answers 2xx.
+// environment), URL an http(s) address the event is POSTed to as JSON,
+// signed when HookOptions has a Secret (see Sign). A delivery succeeds
+// when the command exits 0 or the URL answers 2xx (redirects are not
+// followed). A command runs in a process group of its own: at its timeout,
+// and when it ends, whatever is left of its group is killed.
 type Hook struct {
 	Pattern string
 	Exec    string
@@ -63,6 +76,11 @@ type HookOptions struct {
 	// Queue bounds the events waiting for one hook (default 256); past
 	// it the oldest are dropped and reported.
 	Queue int
+	// Secret, if not empty, signs every HTTP delivery (see Sign).
+	Secret []byte
+	// RootCAs verify the servers of https:// hooks; nil means the
+	// system's roots (see HookRoots).
+	RootCAs *x509.CertPool
 }
 
 // RunHooks delivers the events published on x to hooks until ctx is done.
@@ -84,14 +102,102 @@ func RunHooks(ctx context.Context, x *Exchange, hooks []Hook, opts HookOptions) 
 	if opts.Queue <= 0 {
 		opts.Queue = 256
 	}
+	d := &deliverer{secret: opts.Secret, timeout: opts.Timeout, client: &http.Client{
+		Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			TLSClientConfig:     &tls.Config{RootCAs: opts.RootCAs, MinVersion: tls.VersionTLS12},
+			TLSHandshakeTimeout: opts.Timeout,
+			ForceAttemptHTTP2:   true,
+		},
+		// A hook answers itself: a redirect could send the event
+		// elsewhere, or over plain http.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+	defer d.client.CloseIdleConnections()
 	var wg sync.WaitGroup
 	for _, h := range hooks {
 		q := &hookQueue{wake: make(chan struct{}, 1), max: opts.Queue}
 		wg.Add(2)
 		go func() { defer wg.Done(); q.feed(ctx, x, h) }()
-		go func() { defer wg.Done(); q.deliver(ctx, x, h, opts) }()
+		go func() { defer wg.Done(); q.deliver(ctx, x, h, d, opts) }()
 	}
 	wg.Wait()
+}
+
+// deliverer runs hooks: one HTTP client for all of them, the secret that
+// signs their POSTs, the timeout of a delivery.
+type deliverer struct {
+	client  *http.Client
+	secret  []byte
+	timeout time.Duration
+}
+
+// HookRoots returns the system's root CAs plus the certificates of the
+// PEM file caFile ("" adds none), to verify https:// hooks with.
+func HookRoots(caFile string) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if caFile == "" {
+		return pool, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("hook CA: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("hook CA %s: no PEM certificate in it", caFile)
+	}
+	return pool, nil
+}
+
+// The headers of a signed HTTP delivery.
+const (
+	// TimestampHeader is when the delivery was signed, in seconds since
+	// the Unix epoch.
+	TimestampHeader = "X-Cairn-Timestamp"
+	// SignatureHeader is Sign's result.
+	SignatureHeader = "X-Cairn-Signature"
+	// MaxSignatureAge is how far from the receiver's clock Verify accepts
+	// a timestamp.
+	MaxSignatureAge = 5 * time.Minute
+)
+
+// Sign returns the signature of a delivery of body signed at timestamp
+// (TimestampHeader's value): "sha256=" and the hex HMAC-SHA256 under
+// secret of the timestamp, a dot and the body. Every attempt is signed
+// afresh; a receiver that drops timestamps older than a few minutes and
+// event numbers (the body's "seq") it has already taken within them
+// cannot be fed a replay.
+func Sign(secret []byte, timestamp string, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(timestamp))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// ErrBadSignature is returned by Verify for a delivery that is not signed
+// with the secret, or was signed too long ago.
+var ErrBadSignature = errors.New("bad hook signature")
+
+// Verify checks, for a receiver of hooks written in Go, that a delivery
+// (its headers and body) is signed with secret within MaxSignatureAge of
+// now.
+func Verify(secret []byte, h http.Header, body []byte, now time.Time) error {
+	ts := h.Get(TimestampHeader)
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: timestamp %q", ErrBadSignature, ts)
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > MaxSignatureAge || d < -MaxSignatureAge {
+		return fmt.Errorf("%w: signed %s from now", ErrBadSignature, d.Round(time.Second))
+	}
+	if !hmac.Equal([]byte(h.Get(SignatureHeader)), []byte(Sign(secret, ts, body))) {
+		return ErrBadSignature
+	}
+	return nil
 }
 
 // hookQueue is a bounded queue that drops its oldest events when full.
@@ -137,7 +243,7 @@ func (q *hookQueue) feed(ctx context.Context, x *Exchange, h Hook) {
 	s.Cancel()
 }
 
-func (q *hookQueue) deliver(ctx context.Context, x *Exchange, h Hook, opts HookOptions) {
+func (q *hookQueue) deliver(ctx context.Context, x *Exchange, h Hook, d *deliverer, opts HookOptions) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -163,7 +269,7 @@ func (q *hookQueue) deliver(ctx context.Context, x *Exchange, h Hook, opts HookO
 			var err error
 			backoff := opts.Backoff
 			for attempt := 1; attempt <= opts.Attempts; attempt++ {
-				if err = h.run(ctx, e, opts.Timeout); err == nil || ctx.Err() != nil {
+				if err = d.run(ctx, h, e); err == nil || ctx.Err() != nil {
 					break
 				}
 				x.log.Warn("hook failed", "hook", h.String(), "event", e.Seq, "attempt", attempt, "err", err)
@@ -183,9 +289,9 @@ func (q *hookQueue) deliver(ctx context.Context, x *Exchange, h Hook, opts HookO
 	}
 }
 
-// run delivers one event once.
-func (h Hook) run(ctx context.Context, e v1.Event, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+// run delivers one event to h once.
+func (d *deliverer) run(ctx context.Context, h Hook, e v1.Event) error {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	body, _ := json.Marshal(e)
 	if h.URL != "" {
@@ -194,10 +300,16 @@ func (h Hook) run(ctx context.Context, e v1.Event, timeout time.Duration) error 
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		if len(d.secret) > 0 {
+			ts := strconv.FormatInt(time.Now().Unix(), 10)
+			req.Header.Set(TimestampHeader, ts)
+			req.Header.Set(SignatureHeader, Sign(d.secret, ts, body))
+		}
+		resp, err := d.client.Do(req)
 		if err != nil {
 			return err
 		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		if resp.StatusCode/100 != 2 {
 			return fmt.Errorf("%s answered %s", h.URL, resp.Status)
@@ -209,7 +321,10 @@ func (h Hook) run(ctx context.Context, e v1.Event, timeout time.Duration) error 
 	cmd.Env = append(os.Environ(),
 		"CAIRN_EVENT_TYPE="+e.Type, "CAIRN_EVENT_SEQ="+strconv.FormatUint(e.Seq, 10),
 		"CAIRN_EVENT_JOB="+e.Job, "CAIRN_EVENT_NODE="+e.Node)
-	out, err := cmd.CombinedOutput()
+	out, err := runGroup(cmd)
+	if err != nil && ctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("timed out after %s", d.timeout)
+	}
 	if err != nil {
 		msg := strings.TrimSpace(string(out))
 		if len(msg) > 200 {
@@ -221,4 +336,76 @@ func (h Hook) run(ctx context.Context, e v1.Event, timeout time.Duration) error 
 		return err
 	}
 	return nil
+}
+
+// runGroup runs cmd in a process group of its own and returns the head of
+// its output (stdout and stderr). When cmd's context ends the whole group
+// is killed, and so is whatever the command leaves running in its group
+// when it ends: nothing it started outlives the delivery, and Wait returns
+// at most a second later even if a process that left the group holds the
+// output open.
+func runGroup(cmd *exec.Cmd) ([]byte, error) {
+	out := &headBuffer{max: 4 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var mu sync.Mutex
+	ended := false
+	cmd.Cancel = func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if ended {
+			return nil // its group is killed already
+		}
+		return killGroup(cmd.Process.Pid)
+	}
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	// Wait for the command to end without reaping it: until it is reaped,
+	// its pid (the group's id) cannot be reused, so killing the group
+	// kills no one else.
+	pid := cmd.Process.Pid
+	var info unix.Siginfo
+	for unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+	}
+	mu.Lock()
+	_ = killGroup(pid)
+	ended = true
+	mu.Unlock()
+	err := cmd.Wait()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // it succeeded; a process that left its group kept the output open
+	}
+	return out.Bytes(), err
+}
+
+// killGroup kills the process group pgid; one that is gone is no error.
+func killGroup(pgid int) error {
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// headBuffer keeps the first max bytes written to it and drops the rest.
+type headBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (b *headBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := min(len(p), b.max-len(b.buf)); n > 0 {
+		b.buf = append(b.buf, p[:n]...)
+	}
+	return len(p), nil
+}
+
+func (b *headBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf
 }
