@@ -17,11 +17,24 @@ import (
 
 	"cairn/internal/criu"
 	"cairn/internal/image"
+	"cairn/internal/names"
+	"cairn/internal/netw"
 )
 
 // ErrDumpFailed is returned when CRIU could not dump a container. The
 // container keeps running and no checkpoint is listed.
 var ErrDumpFailed = errors.New("checkpoint dump failed")
+
+// ErrUserNSCheckpoint is returned for a checkpoint of a container run in a
+// user namespace of its own (Config.UserNS): CRIU dumps only containers
+// whose every namespace belongs to their user namespace, and the network
+// namespace cairn keeps for a container (so that its address and TCP
+// connections survive a restore) belongs to the host's.
+var ErrUserNSCheckpoint = errors.New("a container with a user namespace of its own (--userns) cannot be checkpointed: CRIU needs all of its namespaces to belong to that user namespace, and the network namespace that keeps its address belongs to the host")
+
+// ErrDumpTimeout is wrapped (with ErrDumpFailed) by a checkpoint whose CRIU
+// dump did not finish within Options.DumpTimeout and was killed.
+var ErrDumpTimeout = errors.New("dump timed out")
 
 // CheckpointOptions tunes Checkpoint.
 type CheckpointOptions struct {
@@ -103,6 +116,9 @@ func (m *Manager) Prepare(ctx context.Context, name string, seq int) (*Prepared,
 }
 
 func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) (_ *Prepared, err error) {
+	if seq < 0 {
+		return nil, fmt.Errorf("%w: checkpoint number %d", names.ErrInvalid, seq)
+	}
 	info, err := m.CRIU(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
@@ -129,6 +145,9 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		return nil, fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
 	}
 	st := &in.State
+	if st.Config.UserNS {
+		return nil, fmt.Errorf("checkpoint %s: %w", name, ErrUserNSCheckpoint)
+	}
 	if seq == 0 {
 		seq = m.repo.NextSeq(name)
 	} else if _, err := m.repo.Load(name, seq); err == nil {
@@ -169,7 +188,8 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		// Say who froze the container, so that if this process dies before
 		// thawing it, the next cairn command thaws it (recoverFreeze).
 		p.marker = filepath.Join(m.dir(name), freezeMarker)
-		if err := os.WriteFile(p.marker, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		note := freezeNote{PID: os.Getpid(), Deadline: time.Now().Add(m.opts.DumpTimeout + dumpGrace).Unix()}
+		if err := writeFreezeNote(p.marker, note); err != nil {
 			return nil, err
 		}
 		m.hold(name, true)
@@ -210,11 +230,26 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		if p.marker == "" {
 			return nil
 		}
-		return os.WriteFile(p.marker, pids, 0o600)
+		return writeFreezeNote(p.marker, freezeNote{PID: os.Getpid(), Runc: pid, Deadline: time.Now().Add(m.opts.DumpTimeout + dumpGrace).Unix()})
 	}
-	dumpErr := m.runc.runNotify(ctx, filepath.Join(m.dir(name), "runc-checkpoint.log"), noteRunc, append(args, m.runcID(name))...)
+	// A dump that hangs (CRIU has been seen stuck attaching to a stopped
+	// process in the frozen cgroup) is killed at the dump timeout, CRIU
+	// first; the deferred release then thaws the container.
+	dumpCtx, cancelDump := context.WithTimeout(ctx, m.opts.DumpTimeout)
+	dumpErr := m.runc.runNotify(dumpCtx, filepath.Join(m.dir(name), "runc-checkpoint.log"), noteRunc, append(args, m.runcID(name))...)
+	timedOut := dumpCtx.Err() == context.DeadlineExceeded
+	cancelDump()
 	timing.Dump = time.Since(t)
+	if timedOut && dumpErr != nil {
+		dumpErr = fmt.Errorf("%w after %v: %v", ErrDumpTimeout, m.opts.DumpTimeout, dumpErr)
+	}
 	if dumpErr != nil {
+		// A CRIU that died mid-dump leaves its network lock behind.
+		if tgt := m.watchTarget(st); tgt.Netns != "" {
+			if err := netw.DropCRIULock(context.WithoutCancel(ctx), tgt.Netns); err != nil {
+				m.log.Warn("drop CRIU's network lock after a failed dump", "container", name, "err", err)
+			}
+		}
 		if stop {
 			st.Checkpointed = false
 			_ = m.saveState(st)
@@ -226,9 +261,9 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 			detail = fmt.Sprintf(" (CRIU: %s; full log: %s)", criu.LastErrors(b, 3), keep)
 		}
 		if pid := parasiteIn(p.fz); pid != 0 {
-			return nil, fmt.Errorf("%w: %s: %v%s; %w: CRIU's parasite is still in pid %d", ErrDumpFailed, name, dumpErr, detail, ErrDamaged, pid)
+			return nil, fmt.Errorf("%w: %s: %w%s; %w: CRIU's parasite is still in pid %d", ErrDumpFailed, name, dumpErr, detail, ErrDamaged, pid)
 		}
-		return nil, fmt.Errorf("%w: %s: %v%s", ErrDumpFailed, name, dumpErr, detail)
+		return nil, fmt.Errorf("%w: %s: %w%s", ErrDumpFailed, name, dumpErr, detail)
 	}
 	if stop && p.frozen {
 		p.frozen = false // runc removed the container after the dump
@@ -389,6 +424,9 @@ type RestoreOptions struct {
 // The container must not be running (use opts.As to restore a copy beside
 // it).
 func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions) (*Info, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
 	if _, err := m.CRIU(ctx); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", name, err)
 	}
@@ -536,7 +574,9 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 }
 
 // Pause freezes a running container and Resume thaws it. A job's ranks,
-// restored paused, are resumed together once all are restored.
+// restored paused, are resumed together once all are restored. Pause
+// freezes on behalf of this process: should it end before Resume, the
+// container's watchdog resumes the container and lifts its network lock.
 func (m *Manager) Pause(ctx context.Context, name string) error { return m.setFrozen(ctx, name, true) }
 
 // Resume thaws a container frozen by Pause or restored paused.
@@ -553,11 +593,29 @@ func (m *Manager) setFrozen(ctx context.Context, name string, frozen bool) error
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	return fz.set(ctx, frozen)
+	marker := filepath.Join(m.dir(name), freezeMarker)
+	if !frozen {
+		if err := fz.set(ctx, false); err != nil {
+			return err
+		}
+		if n, err := readFreezeNote(marker); err == nil && n.PID == os.Getpid() {
+			os.Remove(marker)
+		}
+		return nil
+	}
+	// No dump runs under a pause: the deadline only matters once this
+	// process is gone, and then the watchdog resumes the container anyway.
+	if err := writeFreezeNote(marker, freezeNote{PID: os.Getpid(), Deadline: time.Now().Unix()}); err != nil {
+		return err
+	}
+	return fz.set(ctx, true)
 }
 
 // Checkpoints lists a container's checkpoints, oldest first.
 func (m *Manager) Checkpoints(name string) ([]*image.Record, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
 	ms, errs := m.repo.List(name)
 	return ms, errors.Join(errs...)
 }
@@ -572,62 +630,45 @@ func ParseCheckpointRef(ref, defaultName string) (string, int, error) {
 	if _, err := fmt.Sscanf(seqStr, "%d", &seq); err != nil || seq <= 0 || fmt.Sprint(seq) != seqStr {
 		return "", 0, fmt.Errorf("bad checkpoint %q: want NUMBER or NAME:NUMBER", ref)
 	}
+	if name != "" {
+		if err := ValidName(name); err != nil {
+			return "", 0, err
+		}
+	}
 	return name, seq, nil
 }
 
-// freezeMarker is the file in a container's dir that names the process that
-// froze it for a checkpoint.
-const freezeMarker = "frozen-by"
-
-// recoverFreeze thaws a container that a checkpoint froze and never thawed
-// because the cairn process running it died. It waits for CRIU (which may
-// still be dumping, orphaned) to let go of the container's init first.
-func (m *Manager) recoverFreeze(st *State, initPID int) {
+// recoverFreeze releases a container that a checkpoint froze and never
+// thawed because the process running it died (see watchdog.go), unless
+// this process keeps it frozen on purpose.
+func (m *Manager) recoverFreeze(ctx context.Context, st *State, initPID int) {
 	if m.holds(st.Config.Name) {
 		return // a prepared checkpoint of this process keeps it frozen
 	}
-	marker := filepath.Join(m.dir(st.Config.Name), freezeMarker)
-	b, err := os.ReadFile(marker)
-	if err != nil {
-		return
+	ok, err := releaseAbandoned(ctx, m.watchTarget(st), initPID, time.Now())
+	switch {
+	case err != nil:
+		m.log.Warn("release a container an interrupted checkpoint left frozen", "container", st.Config.Name, "err", err)
+	case ok:
+		m.log.Warn("released a container an interrupted checkpoint left frozen", "container", st.Config.Name)
 	}
-	// "CAIRNPID [RUNCPID]": wait while either still runs.
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() && processRuns(pid) {
-			return // the checkpoint is still running
-		}
-	}
-	if initPID > 0 && tracerPID(initPID) != 0 {
-		return // an orphaned CRIU still holds the process
-	}
-	if runcs, _ := m.orphans(st.Config.Name); len(runcs) > 0 {
-		return // an orphaned runc is still at work on the container
-	}
-	fz, err := freezerFor(st.CgroupsPath)
-	if err == nil {
-		err = fz.set(context.Background(), false)
-	}
-	if err != nil {
-		m.log.Warn("thaw after an interrupted checkpoint", "container", st.Config.Name, "err", err)
-		return
-	}
-	m.log.Warn("thawed a container an interrupted checkpoint left frozen", "container", st.Config.Name)
-	os.Remove(marker)
 }
 
-// tracerPID returns the pid of the process ptrace-attached to pid, or 0.
-func tracerPID(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
+// watchTarget is what a watchdog needs to release st's container.
+func (m *Manager) watchTarget(st *State) watchTarget {
+	netns := ""
+	if st.Config.Net != nil {
+		netns = st.Config.Net.Netns
+	} else if st.Endpoint.Netns != "" {
+		netns = netw.NetnsPath(st.Endpoint.Netns)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "TracerPid:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
+	return watchTarget{
+		Marker:   filepath.Join(m.dir(st.Config.Name), freezeMarker),
+		Cgroups:  st.CgroupsPath,
+		Netns:    netns,
+		RuncRoot: m.runc.root,
+		ID:       m.runcID(st.Config.Name),
 	}
-	return 0
 }
 
 // stagingOwner is the file in a staging dir that lists the pids using it.

@@ -3,6 +3,7 @@ package container_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -201,4 +202,54 @@ func hostAddr(t *testing.T, bridge string) netip.Addr {
 		}
 	}
 	return netip.Addr{}
+}
+
+// TestUserNS runs a container in a user namespace of its own: its root is
+// uid 0 inside and host uid UserNSBase outside, so a host file only host
+// root may read (one cairn does not hide) stays unreadable, while the
+// container runs and writes where the host lets everybody write. Its
+// checkpoint is refused up front with ErrUserNSCheckpoint and it runs on.
+func TestUserNS(t *testing.T) {
+	secret, err := os.CreateTemp("/var/tmp", "cairn-test-secret-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(secret.Name()) })
+	secret.WriteString("ROOT-ONLY\n")
+	secret.Close()
+	if err := os.Chmod(secret.Name(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	m := env.Manager
+	for _, userns := range []bool{false, true} {
+		name := fmt.Sprintf("u%v", userns)
+		script := "id -u; cat /proc/self/uid_map | tr -s ' '; cat " + secret.Name() + " 2>&1; echo w > /tmp/w && echo WROTE; echo DONE; exec sleep 600"
+		in, err := m.Run(ctx, container.Config{Name: name, UserNS: userns, Args: []string{"sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		testutil.WaitUntil(t, 10*time.Second, func() (bool, string) {
+			b, _ := os.ReadFile(in.Log)
+			out = string(b)
+			return strings.Contains(out, "DONE"), out
+		})
+		readable := strings.Contains(out, "ROOT-ONLY")
+		mapped := strings.Contains(out, fmt.Sprintf(" 0 %d %d", container.UserNSBase, container.UserNSSize))
+		if !strings.HasPrefix(out, "0\n") || !strings.Contains(out, "WROTE") || readable == userns || mapped != userns {
+			t.Errorf("userns=%v: container saw:\n%s", userns, out)
+		}
+	}
+	_, err = m.Checkpoint(ctx, "utrue", container.CheckpointOptions{})
+	if !errors.Is(err, container.ErrUserNSCheckpoint) {
+		t.Fatalf("checkpoint of a --userns container: %v, want ErrUserNSCheckpoint", err)
+	}
+	if _, err := m.Exec(ctx, "utrue", []string{"true"}, nil, nil, nil); !errors.Is(err, container.ErrUserNSExec) {
+		t.Fatalf("exec in a --userns container: %v, want ErrUserNSExec", err)
+	}
+	if in, _ := m.Get(ctx, "utrue"); in.Status != "running" {
+		t.Fatalf("after the refused checkpoint: %s", in.Status)
+	}
 }

@@ -35,7 +35,14 @@ const (
 	DefaultStagingDir = "/dev/shm/cairn-staging"
 	DefaultBridge     = "cairn0"
 	DefaultSubnet     = "10.213.0.0/16"
+	// DefaultDumpTimeout is long enough to dump tens of GiB into tmpfs.
+	DefaultDumpTimeout = 10 * time.Minute
 )
+
+// dumpGrace is how long after its dump timeout an abandoned dump is still
+// let run before a watchdog kills it: the time its owner needs to notice
+// the timeout itself.
+const dumpGrace = 5 * time.Second
 
 // Options configures a Manager.
 type Options struct {
@@ -51,6 +58,10 @@ type Options struct {
 	// ShimCommand starts a shim: a binary that runs ShimMain when
 	// $CAIRN_SHIM_SPEC is set. Default: this executable with "shim".
 	ShimCommand []string
+	// DumpTimeout bounds a checkpoint's CRIU dump (default
+	// DefaultDumpTimeout): a dump still running then is killed and the
+	// container thawed.
+	DumpTimeout time.Duration
 	Logger      *slog.Logger
 }
 
@@ -95,6 +106,9 @@ func New(opts Options) (*Manager, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.DumpTimeout <= 0 {
+		opts.DumpTimeout = DefaultDumpTimeout
 	}
 	if len(opts.ShimCommand) == 0 {
 		exe, err := os.Executable()
@@ -234,16 +248,44 @@ func (m *Manager) holds(name string) bool {
 }
 
 // lock takes the exclusive lock of a container name until unlock is called.
+// The lock file goes again at unlock if the name has neither a container
+// nor a checkpoint then, so that names asked for in vain leave nothing.
+// Whoever waited on a lock file that was removed meanwhile notices and
+// locks the new one.
 func (m *Manager) lock(name string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(m.opts.DataDir, "locks", name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
+	if err := ValidName(name); err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock container %s: %w", name, err)
+	path := filepath.Join(m.opts.DataDir, "locks", name+".lock")
+	for {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock container %s: %w", name, err)
+		}
+		var held, now unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(path, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
+			return func() {
+				if !m.exists(name) {
+					os.Remove(path)
+				}
+				f.Close()
+			}, nil
+		}
+		f.Close() // removed or replaced while we waited: lock the current one
 	}
-	return func() { f.Close() }, nil
+}
+
+// exists reports whether name has a container or a checkpoint here.
+func (m *Manager) exists(name string) bool {
+	if _, err := os.Lstat(m.dir(name)); err == nil {
+		return true
+	}
+	ents, _ := os.ReadDir(filepath.Join(m.repo.Dir, name))
+	return len(ents) > 0
 }
 
 func (m *Manager) endpoint(name string, addr netip.Addr) netw.Endpoint {
@@ -323,7 +365,7 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 	if err := os.WriteFile(criuConf, m.criuConfig(ctx), 0o600); err != nil {
 		return err
 	}
-	if err := writeSpec(st, dir, netnsPath, criuConf); err != nil {
+	if err := writeSpec(st, dir, m.rootPath(st), netnsPath, criuConf); err != nil {
 		return err
 	}
 	os.Remove(filepath.Join(dir, "exit.json"))
@@ -339,6 +381,7 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 			"--image-path", from.images, "--work-path", from.work,
 			"--bundle", dir, "--pid-file", pidFile, m.runcID(name))
 	}
+	watch := m.watchTarget(st)
 	var started func(int)
 	removeAfter := ""
 	if from != nil && from.owner != "" {
@@ -354,6 +397,7 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 		LogPath:     filepath.Join(dir, "container.log"),
 		ExitPath:    filepath.Join(dir, "exit.json"),
 		RemoveAfter: removeAfter,
+		Watch:       &watch,
 	}, started)
 	st.ShimPID = shimPID
 	if err != nil {
@@ -423,12 +467,37 @@ func (m *Manager) network(ctx context.Context, st *State, wantAddr string) (stri
 	return st.Endpoint.Path(), nil
 }
 
+// usernsRoots holds the root mounts of --userns containers: their root
+// (a host uid of its own) must be able to reach its root, which it could
+// not inside the data dir (0700). The dir is 0711: nobody can list it.
+const usernsRoots = "/run/cairn-roots"
+
+// rootPath is where st's container's root is mounted.
+func (m *Manager) rootPath(st *State) string {
+	if st.Config.UserNS {
+		return filepath.Join(usernsRoots, "cairn-"+m.instance+"-"+st.Config.Name)
+	}
+	return filepath.Join(m.dir(st.Config.Name), "rootfs")
+}
+
 func (m *Manager) mountRoot(st *State) error {
 	dir := m.dir(st.Config.Name)
-	for _, d := range []string{"upper", "work", "rootfs"} {
+	for _, d := range []string{"upper", "work"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return err
 		}
+	}
+	root := m.rootPath(st)
+	if st.Config.UserNS {
+		if err := os.MkdirAll(usernsRoots, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(usernsRoots, 0o711); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
 	}
 	lower := st.Config.RootFS
 	if lower == "" {
@@ -442,7 +511,7 @@ func (m *Manager) mountRoot(st *State) error {
 		return fmt.Errorf("root of %s: %w", st.Config.Name, err)
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
-	if err := unix.Mount("overlay", filepath.Join(dir, "rootfs"), "overlay", 0, opts); err != nil {
+	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay root of %s: %w", st.Config.Name, err)
 	}
 	return nil
@@ -462,11 +531,14 @@ func (m *Manager) teardown(ctx context.Context, st *State) error {
 		}
 	}
 	m.waitShim(st, 5*time.Second)
-	rootfs := filepath.Join(m.dir(name), "rootfs")
+	rootfs := m.rootPath(st)
 	if err := unix.Unmount(rootfs, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		if err := unix.Unmount(rootfs, unix.MNT_DETACH); err != nil {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", rootfs, err))
 		}
+	}
+	if st.Config.UserNS {
+		_ = os.Remove(rootfs) // the empty mount point
 	}
 	if st.Endpoint.Netns != "" {
 		if err := st.Endpoint.Delete(ctx); err != nil {
@@ -491,42 +563,58 @@ func (m *Manager) destroy(ctx context.Context, st *State) error {
 // orphans returns the runc processes still checkpointing or restoring the
 // container for a cairn command that was killed, and their children (CRIU).
 func (m *Manager) orphans(name string) (runcs []int, children []int) {
+	return findOrphans(m.runc.root, m.runcID(name))
+}
+
+// findOrphans returns the runc processes of state root root checkpointing
+// or restoring container id, and their children (CRIU).
+func findOrphans(root, id string) (runcs []int, children []int) {
 	procs, _ := filepath.Glob("/proc/[0-9]*")
-	parent := map[int]int{}
 	for _, p := range procs {
 		pid, err := strconv.Atoi(filepath.Base(p))
-		if err != nil {
+		if err != nil || !processRuns(pid) {
 			continue
-		}
-		if b, err := os.ReadFile(p + "/stat"); err == nil {
-			s := string(b)
-			if i := strings.LastIndexByte(s, ')'); i > 0 {
-				if f := strings.Fields(s[i+1:]); len(f) > 2 {
-					if f[0] == "Z" {
-						continue // exited
-					}
-					parent[pid], _ = strconv.Atoi(f[1])
-				}
-			}
 		}
 		b, err := os.ReadFile(p + "/cmdline")
 		if err != nil {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 3 && slices.Contains(args, m.runc.root) && args[len(args)-1] == m.runcID(name) &&
+		if len(args) > 3 && slices.Contains(args, root) && args[len(args)-1] == id &&
 			(slices.Contains(args, "checkpoint") || slices.Contains(args, "restore")) {
 			runcs = append(runcs, pid)
 		}
 	}
-	for _, r := range runcs {
-		for child, pp := range parent {
-			if pp == r {
-				children = append(children, child)
-			}
+	return runcs, childrenOf(runcs...)
+}
+
+// childrenOf returns the live children of the given processes.
+func childrenOf(parents ...int) []int {
+	if len(parents) == 0 {
+		return nil
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil && slices.Contains(parents, ppid) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			out = append(out, pid)
 		}
 	}
-	return runcs, children
+	return out
 }
 
 // waitOrphans waits up to d for orphaned runc processes of the container to
@@ -624,10 +712,10 @@ func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
 		return nil, err
 	}
 	dir := m.dir(name)
-	in := &Info{State: *st, Name: name, Dir: dir, RootFS: filepath.Join(dir, "rootfs"), Log: filepath.Join(dir, "container.log")}
+	in := &Info{State: *st, Name: name, Dir: dir, RootFS: m.rootPath(st), Log: filepath.Join(dir, "container.log")}
 	rs, err := m.runc.state(ctx, m.runcID(name))
 	if err == nil && rs.Status == "paused" {
-		m.recoverFreeze(st, rs.Pid)
+		m.recoverFreeze(ctx, st, rs.Pid)
 		rs, err = m.runc.state(ctx, m.runcID(name))
 	}
 	switch {
@@ -729,9 +817,13 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 	if err := m.destroy(ctx, &in.State); err != nil {
 		return fmt.Errorf("remove %s: %w", name, err)
 	}
-	os.Remove(filepath.Join(m.opts.DataDir, "locks", name+".lock"))
 	return nil
 }
+
+// ErrUserNSExec is returned by Exec for a --userns container: runc joins
+// its user namespace before its network namespace, which belongs to the
+// host's user namespace, and the kernel refuses that.
+var ErrUserNSExec = errors.New("exec into a container with a user namespace of its own (--userns) is not supported: its network namespace belongs to the host's user namespace")
 
 // Exec runs a command inside a running container with the given stdio and
 // returns its exit code.
@@ -742,6 +834,9 @@ func (m *Manager) Exec(ctx context.Context, name string, args []string, stdin io
 	}
 	if in.Status != "running" {
 		return -1, fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
+	}
+	if in.Config.UserNS {
+		return -1, fmt.Errorf("exec in %s: %w", name, ErrUserNSExec)
 	}
 	a := m.runc.argv("", append([]string{"exec", m.runcID(name)}, args...)...)
 	cmd := exec.CommandContext(ctx, a[0], a[1:]...)

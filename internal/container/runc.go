@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // runc drives the runc CLI with cairn's own state root and CRIU.
@@ -59,6 +61,15 @@ func (r runc) runNotify(ctx context.Context, logPath string, started func(pid in
 	a := r.argv(logPath, args...)
 	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
 	cmd.Env = r.env()
+	// Cancelled, runc's children go first: CRIU holds the container's
+	// processes, and killing runc alone would leave it running.
+	cmd.Cancel = func() error {
+		for _, c := range childrenOf(cmd.Process.Pid) {
+			_ = syscall.Kill(c, syscall.SIGKILL)
+		}
+		return cmd.Process.Kill()
+	}
+	cmd.WaitDelay = 5 * time.Second
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Start()

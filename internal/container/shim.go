@@ -2,6 +2,7 @@ package container
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,9 @@ type shimSpec struct {
 	// restore, which nothing needs after that, even if the cairn command
 	// that staged it was killed meanwhile.
 	RemoveAfter string `json:"remove_after,omitempty"`
+	// Watch, if set, makes the shim the container's watchdog: it releases
+	// the container when a checkpoint abandons it frozen (watchdog.go).
+	Watch *watchTarget `json:"watch,omitempty"`
 }
 
 // ShimMain runs a shim from the spec in $CAIRN_SHIM_SPEC and returns the
@@ -106,6 +110,12 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 	}
 	report("ok %d", pid)
 	_ = inW // kept open: the container's stdin never sees EOF
+
+	if spec.Watch != nil {
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		go watchFreeze(ctx, *spec.Watch, pid)
+	}
 
 	copied := make(chan struct{})
 	go func() {

@@ -56,6 +56,8 @@ type (
 		Options     []string `json:"options,omitempty"`
 	}
 	ociLinux struct {
+		UIDMappings   []ociIDMap     `json:"uidMappings,omitempty"`
+		GIDMappings   []ociIDMap     `json:"gidMappings,omitempty"`
 		Resources     ociResources   `json:"resources"`
 		CgroupsPath   string         `json:"cgroupsPath"`
 		Namespaces    []ociNamespace `json:"namespaces"`
@@ -68,6 +70,11 @@ type (
 	ociDevice struct {
 		Allow  bool   `json:"allow"`
 		Access string `json:"access"`
+	}
+	ociIDMap struct {
+		ContainerID uint32 `json:"containerID"`
+		HostID      uint32 `json:"hostID"`
+		Size        uint32 `json:"size"`
 	}
 	ociNamespace struct {
 		Type string `json:"type"`
@@ -85,10 +92,41 @@ var defaultCaps = []string{
 	"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_CHROOT",
 }
 
+// UserNSBase is the host uid (and gid) of root in a --userns container; it
+// maps UserNSSize ids. The range is the one podman and LXC leave to
+// containers by default.
+const (
+	UserNSBase = 1000000
+	UserNSSize = 65536
+)
+
+// userNS puts the container in a user namespace of its own, its root being
+// host uid UserNSBase: it keeps its capabilities over what it owns (its
+// namespaces, its files in /tmp) and has none over the host's files, which
+// it sees as owned by nobody. sysfs and cgroupfs cannot be mounted from a
+// user namespace that does not own the network namespace, so they are
+// bound read-only from the host instead.
+func userNS(s *ociSpec) {
+	m := []ociIDMap{{ContainerID: 0, HostID: UserNSBase, Size: UserNSSize}}
+	s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
+	s.Linux.Namespaces = append(s.Linux.Namespaces, ociNamespace{Type: "user"})
+	var mounts []ociMount
+	for _, mt := range s.Mounts {
+		switch mt.Destination {
+		case "/sys":
+			mt = ociMount{"/sys", "none", "/sys", []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+		case "/sys/fs/cgroup":
+			continue
+		}
+		mounts = append(mounts, mt)
+	}
+	s.Mounts = mounts
+}
+
 // writeSpec writes the runc bundle config for st into its bundle dir. The
 // spec is a pure function of st, so a restore writes exactly the spec the
 // checkpointed container ran with (CRIU needs the same mounts).
-func writeSpec(st *State, bundle, netnsPath, criuConf string) error {
+func writeSpec(st *State, bundle, rootPath, netnsPath, criuConf string) error {
 	caps := ociCapabilities{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps, Ambient: defaultCaps}
 	env := append([]string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -106,7 +144,7 @@ func writeSpec(st *State, bundle, netnsPath, criuConf string) error {
 			Args: st.Config.Args, Env: env, Cwd: cwd, Capabilities: caps,
 			NoNewPrivileges: true,
 		},
-		Root:     ociRoot{Path: "rootfs"},
+		Root:     ociRoot{Path: rootPath},
 		Hostname: st.Config.Hostname,
 		Mounts: []ociMount{
 			{"/proc", "proc", "proc", nil},
@@ -127,6 +165,9 @@ func writeSpec(st *State, bundle, netnsPath, criuConf string) error {
 				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
+	}
+	if st.Config.UserNS {
+		userNS(&s)
 	}
 	if criuConf != "" {
 		s.Annotations = map[string]string{"org.criu.config": criuConf}

@@ -43,6 +43,9 @@ type Config struct {
 	// else made and owns (a rank of a job network): the Manager then neither
 	// allocates an address nor creates or deletes a namespace.
 	Net *NetAttach `json:"net,omitempty"`
+	// UserNS runs the container in a user namespace of its own, its root
+	// mapped to host uid UserNSBase (see userNS).
+	UserNS bool `json:"userns,omitempty"`
 }
 
 // NetAttach names a network namespace made by the caller and the address
@@ -77,6 +80,9 @@ type Exit struct {
 func (m *Manager) dir(name string) string { return filepath.Join(m.opts.DataDir, "containers", name) }
 
 func (m *Manager) loadState(name string) (*State, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
 	b, err := os.ReadFile(filepath.Join(m.dir(name), "state.json"))
 	if err != nil {
 		if os.IsNotExist(err) {

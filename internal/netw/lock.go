@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -256,4 +257,30 @@ func ifname(name string) []byte {
 	b := make([]byte, unix.IFNAMSIZ)
 	copy(b, name)
 	return b
+}
+
+// DropCRIULock removes CRIU's network-lock tables (named CRIU or
+// CRIU-<pid>) from the network namespace at path: a CRIU killed mid-dump
+// never removes them, and they drop the namespace's TCP traffic for good.
+func DropCRIULock(ctx context.Context, path string) error {
+	return withNftables(ctx, path, func(c *nftables.Conn) error {
+		tables, err := c.ListTables()
+		if err != nil {
+			return fmt.Errorf("list tables of netns %s: %w", path, err)
+		}
+		n := 0
+		for _, t := range tables {
+			if t.Name == "CRIU" || strings.HasPrefix(t.Name, "CRIU-") {
+				c.DelTable(t)
+				n++
+			}
+		}
+		if n == 0 {
+			return nil
+		}
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("drop CRIU's lock in netns %s: %w", path, err)
+		}
+		return nil
+	})
 }

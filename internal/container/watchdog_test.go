@@ -1,0 +1,159 @@
+package container_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+
+	"cairn/internal/container"
+	"cairn/internal/netw"
+	"cairn/internal/testutil"
+)
+
+// freezerState reads a container's freezer state straight from the cgroup,
+// without any cairn code that could thaw it on the way.
+func freezerState(t *testing.T, in *container.Info) string {
+	t.Helper()
+	for _, p := range []string{
+		filepath.Join("/sys/fs/cgroup/freezer", in.CgroupsPath, "freezer.state"),
+		filepath.Join("/sys/fs/cgroup/unified", in.CgroupsPath, "cgroup.freeze"),
+	} {
+		if b, err := os.ReadFile(p); err == nil {
+			s := strings.TrimSpace(string(b))
+			switch s {
+			case "0":
+				return "THAWED"
+			case "1":
+				return "FROZEN"
+			}
+			return s
+		}
+	}
+	t.Fatalf("no freezer for %s", in.CgroupsPath)
+	return ""
+}
+
+// deadPID returns the pid of a process that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// TestWatchdogReleasesAbandonedFreeze leaves a container as a killed
+// checkpoint would: frozen, its network locked by cairn and by CRIU, and a
+// freeze note naming a process that is gone. Without any call into cairn,
+// the container's shim must thaw it, lift both locks and drop the note.
+func TestWatchdogReleasesAbandonedFreeze(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	in, err := env.Manager.Run(ctx, container.Config{Name: "w", Args: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	netns := netw.NetnsPath("cairn-" + env.Manager.Instance() + "-w")
+	if err := netw.LockNetns(ctx, netns); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	nft, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nft.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "CRIU-4242"})
+	if err := nft.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(in.Dir, "frozen-by")
+	note, _ := json.Marshal(map[string]any{"pid": deadPID(t), "deadline": time.Now().Add(time.Hour).Unix()})
+	if err := os.WriteFile(marker, note, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fz := filepath.Join("/sys/fs/cgroup/freezer", in.CgroupsPath, "freezer.state")
+	if err := os.WriteFile(fz, []byte("FROZEN"), 0); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	testutil.WaitUntil(t, 5*time.Second, func() (bool, string) {
+		locked, _ := netw.NetnsLocked(ctx, netns)
+		tables, _ := nft.ListTables()
+		criu := false
+		for _, tb := range tables {
+			criu = criu || tb.Name == "CRIU-4242"
+		}
+		_, merr := os.Stat(marker)
+		st := freezerState(t, in)
+		return st == "THAWED" && !locked && !criu && errors.Is(merr, os.ErrNotExist),
+			fmt.Sprintf("freezer %s, cairn lock %v, CRIU table %v, note %v", st, locked, criu, merr)
+	})
+	t.Logf("released %v after the freeze", time.Since(start).Round(time.Millisecond))
+
+	// A freeze whose owner still runs is left alone.
+	if err := os.WriteFile(marker, []byte(fmt.Sprintf(`{"pid":%d,"deadline":%d}`, os.Getpid(), time.Now().Add(time.Hour).Unix())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fz, []byte("FROZEN"), 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if st := freezerState(t, in); st != "FROZEN" {
+		t.Errorf("a freeze whose owner runs was undone: %s", st)
+	}
+	os.Remove(marker)
+	os.WriteFile(fz, []byte("THAWED"), 0)
+}
+
+// TestDumpTimeout checkpoints a container holding a stopped process, on
+// which CRIU hangs while it seizes the frozen tree. The dump is killed at
+// the dump timeout, the checkpoint fails with ErrDumpTimeout, nothing is
+// listed, and the container runs on, thawed and unlocked.
+func TestDumpTimeout(t *testing.T) {
+	env := testutil.NewEnv(t, func(o *container.Options) { o.DumpTimeout = 2 * time.Second })
+	ctx := context.Background()
+	m := env.Manager
+	in, err := m.Run(ctx, container.Config{Name: "hang", Args: []string{"sh", "-c",
+		"sleep 600 & kill -STOP $!; i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() string {
+		b, _ := os.ReadFile(filepath.Join(in.RootFS, "tmp/count"))
+		return strings.TrimSpace(string(b))
+	}
+	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) { return count() != "", "no count yet" })
+	start := time.Now()
+	_, err = m.Checkpoint(ctx, "hang", container.CheckpointOptions{})
+	took := time.Since(start)
+	if !errors.Is(err, container.ErrDumpTimeout) || !errors.Is(err, container.ErrDumpFailed) {
+		t.Fatalf("checkpoint of a hanging dump: %v (after %v), want ErrDumpTimeout", err, took)
+	}
+	if took > 10*time.Second {
+		t.Errorf("checkpoint returned after %v with a 2s dump timeout", took)
+	}
+	if st := freezerState(t, in); st != "THAWED" {
+		t.Fatalf("container left %s", st)
+	}
+	before := count()
+	testutil.WaitUntil(t, 5*time.Second, func() (bool, string) {
+		return count() != before, "the container does not run on after the timeout"
+	})
+	if recs, _ := m.Checkpoints("hang"); len(recs) != 0 {
+		t.Errorf("a timed-out checkpoint is listed: %+v", recs)
+	}
+}
