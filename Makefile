@@ -4,6 +4,7 @@
 GO       ?= go
 BIN      := bin/cairn
 PKGS     := ./...
+REV      := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 # Fuzz targets run for FUZZTIME each in `make test`; `make fuzz FUZZTIME=10m` for longer runs.
 FUZZTIME ?= 5s
 
@@ -19,7 +20,7 @@ setup: ## Install what cairn needs (runc, iptables, CRIU >= 4.2, Go modules); id
 
 .PHONY: build
 build: setup ## Build bin/cairn
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/cairn
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.buildRevision=$(REV)" -o $(BIN) ./cmd/cairn
 
 .PHONY: demo
 demo: build ## Set up, build and run the demos: one container, then a 3-node cluster job

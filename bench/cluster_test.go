@@ -51,7 +51,7 @@ func BenchmarkCoordination(b *testing.B) {
 		}
 		b.Logf("%2d ranks on 4 nodes: t_coord %5.1f ms (commit txn %4.1f ms) + t_cont %5.1f ms = %5.1f ms | ranks frozen %6.1f ms, slowest prepare %6.1f ms (medians of %d rounds; target t_coord+t_cont <= 50 ms at 16 ranks)",
 			ranks, ms(median(coord)), ms(median(persist)), ms(median(cont)), ms(median(coord)+median(cont)), ms(median(stall)), ms(median(dump)), len(coord))
-		c.OK("rm", job)
+		c.OK("rm", "-f", job)
 	}
 }
 

@@ -216,7 +216,7 @@ func BenchmarkReplicationOverhead(b *testing.B) {
 		for _, d := range win {
 			r.replWin += d
 		}
-		c.OK("rm", name)
+		c.OK("rm", "-f", name)
 		time.Sleep(3 * time.Second) // whatever the run left behind settles
 		return r
 	}

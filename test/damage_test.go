@@ -248,3 +248,58 @@ func TestNodeDiesMidReplication(t *testing.T) {
 		t.Fatalf("result %s, want %s", got, want)
 	}
 }
+
+// TestQuarantineEvent damages a pack no index lists in a node's store (a
+// copy of a real pack under another name, one byte flipped): the next
+// checkpoint's store writer on that node quarantines it instead of deleting
+// it, the checkpoint still becomes durable, and the cluster's event stream
+// says so once, naming the node and the pack.
+func TestQuarantineEvent(t *testing.T) {
+	c := testutil.NewCluster(t, 1)
+	c.OK("run", "--job", "q", "--ranks", "1", "--replicas", "0", "--", "sleep", "600")
+	c.OK("checkpoint", "q")
+	node := c.Status("q").Placement[0]
+	var data string
+	for _, n := range c.File().Nodes {
+		if n.Name == node {
+			data = n.Data
+		}
+	}
+	packs, _ := filepath.Glob(filepath.Join(data, "store", "packs", "*", "*"))
+	if len(packs) == 0 {
+		t.Fatal("no pack on the node")
+	}
+	b, err := os.ReadFile(packs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/3] ^= 0x40
+	name := strings.Repeat("ab", 32)
+	bad := filepath.Join(data, "store", "packs", "ab", name)
+	if err := os.MkdirAll(filepath.Dir(bad), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.OK("checkpoint", "q")
+	if cks := c.Ckpts("q"); len(cks) != 2 || cks[1].State != "durable" && cks[1].State != "protected" {
+		t.Fatalf("checkpoints after the quarantine: %+v", cks)
+	}
+	if _, err := os.Stat(filepath.Join(data, "store", "quarantine", name)); err != nil {
+		t.Fatalf("the damaged pack is not in quarantine: %v", err)
+	}
+	var events string
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		events = c.OK("events", "--type", "store.quarantined", "--json")
+		return strings.Contains(events, name[:12]), events
+	})
+	if n := strings.Count(events, `"store.quarantined"`); n != 1 || !strings.Contains(events, node) {
+		t.Fatalf("want one event naming %s, got %d:\n%s", node, n, events)
+	}
+	time.Sleep(3 * time.Second) // more heartbeats: still one event
+	if n := strings.Count(c.OK("events", "--type", "store.quarantined", "--json"), `"store.quarantined"`); n != 1 {
+		t.Fatalf("%d quarantine events after more heartbeats", n)
+	}
+	c.OK("rm", "-f", "q")
+}

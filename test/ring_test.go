@@ -116,7 +116,15 @@ func TestPeriodicCheckpoints(t *testing.T) {
 			t.Fatalf("rounds %d and %d only %s apart, interval 1s", raw[i-1].Seq, ck.Seq, ck.Created.Sub(raw[i-1].Created))
 		}
 	}
-	c.OK("rm", "tick")
+	if out, err := c.Run("rm", "tick"); err == nil || !strings.Contains(out, "--force") {
+		t.Fatalf("rm of a job with checkpoints, without --force: %v\n%s", err, out)
+	}
+	if out := c.OK("jobs", "--json"); !strings.Contains(out, `"tick"`) {
+		t.Fatalf("a refused rm removed the job: %s", out)
+	}
+	if out := c.OK("rm", "-f", "tick"); !strings.Contains(out, "checkpoints") {
+		t.Fatalf("rm -f does not say what it deleted: %s", out)
+	}
 	if out := c.OK("jobs", "--json"); strings.TrimSpace(out) != "[]" {
 		t.Fatalf("jobs after rm: %s", out)
 	}

@@ -109,7 +109,20 @@ publishes them as health.warning events and acts by each job's
 						log.Info("health probes pass")
 					}
 				})
-				go keepJoined(ctx, coord.NewClient(coordAddr, c), j, h.Warnings, log)
+				// The store's quarantine, reported with every heartbeat:
+				// the coordinator publishes each new damaged pack.
+				quarantined := func() []string {
+					qs, err := m.Repo().Quarantined()
+					if err != nil {
+						return []string{"cannot read the store's quarantine: " + err.Error()}
+					}
+					var out []string
+					for _, q := range qs {
+						out = append(out, q.String())
+					}
+					return out
+				}
+				go keepJoined(ctx, coord.NewClient(coordAddr, c), j, h.Warnings, quarantined, log)
 			}
 			return (&agent.Server{Manager: m, Creds: c, Logger: log, Node: node}).Serve(ctx, ln)
 		},
@@ -153,7 +166,7 @@ func unlockRanks(ctx context.Context, m *container.Manager, log *slog.Logger) {
 
 // keepJoined joins the cluster and sends heartbeats until ctx ends; it
 // joins again whenever the coordinator no longer knows the node.
-func keepJoined(ctx context.Context, cl *coord.Client, j coordv1.Join, health func() []string, log *slog.Logger) {
+func keepJoined(ctx context.Context, cl *coord.Client, j coordv1.Join, health, quarantined func() []string, log *slog.Logger) {
 	defer cl.Close()
 	every := time.Second
 	joined := false
@@ -171,7 +184,7 @@ func keepJoined(ctx context.Context, cl *coord.Client, j coordv1.Join, health fu
 			}
 		} else {
 			hctx, cancel := context.WithTimeout(ctx, every*2)
-			err = cl.Heartbeat(hctx, coordv1.Heartbeat{Name: j.Name, Health: health()})
+			err = cl.Heartbeat(hctx, coordv1.Heartbeat{Name: j.Name, Health: health(), Quarantined: quarantined()})
 			cancel()
 			var we *agentv1.Error
 			if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {

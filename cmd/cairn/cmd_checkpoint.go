@@ -29,8 +29,11 @@ the dump.`,
 			}
 			if c, ok := asJob(cmd.Context(), args[0]); ok {
 				defer c.Close()
-				if stop {
+				if stop || !leaveRunning {
 					return usageError{errors.New("--stop is for containers; checkpoint the job, then cairn kill it")}
+				}
+				if err := notWith(cmd, "a job (its agents' --dump-timeout applies)", "dump-timeout"); err != nil {
+					return err
 				}
 				return jobCheckpoint(cmd, c, args[0], asJSON)
 			}
@@ -39,18 +42,19 @@ the dump.`,
 				return err
 			}
 			prog, done := progressBar("persisting "+args[0], asJSON)
+			watch := watchStore(m.Repo())
 			man, err := m.Checkpoint(cmd.Context(), args[0], container.CheckpointOptions{Stop: stop || !leaveRunning, Progress: prog})
 			done()
 			if err != nil {
-				return err
+				return errors.Join(err, watch.damage())
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), man)
+				return errors.Join(printJSON(cmd.OutOrStdout(), man), watch.damage())
 			}
 			t := man.Timing
 			fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s: %s (%s new); stalled %s (dump %s), total %s\n",
 				man.Name(), humanBytes(man.Size()), humanBytes(man.NewBytes), humanDuration(t.Stall), humanDuration(t.Dump), humanDuration(t.Total))
-			return nil
+			return watch.damage()
 		},
 	}
 	f := cmd.Flags()
@@ -192,16 +196,17 @@ NAME must not be running; --as NEWNAME restores a copy beside it.`,
 			}
 			var done func()
 			opts.Progress, done = progressBar("reading "+args[0], asJSON)
+			watch := watchStore(m.Repo())
 			in, err := m.Restore(cmd.Context(), args[0], opts)
 			done()
 			if err != nil {
-				return err
+				return errors.Join(err, watch.damage())
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), in)
+				return errors.Join(printJSON(cmd.OutOrStdout(), in), watch.damage())
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s restored from %s (pid %d, address %s)\n", in.Name, in.RestoredFrom, in.Pid, in.Addr)
-			return nil
+			return watch.damage()
 		},
 	}
 	f := cmd.Flags()
@@ -217,25 +222,67 @@ func newVerifyCmd() *cobra.Command {
 		Use:   "verify [NAME[:SEQ]...] [--all] [--read-data]",
 		Short: "Check that checkpoints are complete and intact in the store",
 		Long: `Check checkpoints: their records, their manifests, and that every chunk they
-use is in the store. With --read-data every chunk is read and checked against
-its hash (BLAKE3), which finds damaged data; a damaged chunk is reported with
-every checkpoint that uses it.`,
+use is in the store, in a pack that is there. With --read-data every chunk is
+read and checked against its hash (BLAKE3), which finds damaged data; a damaged
+chunk is reported with every checkpoint that uses it. --all also reports
+records that cannot be read, entries of the catalog that are no record, and
+the whole store (packs, index, manifests, quarantined packs).
+
+Every problem is a line starting with BAD; verify goes on after each and
+exits 4 at the end if there was any.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := manager()
 			if err != nil {
 				return err
 			}
+			repo := m.Repo()
+			w := cmd.OutOrStdout()
 			type target struct {
 				name string
 				seq  int
 			}
+			type result struct {
+				Checkpoint string `json:"checkpoint"`
+				OK         bool   `json:"ok"`
+				Error      string `json:"error,omitempty"`
+			}
 			var targets []target
+			var results []result
+			var strays []image.Stray
+			bad := 0
+			// report prints one checkpoint's line and keeps it for --json.
+			report := func(r result) {
+				results = append(results, r)
+				if r.OK {
+					if !asJSON {
+						fmt.Fprintf(w, "ok   %s\n", r.Checkpoint)
+					}
+					return
+				}
+				bad++
+				if !asJSON {
+					fmt.Fprintf(w, "BAD  %s: %s\n", r.Checkpoint, r.Error)
+				}
+			}
 			if all {
-				names, err := m.Repo().Containers()
+				if strays, err = repo.Strays(); err != nil {
+					return err
+				}
+				for _, s := range strays {
+					bad++
+					if !asJSON {
+						fmt.Fprintf(w, "BAD  catalog: %s: %s\n", s.Path, s.Reason)
+					}
+				}
+				names, err := repo.Containers()
 				if err != nil {
 					return err
 				}
-				args = append(args, names...)
+				for _, n := range names {
+					if container.ValidName(n) == nil { // others are strays
+						args = append(args, n)
+					}
+				}
 			}
 			if len(args) == 0 && !all {
 				return usageError{errors.New("name checkpoints to verify, or --all")}
@@ -245,43 +292,40 @@ every checkpoint that uses it.`,
 					targets = append(targets, target{name, seq})
 					continue
 				}
-				ms, _ := m.Repo().List(a)
-				if len(ms) == 0 {
+				if err := container.ValidName(a); err != nil {
+					return usageError{err}
+				}
+				ms, errs := repo.List(a)
+				for _, err := range errs {
+					// A record that cannot be read is reported, not skipped.
+					r := result{Checkpoint: a, Error: err.Error()}
+					var ce *image.CorruptError
+					if errors.As(err, &ce) && ce.Image != "" {
+						r.Checkpoint = ce.Image
+					}
+					report(r)
+				}
+				if len(ms) == 0 && len(errs) == 0 && !all {
 					return fmt.Errorf("%w: %s", image.ErrNotFound, a)
 				}
 				for _, man := range ms {
 					targets = append(targets, target{a, man.Seq})
 				}
 			}
-			type result struct {
-				Checkpoint string `json:"checkpoint"`
-				OK         bool   `json:"ok"`
-				Error      string `json:"error,omitempty"`
-			}
-			var results []result
-			var bad int
 			for _, t := range targets {
 				r := result{Checkpoint: fmt.Sprintf("%s:%d", t.name, t.seq), OK: true}
 				prog, done := progressBar(fmt.Sprintf("verifying %s:%d", t.name, t.seq), asJSON || !readData)
-				_, err := m.Repo().Verify(cmd.Context(), t.name, t.seq, readData, prog)
+				_, err := repo.Verify(cmd.Context(), t.name, t.seq, readData, prog)
 				done()
 				if err != nil {
 					r.OK, r.Error = false, err.Error()
-					bad++
 				}
-				results = append(results, r)
-				if !asJSON {
-					if r.OK {
-						fmt.Fprintf(cmd.OutOrStdout(), "ok   %s\n", r.Checkpoint)
-					} else {
-						fmt.Fprintf(cmd.OutOrStdout(), "BAD  %s: %s\n", r.Checkpoint, r.Error)
-					}
-				}
+				report(r)
 			}
 			var storeRep *image.StoreReport
 			if all {
 				prog, done := progressBarOf("checking the store", asJSON || !readData, "chunks")
-				rep, err := m.Repo().CheckStore(cmd.Context(), readData, prog)
+				rep, err := repo.CheckStore(cmd.Context(), readData, prog)
 				done()
 				if err != nil && !errors.Is(err, image.ErrNotFound) {
 					return err
@@ -291,19 +335,24 @@ every checkpoint that uses it.`,
 					bad += len(rep.Problems)
 					if !asJSON {
 						for _, p := range rep.Problems {
-							fmt.Fprintf(cmd.OutOrStdout(), "BAD  store: %s\n", p)
+							fmt.Fprintf(w, "BAD  store: %s\n", p)
 						}
 						if len(rep.Problems) == 0 {
-							fmt.Fprintf(cmd.OutOrStdout(), "ok   store: %d packs, %d chunks, %d manifests\n", rep.Packs, rep.Chunks, rep.Manifests)
+							fmt.Fprintf(w, "ok   store: %d packs, %d chunks, %d manifests\n", rep.Packs, rep.Chunks, rep.Manifests)
 						}
 					}
 				}
 			}
 			if asJSON {
-				if err := printJSON(cmd.OutOrStdout(), struct {
+				if results == nil {
+					results = []result{}
+				}
+				if err := printJSON(w, struct {
 					Checkpoints []result           `json:"checkpoints"`
+					Catalog     []image.Stray      `json:"catalog,omitempty"` // stray entries of the catalog
 					Store       *image.StoreReport `json:"store,omitempty"`
-				}{results, storeRep}); err != nil {
+					Bad         int                `json:"bad"` // problems found, BAD lines without --json
+				}{results, strays, storeRep, bad}); err != nil {
 					return err
 				}
 			}
@@ -313,7 +362,7 @@ every checkpoint that uses it.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&all, "all", false, "verify every checkpoint")
+	cmd.Flags().BoolVar(&all, "all", false, "verify every checkpoint, the catalog and the store")
 	cmd.Flags().BoolVar(&readData, "read-data", false, "read and hash every chunk")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -325,8 +374,11 @@ func forEachRef(refs []string, fn func(name string, seq int) error) error {
 	var errs []error
 	for _, ref := range refs {
 		name, seq, err := container.ParseCheckpointRef(ref, "")
-		if err != nil || name == "" {
-			errs = append(errs, usageError{fmt.Errorf("bad checkpoint %q: want NAME:SEQ", ref)})
+		if err == nil && name == "" {
+			err = fmt.Errorf("bad checkpoint %q: want NAME:SEQ", ref)
+		}
+		if err != nil {
+			errs = append(errs, usageError{err})
 			continue
 		}
 		if err := fn(name, seq); err != nil {

@@ -72,8 +72,19 @@ func newRmCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rm [-f] NAME...",
 		Short: "Remove containers (their checkpoints are kept), or jobs of the cluster",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Remove containers of this node; a running one only with -f, which kills it
+first. A container's checkpoints are kept (cairn checkpoint rm, cairn gc).
+
+For a job of the cluster, remove its ranks, its network, its checkpoints and
+every copy of its rank images on every node. A job that still runs or has
+checkpoints is refused without -f; with -f, cairn says what it deleted.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range args {
+				if err := checkName(name); err != nil {
+					return err
+				}
+			}
 			m, err := manager()
 			if err != nil {
 				return err
@@ -81,13 +92,13 @@ func newRmCmd() *cobra.Command {
 			var errs []error
 			for _, name := range args {
 				if c, ok := asJob(cmd.Context(), name); ok {
-					err := c.RemoveJob(cmd.Context(), name)
+					out, err := c.RemoveJob(cmd.Context(), name, force)
 					c.Close()
 					if err != nil {
 						errs = append(errs, err)
 						continue
 					}
-					fmt.Fprintln(cmd.OutOrStdout(), name)
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: removed the job, %d ranks, %d checkpoints and %d rank images on live nodes\n", name, out.Ranks, out.Ckpts, out.Images)
 					continue
 				}
 				if err := m.Remove(cmd.Context(), name, force); err != nil {
@@ -112,14 +123,17 @@ func newKillCmd() *cobra.Command {
 processes; the job and its checkpoints stay (cairn restart JOB).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if c, ok := asJob(cmd.Context(), args[0]); ok {
-				defer c.Close()
-				_, err := c.KillJob(cmd.Context(), args[0])
-				return err
-			}
 			s, err := parseSignal(sig)
 			if err != nil {
 				return usageError{err}
+			}
+			if err := checkName(args[0]); err != nil {
+				return err
+			}
+			if c, ok := asJob(cmd.Context(), args[0]); ok {
+				defer c.Close()
+				_, err := c.KillJob(cmd.Context(), args[0], int(s))
+				return err
 			}
 			m, err := manager()
 			if err != nil {

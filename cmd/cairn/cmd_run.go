@@ -41,6 +41,9 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 				if cfg.Name != "" {
 					return usageError{fmt.Errorf("--name and --job exclude each other")}
 				}
+				if err := notWith(cmd, "a job (--job)", "hostname", "workdir", "userns"); err != nil {
+					return err
+				}
 				if len(args) == 0 {
 					return usageError{fmt.Errorf("no command given: cairn run --job NAME --ranks N -- CMD [ARGS...]")}
 				}
@@ -56,6 +59,9 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 			}
 			if cfg.Name == "" {
 				return usageError{fmt.Errorf("--name (a container) or --job (a job on the cluster) is required")}
+			}
+			if err := notWith(cmd, "a container (--name)", jobFlags...); err != nil {
+				return err
 			}
 			if len(args) == 0 {
 				return usageError{fmt.Errorf("no command given: cairn run --name NAME -- CMD [ARGS...]")}
@@ -87,6 +93,7 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 	f.StringArrayVarP(&cfg.Env, "env", "e", nil, "set an environment variable KEY=VALUE (repeatable)")
 	f.StringVar(&cfg.Hostname, "hostname", "", "hostname inside the container (default: its name)")
 	f.StringVarP(&cfg.Cwd, "workdir", "w", "", "working directory inside the container (default /)")
+	f.BoolVar(&cfg.UserNS, "userns", false, "run the container in a user namespace of its own: its root is host uid 1000000 and has no power over the host's files (see docs/security.md for what it costs)")
 	f.BoolVar(&asJSON, "json", false, "print the container (or job) as JSON")
 	f.StringVar(&job.Name, "job", "", "start a job of this name on the cluster")
 	f.IntVar(&job.Ranks, "ranks", 1, "number of ranks of the job")
@@ -99,6 +106,24 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 	f.IntVar(&job.MaxRestarts, "max-restarts", 10, "automatic restarts allowed (0: no limit)")
 	f.StringVar(&replRate, "replication-rate", "", "limit each replica transfer to this many bytes/s, e.g. 50M (default: no limit)")
 	return cmd
+}
+
+// jobFlags are run's flags that only a job takes.
+var jobFlags = []string{"ranks", "per-node", "nodes", "checkpoint-every", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate"}
+
+// notWith refuses (usage error) any of the given flags that was set: they
+// do not apply to what cmd was asked to do.
+func notWith(cmd *cobra.Command, what string, flags ...string) error {
+	var set []string
+	for _, f := range flags {
+		if cmd.Flags().Changed(f) {
+			set = append(set, "--"+f)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return usageError{fmt.Errorf("%s does not apply to %s", strings.Join(set, ", "), what)}
 }
 
 // parseSize reads a byte count with an optional K, M or G suffix (powers

@@ -13,26 +13,30 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/criu"
 	"cairn/internal/image"
+	"cairn/internal/names"
 	"cairn/internal/netw"
 )
 
 // globalOptions are the flags every command takes.
 type globalOptions struct {
-	dataDir    string
-	stagingDir string
-	criuPath   string
-	runcPath   string
-	bridge     string
-	subnet     string
-	debug      bool
-	hide       []string // host paths containers never see
-	hostPorts  []uint16 // host TCP ports containers may connect to
+	dataDir     string
+	stagingDir  string
+	criuPath    string
+	runcPath    string
+	bridge      string
+	subnet      string
+	debug       bool
+	hide        []string // host paths containers never see
+	hostPorts   []uint16 // host TCP ports containers may connect to
+	dumpTimeout time.Duration
 }
 
 var global globalOptions
@@ -64,6 +68,7 @@ or a new name.`,
 	pf.StringVar(&global.bridge, "bridge", envOr("CAIRN_BRIDGE", container.DefaultBridge), "node bridge containers attach to ($CAIRN_BRIDGE)")
 	pf.StringVar(&global.subnet, "subnet", envOr("CAIRN_SUBNET", container.DefaultSubnet), "subnet of the node bridge ($CAIRN_SUBNET)")
 	pf.BoolVar(&global.debug, "debug", false, "log what cairn does to stderr")
+	pf.DurationVar(&global.dumpTimeout, "dump-timeout", container.DefaultDumpTimeout, "kill a checkpoint's CRIU dump that runs longer, and resume the container")
 	pf.StringSliceVar(&global.hide, "hide", envList("CAIRN_HIDE", ":"), "host path no container sees, besides cairn's own dirs and the host's secrets; repeatable ($CAIRN_HIDE, ':'-separated)")
 	pf.UintSliceVar(&hostPortFlags, "allow-host-port", nil, "TCP port of the host that containers may connect to (default none); repeatable ($CAIRN_ALLOW_HOST_PORTS)")
 	pf.StringVar(&coordFlags.addr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "coordinator of the cluster (default: the local cluster of 'cairn up') ($CAIRN_COORDINATOR)")
@@ -75,9 +80,20 @@ or a new name.`,
 		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(),
 		newInitCmd(), newNodeCmd(), newAgentCmd(), newCoordinatorCmd(), newUpCmd(), newDownCmd(),
 		newJobsCmd(), newNodesCmd(), newRestartCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
-		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(),
+		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(),
 	)
+	root.Version = buildVersion().String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	return root
+}
+
+// checkName refuses, as a usage error, a container or job name that
+// cannot exist, before anything is looked up or made for it.
+func checkName(name string) error {
+	if err := names.Container(name); err != nil {
+		return usageError{err}
+	}
+	return nil
 }
 
 // hostPortFlags holds --allow-host-port before it is checked.
@@ -134,13 +150,14 @@ func manager() (*container.Manager, error) {
 		return nil, err
 	}
 	return container.New(container.Options{
-		DataDir:    global.dataDir,
-		StagingDir: global.stagingDir,
-		CRIU:       global.criuPath,
-		Runc:       global.runcPath,
-		Bridge:     netw.Bridge{Name: global.bridge, Subnet: subnet.Masked(), HostPorts: ports},
-		Hide:       global.hide,
-		Logger:     logger,
+		DataDir:     global.dataDir,
+		StagingDir:  global.stagingDir,
+		CRIU:        global.criuPath,
+		Runc:        global.runcPath,
+		Bridge:      netw.Bridge{Name: global.bridge, Subnet: subnet.Masked(), HostPorts: ports},
+		Hide:        global.hide,
+		DumpTimeout: global.dumpTimeout,
+		Logger:      logger,
 	})
 }
 
@@ -167,15 +184,20 @@ func exitCode(err error) int {
 	}
 	fmt.Fprintln(os.Stderr, "cairn: error:", err)
 	var ue usageError
+	var we *agentv1.Error // both APIs' errors
+	wire := ""
+	if errors.As(err, &we) {
+		wire = we.Code
+	}
 	switch {
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), wire == agentv1.CodeBadRequest:
 		fmt.Fprintln(os.Stderr, "Run 'cairn --help' for usage.")
 		return 2
-	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
+	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound), wire == agentv1.CodeNotFound:
 		return 3
-	case errors.Is(err, image.ErrCorrupt):
+	case errors.Is(err, image.ErrCorrupt), wire == agentv1.CodeCorrupt:
 		return 4
-	case errors.Is(err, criu.ErrUnusable):
+	case errors.Is(err, criu.ErrUnusable), wire == agentv1.CodeCRIU:
 		return 5
 	case errors.Is(err, context.Canceled):
 		return 130

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +161,45 @@ func TestAgentRefusesStrangers(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "certificate") && !strings.Contains(err.Error(), "tls") {
 		t.Logf("refused with: %v", err)
+	}
+}
+
+// TestAgentRefusesHostileNames: names and numbers that would build paths
+// outside the node's data dir are refused as bad requests by every API
+// call that takes them, and nothing is created for them.
+func TestAgentRefusesHostileNames(t *testing.T) {
+	cl, env := startAgent(t)
+	ctx := context.Background()
+	c := agent.NewClient(cl.addr, "n1", issue(t, cl.ca, "coord", pki.Coordinator))
+	defer c.Close()
+	for _, bad := range []string{"../../x", "/abs", "..", "a/b"} {
+		calls := map[string]func() error{
+			"run":        func() error { _, err := c.Run(ctx, v1.RunRequest{Name: bad, Args: []string{"true"}}); return err },
+			"get":        func() error { _, err := c.Get(ctx, bad); return err },
+			"remove":     func() error { return c.Remove(ctx, bad, true) },
+			"checkpoint": func() error { _, err := c.Checkpoint(ctx, v1.CheckpointRequest{Name: bad}); return err },
+			"restore":    func() error { _, err := c.Restore(ctx, v1.RestoreRequest{Name: bad}); return err },
+			"restore as": func() error { _, err := c.Restore(ctx, v1.RestoreRequest{Name: "x", As: bad}); return err },
+			"ckpts":      func() error { _, err := c.Checkpoints(ctx, bad); return err },
+			"kill":       func() error { return c.Kill(ctx, bad, 9) },
+			"prepare":    func() error { _, err := c.Prepare(ctx, v1.Prepare{Rank: v1.Rank{Job: bad}, Seq: 1}); return err },
+			"drop":       func() error { _, err := c.DropImages(ctx, v1.DropImages{Containers: []string{bad}}); return err },
+		}
+		for what, call := range calls {
+			var e *v1.Error
+			if err := call(); !errors.As(err, &e) || e.Code != v1.CodeBadRequest {
+				t.Errorf("%s %q: %v, want %s", what, bad, err, v1.CodeBadRequest)
+			}
+		}
+	}
+	if _, err := c.Prepare(ctx, v1.Prepare{Rank: v1.Rank{Job: "j"}, Seq: -1}); err == nil {
+		t.Error("prepare of checkpoint -1 accepted")
+	}
+	locks, _ := os.ReadDir(filepath.Join(env.DataDir, "locks"))
+	if len(locks) != 0 {
+		t.Errorf("lock files left for names that do not exist: %v", locks)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(env.DataDir), "x.lock")); err == nil {
+		t.Error("x.lock made outside the data dir")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"cairn/internal/container"
 	"cairn/internal/criu"
 	"cairn/internal/image"
+	"cairn/internal/names"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -55,6 +56,8 @@ func failErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &we):
 		rpc.FailError(w, we)
+	case errors.Is(err, names.ErrInvalid):
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
 		fail(w, http.StatusNotFound, v1.CodeNotFound, err.Error())
 	case errors.Is(err, container.ErrExists):

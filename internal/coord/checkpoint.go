@@ -51,15 +51,13 @@ func listBySeq[T any](ctx context.Context, c *Coordinator, prefix string, seq fu
 // skipped, with an error of code conflict, while anything else runs on
 // the job.
 func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool) (*v1.Ckpt, error) {
-	mu := c.jobLock(name)
-	if periodic {
-		if !mu.TryLock() {
-			return nil, apiErr(v1.CodeConflict, "job %s is busy", name)
-		}
+	if !periodic {
+		defer c.lockJob(name)()
+	} else if unlock, ok := c.tryLockJob(name); ok {
+		defer unlock()
 	} else {
-		mu.Lock()
+		return nil, apiErr(v1.CodeConflict, "job %s is busy", name)
 	}
-	defer mu.Unlock()
 	j, err := c.job(ctx, name)
 	if err != nil {
 		return nil, err
@@ -357,10 +355,9 @@ func (c *Coordinator) recoverRounds(ctx context.Context) {
 				continue
 			}
 			c.log.Info("recovering an unfinished round", "job", j.Name, "ckpt", ck.Seq, "state", ck.State)
-			mu := c.jobLock(j.Name)
-			mu.Lock()
+			unlock := c.lockJob(j.Name)
 			_, err := c.drive(ctx, &ck, &s)
-			mu.Unlock()
+			unlock()
 			if err != nil {
 				c.log.Info("recovered round", "job", j.Name, "ckpt", ck.Seq, "result", err)
 			}
@@ -424,11 +421,11 @@ func (c *Coordinator) noteExited(ctx context.Context, name string) {
 			return
 		}
 	}
-	mu := c.jobLock(name)
-	if !mu.TryLock() {
+	unlock, ok := c.tryLockJob(name)
+	if !ok {
 		return // something else runs on the job: the next round looks again
 	}
-	defer mu.Unlock()
+	defer unlock()
 	_, err = c.updateJob(ctx, name, func(j *v1.Job) error {
 		if j.State == v1.JobRunning {
 			j.State = v1.JobExited

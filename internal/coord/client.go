@@ -70,15 +70,21 @@ func (c *Client) Status(ctx context.Context, name string) (v1.JobStatus, error) 
 	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(name, ""), nil, &out)
 }
 
-// RemoveJob removes a job.
-func (c *Client) RemoveJob(ctx context.Context, name string) error {
-	return c.rpc.Do(ctx, http.MethodDelete, jobPath(name, ""), nil, nil)
+// RemoveJob removes a job; without force, only one that has no
+// checkpoints and no running ranks.
+func (c *Client) RemoveJob(ctx context.Context, name string, force bool) (v1.Removed, error) {
+	var out v1.Removed
+	q := ""
+	if force {
+		q = "?force=1"
+	}
+	return out, c.rpc.Do(ctx, http.MethodDelete, jobPath(name, "")+q, nil, &out)
 }
 
-// KillJob kills a job's processes.
-func (c *Client) KillJob(ctx context.Context, name string) (v1.Job, error) {
+// KillJob sends sig (0: SIGKILL) to every rank of a job.
+func (c *Client) KillJob(ctx context.Context, name string, sig int) (v1.Job, error) {
 	var out v1.Job
-	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixKill), nil, &out)
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixKill), v1.Kill{Signal: sig}, &out)
 }
 
 // Checkpoint runs a global checkpoint round and returns its outcome. An

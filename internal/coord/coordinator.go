@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
@@ -20,6 +21,7 @@ import (
 	"cairn/internal/agent"
 	"cairn/internal/catalog"
 	"cairn/internal/events"
+	"cairn/internal/names"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 )
@@ -39,12 +41,18 @@ type Options struct {
 	EtcdDesc string
 	// Events receives the cluster's events; nil keeps them in memory.
 	Events *events.Exchange
+	// WriteTimeout is how long a caller may leave what the coordinator
+	// sends it unread: a connection, or a stream of events, that takes
+	// nothing for that long is cut off.
+	WriteTimeout time.Duration
 }
 
 // Defaults for Options.
 const (
 	DefaultDeadline = 20 * time.Second
 	DefaultNodeTTL  = 4 * time.Second
+	// DefaultWriteTimeout is Options.WriteTimeout's default.
+	DefaultWriteTimeout = 30 * time.Second
 )
 
 // DefaultJobSubnets is the default range of job subnets.
@@ -60,9 +68,11 @@ type Coordinator struct {
 	mu      sync.Mutex
 	clients map[string]*agent.Client // by node name
 	members map[string]*catalog.Membership
-	jobMu   map[string]*sync.Mutex
+	jobMu   map[string]*jobMutex
 	lastRun map[string]time.Time // start of each job's last round
 	health  map[string][]string  // failing health probes by node, as last heard
+	// quarantined: damaged packs in each node's store, as last heard
+	quarantined map[string][]string
 
 	wg     sync.WaitGroup
 	runCtx context.Context // Run's; background work ends with it
@@ -85,13 +95,16 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 	if !opts.JobSubnets.IsValid() {
 		opts.JobSubnets = DefaultJobSubnets
 	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
 	if opts.Events == nil {
 		opts.Events, _ = events.New(events.Options{Logger: log})
 	}
 	return &Coordinator{
 		cat: cat, creds: creds, log: log, opts: opts,
 		clients: map[string]*agent.Client{},
-		members: map[string]*catalog.Membership{}, jobMu: map[string]*sync.Mutex{},
+		members: map[string]*catalog.Membership{}, jobMu: map[string]*jobMutex{},
 		lastRun: map[string]time.Time{},
 	}
 }
@@ -118,17 +131,51 @@ func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// jobLock serializes everything that changes one job's processes: rounds,
-// restarts, kill and removal.
-func (c *Coordinator) jobLock(job string) *sync.Mutex {
+// lockJob takes the lock that serializes the work on a job (rounds,
+// restarts, migrations, kill and rm) and returns its unlock. An entry lives
+// only while its lock is held or awaited, so that names asked for in vain
+// leave nothing behind.
+func (c *Coordinator) lockJob(job string) (unlock func()) {
+	unlock, _ = c.jobLock(job, false)
+	return unlock
+}
+
+// tryLockJob is lockJob that gives up at once if the job is busy.
+func (c *Coordinator) tryLockJob(job string) (unlock func(), ok bool) {
+	return c.jobLock(job, true)
+}
+
+func (c *Coordinator) jobLock(job string, try bool) (func(), bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	m := c.jobMu[job]
-	if m == nil {
-		m = &sync.Mutex{}
-		c.jobMu[job] = m
+	l := c.jobMu[job]
+	if l == nil {
+		l = &jobMutex{}
+		c.jobMu[job] = l
 	}
-	return m
+	l.refs++
+	c.mu.Unlock()
+	release := func() {
+		c.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(c.jobMu, job)
+		}
+		c.mu.Unlock()
+	}
+	if try {
+		if !l.TryLock() {
+			release()
+			return nil, false
+		}
+	} else {
+		l.Lock()
+	}
+	return func() { l.Unlock(); release() }, true
+}
+
+// jobMutex is a job's lock and how many hold or await it.
+type jobMutex struct {
+	sync.Mutex
+	refs int
 }
 
 // client returns a client for the named node's agent.
@@ -209,17 +256,27 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, nodes, err)
 	case strings.HasPrefix(p, v1.PathNode) && strings.HasSuffix(p, v1.SuffixSpare) && r.Method == http.MethodPost:
 		var req v1.Spare
+		node := strings.TrimSuffix(strings.TrimPrefix(p, v1.PathNode), v1.SuffixSpare)
+		if err := names.Node(node); err != nil {
+			failErr(w, err)
+			return
+		}
 		if !decode(w, r, &req) {
 			return
 		}
-		n, err := c.SetSpare(ctx, strings.TrimSuffix(strings.TrimPrefix(p, v1.PathNode), v1.SuffixSpare), req.Spare)
+		n, err := c.SetSpare(ctx, node, req.Spare)
 		reply(w, http.StatusOK, n, err)
 	case strings.HasPrefix(p, v1.PathNode) && strings.HasSuffix(p, v1.SuffixDrain) && r.Method == http.MethodPost:
 		var req v1.Drain
+		node := strings.TrimSuffix(strings.TrimPrefix(p, v1.PathNode), v1.SuffixDrain)
+		if err := names.Node(node); err != nil {
+			failErr(w, err)
+			return
+		}
 		if !decode(w, r, &req) {
 			return
 		}
-		out, err := c.Drain(context.WithoutCancel(ctx), strings.TrimSuffix(strings.TrimPrefix(p, v1.PathNode), v1.SuffixDrain), req.Undrain)
+		out, err := c.Drain(context.WithoutCancel(ctx), node, req.Undrain)
 		reply(w, http.StatusOK, out, err)
 	case p == v1.PathJobs && r.Method == http.MethodGet:
 		jobs, err := c.Jobs(ctx)
@@ -246,9 +303,18 @@ func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			st, err := c.Status(ctx, name)
 			reply(w, http.StatusOK, st, err)
 		case suffix == "" && r.Method == http.MethodDelete:
-			reply(w, http.StatusNoContent, nil, c.RemoveJob(ctx, name))
+			out, err := c.RemoveJob(ctx, name, r.URL.Query().Get("force") == "1")
+			reply(w, http.StatusOK, out, err)
 		case suffix == v1.SuffixKill && r.Method == http.MethodPost:
-			j, err := c.KillJob(ctx, name)
+			var req v1.Kill
+			if r.ContentLength != 0 && !decode(w, r, &req) {
+				return
+			}
+			if req.Signal < 0 || req.Signal > 64 {
+				fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, fmt.Sprintf("signal %d: not a signal", req.Signal))
+				return
+			}
+			j, err := c.KillJob(ctx, name, syscall.Signal(req.Signal))
 			reply(w, http.StatusOK, j, err)
 		case suffix == v1.SuffixCheckpoint && r.Method == http.MethodPost:
 			// The round belongs to the cluster, not to this request: a CLI
@@ -302,6 +368,7 @@ func (c *Coordinator) serveNode(w http.ResponseWriter, r *http.Request, certName
 		err := c.heartbeat(ctx, certName)
 		if err == nil {
 			c.noteHealth(ctx, certName, hb.Health)
+			c.noteQuarantine(ctx, certName, hb.Quarantined)
 		}
 		reply(w, http.StatusNoContent, nil, err)
 		return
@@ -445,6 +512,8 @@ func failErr(w http.ResponseWriter, err error) {
 	case errors.As(err, &we):
 		// Keep the code, but say where it came from.
 		rpc.FailError(w, &v1.Error{Code: we.Code, Message: err.Error()})
+	case errors.Is(err, names.ErrInvalid):
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
 	case errors.Is(err, catalog.ErrNotFound):
 		fail(w, http.StatusNotFound, agentv1.CodeNotFound, err.Error())
 	case errors.Is(err, catalog.ErrExists):

@@ -88,3 +88,41 @@ func (c *Coordinator) onHealthWarning(node string) {
 		}
 	}
 }
+
+// noteQuarantine publishes each damaged pack a node reports in its store's
+// quarantine/ once: those not yet in the node's record are published and
+// recorded.
+func (c *Coordinator) noteQuarantine(ctx context.Context, node string, packs []string) {
+	c.mu.Lock()
+	if c.quarantined == nil {
+		c.quarantined = map[string][]string{}
+	}
+	old, known := c.quarantined[node]
+	c.mu.Unlock()
+	if known && slices.Equal(old, packs) {
+		return
+	}
+	var fresh []string
+	var n v1.Node
+	err := c.cat.Update(ctx, nodeKey(node), &n, func() error {
+		fresh = fresh[:0]
+		for _, p := range packs {
+			if !slices.Contains(n.Quarantined, p) {
+				fresh = append(fresh, p)
+			}
+		}
+		n.Quarantined = packs
+		return nil
+	})
+	if err != nil {
+		c.log.Warn("record node quarantine", "node", node, "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.quarantined[node] = packs
+	c.mu.Unlock()
+	for _, p := range fresh {
+		c.log.Warn("a node's store quarantined a damaged pack", "node", node, "pack", p)
+		c.publish(evv1.Event{Type: evv1.StoreQuarantined, Node: node, Message: p})
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
@@ -194,9 +196,7 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 	if len(req.Args) == 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "no command given")
 	}
-	mu := c.jobLock(req.Name)
-	mu.Lock()
-	defer mu.Unlock()
+	defer c.lockJob(req.Name)()
 	if req.Replicas < 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "replicas must be 0 or more")
 	}
@@ -400,11 +400,14 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*v1.JobStatus, e
 	return st, nil
 }
 
-// KillJob kills every rank's processes; the job and its checkpoints stay.
-func (c *Coordinator) KillJob(ctx context.Context, name string) (*v1.Job, error) {
-	mu := c.jobLock(name)
-	mu.Lock()
-	defer mu.Unlock()
+// KillJob sends sig to every rank's processes (0: SIGKILL); the job and
+// its checkpoints stay. After SIGKILL the job is "killed"; after another
+// signal its state follows what its ranks do.
+func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Signal) (*v1.Job, error) {
+	if sig == 0 {
+		sig = syscall.SIGKILL
+	}
+	defer c.lockJob(name)()
 	j, err := c.job(ctx, name)
 	if err != nil {
 		return nil, err
@@ -415,7 +418,7 @@ func (c *Coordinator) KillJob(ctx context.Context, name string) (*v1.Job, error)
 			return nil
 		}
 		name := agent.RankName(j.Name, r)
-		err := cl.Kill(ctx, name, int(syscall.SIGKILL))
+		err := cl.Kill(ctx, name, int(sig))
 		if err == nil {
 			return nil
 		}
@@ -432,20 +435,44 @@ func (c *Coordinator) KillJob(ctx context.Context, name string) (*v1.Job, error)
 	if err != nil {
 		return nil, err
 	}
-	c.log.Info("job killed", "job", name)
+	c.log.Info("job signalled", "job", name, "signal", unix.SignalName(sig))
+	if sig != syscall.SIGKILL {
+		return c.job(ctx, name)
+	}
 	return c.updateJob(ctx, name, func(j *v1.Job) error { j.State = v1.JobKilled; return nil })
 }
 
-// RemoveJob removes a job: its ranks, its network and its catalog records.
-// The rank images stay in the nodes' stores until their gc.
-func (c *Coordinator) RemoveJob(ctx context.Context, name string) error {
-	mu := c.jobLock(name)
-	mu.Lock()
-	defer mu.Unlock()
+// RemoveJob removes a job: its ranks, its network, its catalog records and
+// its rank images on every live node (the store reclaims their chunks at
+// its gc). Without force, a job with checkpoints or running ranks is
+// refused and nothing is touched.
+func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*v1.Removed, error) {
+	defer c.lockJob(name)()
 	j, err := c.job(ctx, name)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	cks, err := c.ckpts(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if !force {
+		if len(cks) > 0 {
+			return nil, apiErr(v1.CodeConflict, "job %s has %d checkpoints (%d to %d), which rm deletes on every node: use --force to remove the job with them", name, len(cks), cks[0].Seq, cks[len(cks)-1].Seq)
+		}
+		if j.State == v1.JobRunning {
+			st, err := c.Status(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range st.RankStates {
+				if r.Status == "running" || r.Status == "paused" || r.Status == "created" {
+					return nil, apiErr(v1.CodeConflict, "job %s is running (rank %d on %s): use --force to kill and remove it", name, r.Rank, r.Node)
+				}
+			}
+		}
+	}
+	out := &v1.Removed{Job: name, Ranks: len(j.Placement), Ckpts: len(cks)}
 	c.teardown(ctx, j, nil)
 	// Rank images are on their nodes and on replicas: every live node
 	// drops the job's.
@@ -455,14 +482,19 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string) error {
 	}
 	if live, err := c.liveNodes(ctx); err == nil {
 		var wg sync.WaitGroup
+		var mu sync.Mutex
 		for n := range live {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				if cl, err := c.client(ctx, n); err == nil {
-					if _, err := cl.DropImages(ctx, agentv1.DropImages{Containers: ranks}); err != nil {
+					d, err := cl.DropImages(ctx, agentv1.DropImages{Containers: ranks})
+					if err != nil {
 						c.log.Warn("drop a removed job's images", "job", name, "node", n, "err", err)
 					}
+					mu.Lock()
+					out.Images += d.Images
+					mu.Unlock()
 				}
 			}()
 		}
@@ -470,9 +502,9 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string) error {
 	}
 	for _, prefix := range []string{ckptPrefix(name), migPrefix(name)} {
 		if _, err := c.cat.DeletePrefix(ctx, prefix); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	c.log.Info("job removed", "job", name)
-	return c.cat.Delete(ctx, jobKey(name))
+	c.log.Info("job removed", "job", name, "ckpts", out.Ckpts, "images", out.Images)
+	return out, c.cat.Delete(ctx, jobKey(name))
 }

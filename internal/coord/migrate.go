@@ -38,9 +38,7 @@ func (c *Coordinator) migrationHold() time.Duration { return c.opts.Hold + time.
 // copy is removed and every rank, the moving one included, runs again
 // where it was. to may be empty: a spare, else the least loaded node.
 func (c *Coordinator) Migrate(ctx context.Context, name string, rank int, to string) (*v1.Migration, error) {
-	mu := c.jobLock(name)
-	mu.Lock()
-	defer mu.Unlock()
+	defer c.lockJob(name)()
 	return c.migrate(ctx, name, rank, to)
 }
 
@@ -393,9 +391,7 @@ func (c *Coordinator) recoverMigrations(ctx context.Context) {
 }
 
 func (c *Coordinator) recoverMigration(ctx context.Context, m *v1.Migration) {
-	mu := c.jobLock(m.Job)
-	mu.Lock()
-	defer mu.Unlock()
+	defer c.lockJob(m.Job)()
 	j, err := c.job(ctx, m.Job)
 	if err != nil || m.Rank >= len(j.Placement) {
 		return

@@ -61,9 +61,7 @@ func (c *Coordinator) Restart(ctx context.Context, name string, req v1.Restart) 
 // restart is Restart; with ifLost, only if a rank's node is dead (several
 // nodes dying at once each ask for a restart: the first one does it).
 func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, ifLost bool) (*v1.Job, error) {
-	mu := c.jobLock(name)
-	mu.Lock()
-	defer mu.Unlock()
+	defer c.lockJob(name)()
 	start := time.Now()
 	j, err := c.job(ctx, name)
 	if err != nil {

@@ -27,7 +27,7 @@ var rules = []struct {
 	{"cairn/internal/store", []string{"cairn/internal/store/pack", "cairn/internal/store/index", "cairn/internal/chunker"}, []string{"cairn/"}},
 	{"cairn/internal/durable", nil, []string{"cairn/"}},
 	{"cairn/internal/names", nil, []string{"cairn/"}},
-	{"cairn/internal/image", []string{"cairn/internal/store", "cairn/internal/chunker", "cairn/internal/durable"}, []string{"cairn/"}},
+	{"cairn/internal/image", []string{"cairn/internal/store", "cairn/internal/chunker", "cairn/internal/durable", "cairn/internal/names"}, []string{"cairn/"}},
 	{"cairn/internal/criu", nil, []string{"cairn/"}},
 	{"cairn/internal/plan", nil, []string{"cairn/"}},
 	{"cairn/internal/pki", []string{"cairn/internal/durable"}, []string{"cairn/"}},

@@ -18,9 +18,9 @@ const (
 	PathEvents = "/v1/events"
 	PathNode   = "/v1/nodes/" // + NAME + SuffixSpare, POST Spare: Node
 	PathJobs   = "/v1/jobs"   // GET: []Job; POST RunJob: Job
-	PathJob    = "/v1/jobs/"  // + NAME: GET JobStatus; DELETE
+	PathJob    = "/v1/jobs/"  // + NAME: GET JobStatus; DELETE ?force=1: Removed
 	// + NAME + one of these, POST:
-	SuffixKill        = "/kill"        // Job
+	SuffixKill        = "/kill"        // Kill: Job
 	SuffixCheckpoint  = "/checkpoint"  // Ckpt, once the round has ended
 	SuffixRestart     = "/restart"     // Restart: Job
 	SuffixCheckpoints = "/checkpoints" // GET: []Ckpt
@@ -29,6 +29,23 @@ const (
 	SuffixMigrations  = "/migrations"  // GET: []Migration
 	SuffixDrain       = "/drain"       // (nodes) POST Drain: DrainResult
 )
+
+// Kill sends a signal to every rank of a job (0 means SIGKILL). A job
+// killed with SIGKILL is "killed"; with another signal its ranks may end as
+// they choose.
+type Kill struct {
+	Signal int `json:"signal,omitempty"`
+}
+
+// Removed says what removing a job deleted. Without force, a job that has
+// checkpoints or running ranks is refused (code conflict) and nothing is
+// deleted.
+type Removed struct {
+	Job    string `json:"job"`
+	Ranks  int    `json:"ranks"`  // rank containers removed
+	Ckpts  int    `json:"ckpts"`  // global checkpoints deleted from the catalog
+	Images int    `json:"images"` // rank images (own copies and replicas) dropped on live nodes
+}
 
 // Spare marks a node as a spare (no new jobs are placed on it; restarts
 // and migrations go there first) or not.
@@ -74,6 +91,9 @@ type Heartbeat struct {
 	Name string `json:"name"`
 	// Health lists the node's failing health probes; empty when healthy.
 	Health []string `json:"health,omitempty"`
+	// Quarantined describes each damaged pack the node's store has set
+	// aside in its quarantine/ (one line each, the pack's id first).
+	Quarantined []string `json:"quarantined,omitempty"`
 }
 
 // Node is a cluster node as the catalog records it.
@@ -88,6 +108,9 @@ type Node struct {
 	Spare    bool              `json:"spare,omitempty"`
 	Drained  bool              `json:"drained,omitempty"` // no ranks placed here; its ranks were moved away
 	Health   []string          `json:"health,omitempty"`  // failing health probes, as last reported
+	// Quarantined lists the damaged packs the node's store set aside, as
+	// last reported.
+	Quarantined []string `json:"quarantined,omitempty"`
 }
 
 // RunJob starts a job.

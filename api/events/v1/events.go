@@ -38,6 +38,11 @@ const (
 	HealthWarning = "health.warning" // a node's health probe went bad (Message says which)
 	HealthOK      = "health.ok"      // it is good again
 
+	// StoreQuarantined: a node's store found a damaged pack and set it
+	// aside in its quarantine/, salvaging what still verified (Message
+	// says which pack and how many blobs were salvaged and lost).
+	StoreQuarantined = "store.quarantined"
+
 	JobStarted       = "job.started"
 	JobRestarting    = "job.restarting"
 	JobRestarted     = "job.restarted"
