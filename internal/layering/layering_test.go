@@ -27,6 +27,7 @@ var rules = []struct {
 	{"cairn/internal/store", []string{"cairn/internal/store/pack", "cairn/internal/store/index", "cairn/internal/chunker"}, []string{"cairn/"}},
 	{"cairn/internal/durable", nil, []string{"cairn/"}},
 	{"cairn/internal/names", nil, []string{"cairn/"}},
+	{"cairn/internal/proc", nil, []string{"cairn/"}},
 	{"cairn/internal/image", []string{"cairn/internal/store", "cairn/internal/chunker", "cairn/internal/durable", "cairn/internal/names"}, []string{"cairn/"}},
 	{"cairn/internal/criu", nil, []string{"cairn/"}},
 	{"cairn/internal/plan", nil, []string{"cairn/"}},
@@ -40,7 +41,7 @@ var rules = []struct {
 	// The coordinator reaches nodes only through the agent API: never
 	// containers, images or the store directly.
 	// The event stream knows nothing of what publishes to it.
-	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable"}, []string{"cairn/"}},
+	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable", "cairn/internal/proc"}, []string{"cairn/"}},
 	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/agent", "cairn/internal/catalog", "cairn/internal/coord/round", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
 }
 
