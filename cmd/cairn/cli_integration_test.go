@@ -292,9 +292,12 @@ func TestCLIHostileNames(t *testing.T) {
 	}
 }
 
-// TestCLIHelp: every command answers --help.
+// TestCLIHelp: every command answers --help; version says which API.
 func TestCLIHelp(t *testing.T) {
 	bin := testutil.CairnBinary(t)
+	if out, err := exec.Command(bin, "version", "--json").Output(); err != nil || !strings.Contains(string(out), `"api": "v1"`) {
+		t.Errorf("cairn version --json: %v\n%s", err, out)
+	}
 	for _, cmd := range newRootCmd().Commands() {
 		if cmd.Hidden {
 			continue
