@@ -107,7 +107,8 @@ func migrate(t *testing.T, c *testutil.Cluster, args ...string) Migration {
 // nodes, while the ring passes checksummed messages at full speed. The
 // job finishes with the result of an uninterrupted run (the ring fails on
 // any lost, duplicated or reordered message), the other ranks were never
-// restarted (same processes), and the events show every phase in order.
+// restarted (same processes), the moved rank's log keeps what it printed,
+// and the events show every phase in order.
 func TestMigrateRank(t *testing.T) {
 	const messages = 1_500_000
 	c, place, free := ringWithFreeNode(t, messages)
@@ -115,6 +116,8 @@ func TestMigrateRank(t *testing.T) {
 	for _, r := range c.Status("ring").RankStates {
 		pids[r.Rank] = r.Pid
 	}
+
+	printed := c.Logs("ring", 1)
 
 	first := migrate(t, c, "ring/1", "--to", free)
 	if first.State != "done" || first.From != place[1] || first.To != free {
@@ -132,6 +135,11 @@ func TestMigrateRank(t *testing.T) {
 	after := c.Status("ring")
 	if got := after.Placement[1]; got != place[0] {
 		t.Fatalf("rank 1 on %s after two moves, want %s", got, place[0])
+	}
+	// Its output moved with it: what it printed before the first move is
+	// still the start of its log.
+	if now := c.Logs("ring", 1); !strings.HasPrefix(now, printed) {
+		t.Errorf("rank 1's log after two moves does not start with the %d bytes it printed before them:\n%s", len(printed), now[:min(len(now), 400)])
 	}
 	for _, r := range after.RankStates {
 		if r.Rank != 1 && r.Pid != pids[r.Rank] {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/agent"
 	"cairn/internal/coord"
 	"cairn/internal/pki"
 )
@@ -188,54 +186,6 @@ func jobPs(cmd *cobra.Command, name string, asJSON bool) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Rank, r.Node, r.Addr, status, pidText(r.Pid))
 	}
 	return tw.Flush()
-}
-
-// jobLogs prints a rank's output, fetched from its node's agent.
-func jobLogs(cmd *cobra.Command, ref string, follow bool) error {
-	job, rs, _ := strings.Cut(ref, "/")
-	rank, err := strconv.Atoi(rs)
-	if err != nil || rank < 0 {
-		return usageError{fmt.Errorf("%q: want JOB/RANK", ref)}
-	}
-	c, err := coordClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx := cmd.Context()
-	st, err := c.Status(ctx, job)
-	if err != nil {
-		return err
-	}
-	if rank >= len(st.Placement) {
-		return usageError{fmt.Errorf("job %s has ranks 0..%d", job, len(st.Placement)-1)}
-	}
-	nodes, err := c.Nodes(ctx)
-	if err != nil {
-		return err
-	}
-	addr := ""
-	for _, n := range nodes {
-		if n.Name == st.Placement[rank] {
-			addr = n.Addr
-		}
-	}
-	creds, err := clientCreds()
-	if err != nil {
-		return err
-	}
-	ac := agent.NewClient(addr, st.Placement[rank], creds)
-	defer ac.Close()
-	body, err := ac.Logs(ctx, agent.RankName(job, rank), follow)
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	_, err = io.Copy(cmd.OutOrStdout(), body)
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
 }
 
 // clientCreds loads the CLI's credentials for the configured cluster.

@@ -1,70 +1,334 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	agentv1 "cairn/api/agent/v1"
+	"cairn/internal/agent"
+	"cairn/internal/coord"
+	"cairn/internal/pki"
 )
 
 func newLogsCmd() *cobra.Command {
-	var follow bool
+	var o logsOptions
 	cmd := &cobra.Command{
-		Use:   "logs NAME | JOB/RANK",
-		Short: "Print a container's or a job rank's output (stdout and stderr)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "logs [-f] [--incarnation N | --incarnations] NAME | JOB/RANK | JOB",
+		Short: "Print the output (stdout and stderr) of a container, a job's rank or every rank of a job",
+		Long: `Print the output (stdout and stderr) of a container of this node, of one rank
+of a job of the cluster (JOB/RANK), or of every rank of a job (JOB): each line
+labelled with its rank as srun --label does ("0: ..."), rank after rank, or with
+-f as the lines come.
+
+A container restored from a checkpoint (here, as a copy, or as a rank on any
+node) is a new incarnation of it. Its output starts with everything printed up
+to the checkpoint, then goes on with what the restored processes print: it
+reads as one uninterrupted run's. What the incarnation it replaced printed
+after that checkpoint (often why it failed) is not repeated in it, but kept as
+that incarnation's output on the node where it ran, as long as the container or
+rank stays there: --incarnations lists them (1 is the first run; a restore is
+one more than the incarnation its checkpoint was taken in), --incarnation N
+prints one.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if strings.Contains(args[0], "/") {
-				return jobLogs(cmd, args[0], follow)
-			}
-			m, err := manager()
-			if err != nil {
+			if err := o.check(); err != nil {
 				return err
 			}
-			in, err := m.Get(cmd.Context(), args[0])
-			if err != nil {
+			ref := args[0]
+			if strings.Contains(ref, "/") {
+				return rankLogs(cmd, ref, o)
+			}
+			if err := checkName(ref); err != nil {
 				return err
 			}
-			f, err := os.Open(in.Log)
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			out := cmd.OutOrStdout()
-			if _, err := io.Copy(out, f); err != nil {
-				return err
-			}
-			for follow {
-				select {
-				case <-cmd.Context().Done():
-					return nil
-				case <-time.After(100 * time.Millisecond):
+			if c, ok := asJob(cmd.Context(), ref); ok {
+				defer c.Close()
+				if o.list || o.incarnation > 0 {
+					return usageError{fmt.Errorf("incarnations are a rank's: name one (%s/RANK)", ref)}
 				}
-				if _, err := io.Copy(out, f); err != nil {
-					return err
-				}
-				in, err := m.Get(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				if in.Status != "running" && in.Status != "paused" {
-					_, err := io.Copy(out, f)
-					return err
-				}
+				return allRankLogs(cmd, c, ref, o.follow)
 			}
-			return nil
+			return containerLogs(cmd, ref, o)
 		},
 	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the container stops")
+	f := cmd.Flags()
+	f.BoolVarP(&o.follow, "follow", "f", false, "keep printing new output until the container (every rank) stops")
+	f.IntVar(&o.incarnation, "incarnation", 0, "print the output of incarnation `N` instead of the current one")
+	f.BoolVar(&o.list, "incarnations", false, "list the incarnations (runs and restores) whose output is kept here")
+	f.BoolVar(&o.asJSON, "json", false, "with --incarnations: print them as JSON")
 	return cmd
+}
+
+type logsOptions struct {
+	follow, list, asJSON bool
+	incarnation          int
+}
+
+func (o logsOptions) check() error {
+	switch {
+	case o.incarnation < 0:
+		return usageError{errors.New("--incarnation counts from 1")}
+	case o.list && (o.follow || o.incarnation > 0):
+		return usageError{errors.New("--incarnations lists them: no -f or --incarnation with it")}
+	case o.follow && o.incarnation > 0:
+		return usageError{errors.New("-f follows the current incarnation; an earlier one's output is complete")}
+	case o.asJSON && !o.list:
+		return usageError{errors.New("--json goes with --incarnations")}
+	}
+	return nil
+}
+
+// containerLogs prints the output of a container of this node.
+func containerLogs(cmd *cobra.Command, name string, o logsOptions) error {
+	m, err := manager()
+	if err != nil {
+		return err
+	}
+	if o.list {
+		incs, err := m.Incarnations(name)
+		if err != nil {
+			return err
+		}
+		wire := make([]agentv1.Incarnation, len(incs))
+		for i, inc := range incs {
+			wire[i] = agent.IncarnationWire(inc)
+		}
+		return printIncarnations(cmd.OutOrStdout(), wire, o.asJSON)
+	}
+	path, err := m.IncarnationLog(name, o.incarnation)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	out := cmd.OutOrStdout()
+	if _, err := io.Copy(out, f); err != nil {
+		return err
+	}
+	for o.follow {
+		select {
+		case <-cmd.Context().Done():
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+		if _, err := io.Copy(out, f); err != nil {
+			return err
+		}
+		in, err := m.Get(cmd.Context(), name)
+		if err != nil {
+			return err
+		}
+		// "exiting": the shim is still writing out the last output.
+		if in.Status != "running" && in.Status != "paused" && in.Status != "exiting" || replaced(f, path) {
+			_, err := io.Copy(out, f)
+			return err
+		}
+	}
+	return nil
+}
+
+// replaced reports whether path no longer names the open file f: a
+// restore made a new incarnation, and f is an earlier one's log now.
+func replaced(f *os.File, path string) bool {
+	a, err1 := f.Stat()
+	b, err2 := os.Stat(path)
+	return err1 == nil && err2 == nil && !os.SameFile(a, b)
+}
+
+// printIncarnations prints a container's or a rank's incarnations.
+func printIncarnations(w io.Writer, incs []agentv1.Incarnation, asJSON bool) error {
+	if asJSON {
+		return printJSON(w, incs)
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "INCARNATION\tSTARTED\tRESTORED FROM\tENDED\tOUTPUT")
+	for _, inc := range incs {
+		n, from, ended := strconv.Itoa(inc.N), "-", "-"
+		if inc.Current {
+			n += " (current)"
+		}
+		if inc.RestoredFrom != "" {
+			from = fmt.Sprintf("%s (%s of output)", inc.RestoredFrom, humanBytes(inc.Restored))
+		}
+		switch {
+		case inc.Checkpointed:
+			ended = "checkpoint --stop " + ago(inc.Ended)
+		case inc.Signal != "":
+			ended = fmt.Sprintf("%s %s", inc.Signal, ago(inc.Ended))
+		case inc.ExitCode != nil:
+			ended = fmt.Sprintf("exit %d %s", *inc.ExitCode, ago(inc.Ended))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n, ago(inc.Started), from, ended, humanBytes(inc.Bytes))
+	}
+	return tw.Flush()
+}
+
+// rankNodes finds the agents of a job's ranks.
+type rankNodes struct {
+	job       string
+	placement []string
+	addrs     map[string]string // node -> agent address
+	creds     *pki.Credentials
+}
+
+func findRanks(ctx context.Context, c *coord.Client, job string) (*rankNodes, error) {
+	st, err := c.Status(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := clientCreds()
+	if err != nil {
+		return nil, err
+	}
+	rn := &rankNodes{job: job, placement: st.Placement, addrs: map[string]string{}, creds: creds}
+	for _, n := range nodes {
+		rn.addrs[n.Name] = n.Addr
+	}
+	return rn, nil
+}
+
+// agent returns a client of the agent of rank r's node.
+func (rn *rankNodes) agent(r int) *agent.Client {
+	node := rn.placement[r]
+	return agent.NewClient(rn.addrs[node], node, rn.creds)
+}
+
+// rankLogs prints a rank's output, fetched from its node's agent.
+func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
+	job, rs, _ := strings.Cut(ref, "/")
+	rank, err := strconv.Atoi(rs)
+	if err != nil || rank < 0 || fmt.Sprint(rank) != rs {
+		return usageError{fmt.Errorf("%q: want JOB/RANK", ref)}
+	}
+	if err := checkName(job); err != nil {
+		return err
+	}
+	c, err := coordClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := cmd.Context()
+	rn, err := findRanks(ctx, c, job)
+	if err != nil {
+		return err
+	}
+	if rank >= len(rn.placement) {
+		return usageError{fmt.Errorf("job %s has ranks 0..%d", job, len(rn.placement)-1)}
+	}
+	ac := rn.agent(rank)
+	defer ac.Close()
+	name := agent.RankName(job, rank)
+	if o.list {
+		incs, err := ac.Incarnations(ctx, name)
+		if err != nil {
+			return err
+		}
+		return printIncarnations(cmd.OutOrStdout(), incs, o.asJSON)
+	}
+	body, err := ac.IncarnationLog(ctx, name, o.incarnation, o.follow)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	_, err = io.Copy(cmd.OutOrStdout(), body)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// allRankLogs prints every rank's output, each line labelled "RANK: ":
+// rank after rank, or with follow every rank's lines as they come.
+func allRankLogs(cmd *cobra.Command, c *coord.Client, job string, follow bool) error {
+	ctx := cmd.Context()
+	rn, err := findRanks(ctx, c, job)
+	if err != nil {
+		return err
+	}
+	out := &labelled{w: cmd.OutOrStdout()}
+	copyRank := func(r int) error {
+		ac := rn.agent(r)
+		defer ac.Close()
+		body, err := ac.Logs(ctx, agent.RankName(job, r), follow)
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+		defer body.Close()
+		if err := out.copy(r, body); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+		return nil
+	}
+	if !follow {
+		var errs []error
+		for r := range rn.placement {
+			errs = append(errs, copyRank(r))
+		}
+		return errors.Join(errs...)
+	}
+	errs := make([]error, len(rn.placement))
+	var wg sync.WaitGroup
+	for r := range rn.placement {
+		wg.Go(func() { errs[r] = copyRank(r) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// labelled writes whole lines of several ranks to w, each after its
+// rank's label, one line at a time.
+type labelled struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// copy writes r's lines labelled with rank; a last line without its
+// newline gets one, so that the next label starts a line.
+func (l *labelled) copy(rank int, r io.Reader) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	label := []byte(strconv.Itoa(rank) + ": ")
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			if line[len(line)-1] != '\n' {
+				line = append(line, '\n')
+			}
+			l.mu.Lock()
+			_, werr := l.w.Write(append(label[:len(label):len(label)], line...))
+			l.mu.Unlock()
+			if werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 func newRmCmd() *cobra.Command {

@@ -21,12 +21,19 @@
 //     state is copied to memory.
 //   - restore: verify an image while copying it into staging → new overlay
 //     from the fs delta → new netns with the same address → `runc restore`.
+//   - incarnation: one run of a container's processes, from `run` or from a
+//     restore. Its log starts with the output kept with its checkpoint (up
+//     to the instant the checkpoint froze the container, what was still in
+//     the shim's pipe included), so it reads as one uninterrupted run's;
+//     earlier incarnations' logs are kept beside it (incarnation.go,
+//     output.go).
 //
 // Data dir layout (see docs/architecture.md):
 //
 //	<data>/instance                 random id of this data dir (cgroup, netns names)
 //	<data>/containers/<name>/       state.json, config.json (runc bundle), rootfs/,
-//	                                upper/, work/, container.log, exit.json, runc.log
+//	                                upper/, work/, container.log, exit.json, runc.log,
+//	                                shim.sock, incarnations.json, incarnations/N.log
 //	<data>/checkpoints/<name>/<seq>/  images (package image)
 //	<data>/runc/                    runc's own state (runc --root)
 //	<data>/net/ipam.json            address allocation (package netw)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -30,6 +29,9 @@ type shimSpec struct {
 	LogPath  string   `json:"log_path"`  // container output, appended
 	ExitPath string   `json:"exit_path"` // where to record the init's exit
 	RuncLog  string   `json:"runc_log"`  // runc --log, for error messages
+	// Control is the shim's control socket, which answers flushes of the
+	// output (output.go); "" for none.
+	Control string `json:"control,omitempty"`
 	// RemoveAfter is removed once runc returns: the staged image of a
 	// restore, which nothing needs after that, even if the cairn command
 	// that staged it was killed meanwhile.
@@ -117,11 +119,14 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 		go watchFreeze(ctx, *spec.Watch, pid)
 	}
 
-	copied := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(logf, outR)
-		close(copied)
-	}()
+	out := newOutput(outR, logf)
+	go out.run()
+	if spec.Control != "" {
+		if ctl, err := listenControl(spec.Control); err == nil {
+			defer ctl.close()
+			go serveControl(ctl, out)
+		}
+	}
 
 	exit := Exit{Code: -1}
 	for {
@@ -149,7 +154,7 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 	// Everything in the container's pid namespace is gone with its init, so
 	// the pipe closes; do not wait forever if something else holds it.
 	select {
-	case <-copied:
+	case <-out.done:
 	case <-time.After(2 * time.Second):
 	}
 	return writeJSONAtomic(spec.ExitPath, exit)

@@ -134,7 +134,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 	c.publish(evv1.Event{Type: evv1.JobRestarting, Job: name, Ckpt: ck.Seq, Message: "onto " + strings.Join(placement, ",")})
 	// Stop what is left of the job.
 	old := *j
-	c.teardownRanks(ctx, &old)
+	c.teardownRanks(ctx, &old, placement)
 	j, err = c.updateJob(ctx, name, func(j *v1.Job) error {
 		j.Placement, j.State, j.Reason = placement, v1.JobRestarting, ""
 		return nil
@@ -202,7 +202,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 		return err
 	})
 	if err != nil {
-		c.teardownRanks(context.WithoutCancel(ctx), j)
+		c.teardownRanks(context.WithoutCancel(ctx), j, nil)
 		reason := err.Error()
 		_, _ = c.updateJob(context.WithoutCancel(ctx), name, func(j *v1.Job) error {
 			j.State, j.Reason = v1.JobFailed, reason
@@ -272,13 +272,17 @@ func (c *Coordinator) resumeRanks(ctx context.Context, byNode map[string][]agent
 }
 
 // teardownRanks removes j's rank containers on the live nodes of its
-// placement, keeping the job networks.
-func (c *Coordinator) teardownRanks(ctx context.Context, j *v1.Job) {
+// placement, keeping the job networks. A rank that next is restored on
+// the same node (next, the new placement, may be nil) keeps its
+// container's dir, so that its output stays there as an earlier
+// incarnation's.
+func (c *Coordinator) teardownRanks(ctx context.Context, j *v1.Job, next []string) {
 	live, _ := c.liveNodes(ctx)
 	_ = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
 		if _, ok := live[j.Placement[r]]; !ok {
 			return nil
 		}
-		return cl.RankRemove(ctx, agentv1.RankRemove{Rank: agentv1.Rank{Job: j.Name, Rank: r}, VNI: j.VNI, Addr: j.Addrs[r]})
+		keep := r < len(next) && next[r] == j.Placement[r]
+		return cl.RankRemove(ctx, agentv1.RankRemove{Rank: agentv1.Rank{Job: j.Name, Rank: r}, VNI: j.VNI, Addr: j.Addrs[r], Keep: keep})
 	})
 }

@@ -118,10 +118,19 @@ func Check(ctx context.Context, path string) (Info, error) {
 	return info, nil
 }
 
+// advice says what to do about errors CRIU prints for things cairn cannot
+// checkpoint: a part of CRIU's message, and what to add to it.
+var advice = []struct{ msg, what string }{
+	// fsnotify.c, for an inotify or fanotify watch whose file CRIU found
+	// neither by handle nor by walking the container's directories.
+	{"Can't dump that handle", "a process watches (inotify) a file that no path in the container leads to, such as one deleted while still open: remove the watch (inotify_rm_watch) before the checkpoint"},
+}
+
 // LastErrors returns the last n "Error" lines of a CRIU log, joined by "; ",
 // without CRIU's timestamps. Errors CRIU is known to print harmlessly on
-// these kernels (RLIMIT_NOFILE for self) are skipped. If there are none it
-// returns the last non-empty line.
+// these kernels (RLIMIT_NOFILE for self) are skipped; errors whose cause
+// cairn knows are followed by what to do, in parentheses. If there are
+// none it returns the last non-empty line.
 func LastErrors(log []byte, n int) string {
 	var errs []string
 	var last string
@@ -141,6 +150,12 @@ func LastErrors(log []byte, n int) string {
 			// "Error (criu/files-reg.c:1790): Can't lookup ..." -> keep the message.
 			if j := strings.Index(msg, "): "); j >= 0 {
 				msg = msg[j+3:]
+			}
+			msg = strings.Join(strings.Fields(msg), " ")
+			for _, a := range advice {
+				if strings.Contains(msg, a.msg) {
+					msg += " (" + a.what + ")"
+				}
 			}
 			if len(errs) == 0 || errs[len(errs)-1] != msg {
 				errs = append(errs, msg)

@@ -25,6 +25,12 @@ var ErrUnsafeEntry = errors.New("unsafe fs delta entry")
 
 const xattrPrefix = "SCHILY.xattr."
 
+// typeSocket is the tar type of a unix socket file in an fs delta. tar has
+// none ('A' to 'Z' are left to implementations; this one is cairn's): the
+// entry is a header without data, with the socket file's mode, owner,
+// times and xattrs.
+const typeSocket = 'U'
+
 // DeltaStats counts what a fs delta holds.
 type DeltaStats struct {
 	Files     int   `json:"files"`
@@ -39,9 +45,9 @@ func isWhiteout(fi fs.FileInfo) bool {
 }
 
 // PackDelta writes the tree under upper as a tar stream to w. Overlay
-// whiteouts (character devices 0:0) are kept; any other device node, and
-// sockets, make it fail with ErrUnsafeEntry rather than produce an image
-// that restore would refuse.
+// whiteouts (character devices 0:0) are kept, and so are unix socket files
+// (typeSocket); any other device node makes it fail with ErrUnsafeEntry
+// rather than produce an image that restore would refuse.
 func PackDelta(upper string, w io.Writer) (DeltaStats, error) {
 	var st DeltaStats
 	tw := tar.NewWriter(w)
@@ -68,14 +74,13 @@ func PackDelta(upper string, w io.Writer) (DeltaStats, error) {
 				return err
 			}
 		}
-		switch {
-		case fi.Mode()&fs.ModeDevice != 0 && !isWhiteout(fi):
+		if fi.Mode()&fs.ModeDevice != 0 && !isWhiteout(fi) {
 			return fmt.Errorf("%w: %s is a device node", ErrUnsafeEntry, rel)
-		case fi.Mode()&fs.ModeSocket != 0:
-			return fmt.Errorf("%w: %s is a socket", ErrUnsafeEntry, rel)
 		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
+		var hdr *tar.Header
+		if fi.Mode()&fs.ModeSocket != 0 {
+			hdr = socketHeader(fi)
+		} else if hdr, err = tar.FileInfoHeader(fi, link); err != nil {
 			return fmt.Errorf("%s: %w", rel, err)
 		}
 		hdr.Name = filepath.ToSlash(rel)
@@ -129,6 +134,17 @@ func PackDelta(upper string, w io.Writer) (DeltaStats, error) {
 		return st, fmt.Errorf("pack fs delta %s: %w", upper, err)
 	}
 	return st, tw.Close()
+}
+
+// socketHeader is the tar header of a unix socket file, which
+// tar.FileInfoHeader refuses.
+func socketHeader(fi fs.FileInfo) *tar.Header {
+	hdr := &tar.Header{Typeflag: typeSocket, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		hdr.Mode = int64(sys.Mode & 0o7777)
+		hdr.Uid, hdr.Gid = int(sys.Uid), int(sys.Gid)
+	}
+	return hdr
 }
 
 func addXattrs(p string, hdr *tar.Header) error {
@@ -196,6 +212,11 @@ func checkHeader(hdr *tar.Header) error {
 	}
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeFifo, tar.TypeChar, tar.TypeBlock:
+	case typeSocket:
+		// tar readers take the size of an unknown type as data.
+		if hdr.Size != 0 {
+			return fmt.Errorf("%w: socket %q has %d bytes of data", ErrUnsafeEntry, hdr.Name, hdr.Size)
+		}
 	case tar.TypeLink:
 		if _, err := cleanName(hdr.Linkname); err != nil {
 			return fmt.Errorf("hard link %q: %w", hdr.Name, err)
@@ -253,6 +274,10 @@ func applyNodeMeta(p string, n store.Node) error {
 }
 
 func mkfifo(p string, mode uint32) error { return unix.Mkfifo(p, mode&0o777) }
+
+// mkSocket makes a unix socket file that no socket is bound to, as a
+// server that has exited leaves it.
+func mkSocket(p string, mode uint32) error { return unix.Mknod(p, unix.S_IFSOCK|(mode&0o777), 0) }
 
 // mkWhiteout makes an overlay whiteout: a character device 0:0.
 func mkWhiteout(p string, mode uint32) error { return unix.Mknod(p, unix.S_IFCHR|(mode&0o777), 0) }

@@ -3,7 +3,8 @@
 //
 // Nouns:
 //   - image: one container's state at one checkpoint: the CRIU image files
-//     (process tree, memory pages, sockets, ...) and the fs delta.
+//     (process tree, memory pages, sockets, ...), the fs delta and the
+//     container's output up to the checkpoint (LogName).
 //   - fs delta: the container's overlay upper dir (everything it wrote,
 //     including whiteouts for what it deleted), captured as a tar stream
 //     with ownership, modes, times and xattrs; see [PackDelta] and

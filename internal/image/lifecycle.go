@@ -192,8 +192,8 @@ func (r Repo) export(ctx context.Context, container string, seq int, w io.Writer
 // checkpoint of its container (or of as, if given). The file is hostile
 // input: a record whose container name or checkpoint number is invalid
 // (names.Container, names.Seq), or an image restore would refuse
-// (devices, sockets, symlinks among CRIU's files, nodes outside criu/ and
-// fs/, no CRIU files), is refused with ErrCorrupt before any of it is
+// (devices, symlinks among CRIU's files, nodes outside criu/ and fs/, no
+// CRIU files), is refused with ErrCorrupt before any of it is
 // stored, and nothing is written outside the repo. A damaged file changes
 // nothing that is listed.
 func (r Repo) Import(ctx context.Context, rd io.Reader, as string, progress Progress) (*Record, error) {

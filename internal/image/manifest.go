@@ -18,6 +18,9 @@ const (
 	CRIUDir   = "criu"   // CRIU's image files
 	DeltaName = "fs.tar" // the fs delta as captured, staging only
 	FSDir     = "fs"     // the fs delta as a tree, in the manifest
+	// LogName is the container's output up to the checkpoint, a plain
+	// file in both (optional: images from before it was kept lack it).
+	LogName = "log"
 )
 
 // ErrCorrupt is returned when an image cannot be read back intact: a
@@ -82,6 +85,18 @@ type Record struct {
 	Files       int             `json:"files"`        // CRIU image files
 	NewChunks   int             `json:"new_chunks"`   // chunks this ingest wrote
 	NewBytes    int64           `json:"new_bytes"`    // raw bytes of those chunks
+	// Log describes the container's output kept with the image (the file
+	// LogName); nil for an image from before it was kept.
+	Log *LogInfo `json:"log,omitempty"`
+}
+
+// LogInfo describes the container's output kept with an image (the file
+// LogName): everything it printed up to the checkpoint.
+type LogInfo struct {
+	// Incarnation is the container's incarnation the checkpoint was taken
+	// in (1: its first run); a restore from the image is a later one.
+	Incarnation int   `json:"incarnation"`
+	Bytes       int64 `json:"bytes"` // the output's length
 }
 
 // Size is the logical size of the image: its files' bytes.

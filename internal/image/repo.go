@@ -257,8 +257,9 @@ func (r Repo) CleanTemp(container string) {
 	}
 }
 
-// Ingest stores the staged image in src (CRIU's files under CRIUDir and
-// the fs delta as the tar DeltaName) as checkpoint rec.Container:rec.Seq:
+// Ingest stores the staged image in src (CRIU's files under CRIUDir, the
+// fs delta as the tar DeltaName and, if there, the container's output
+// LogName) as checkpoint rec.Container:rec.Seq:
 // every file is cut into chunks that are put into the store (only chunks
 // it lacks are written), the image's manifest is written once they are
 // durable, and the record last. On error no checkpoint is listed.
@@ -301,6 +302,19 @@ func (r Repo) Ingest(ctx context.Context, src string, rec *Record, progress Prog
 		return err
 	}
 	nodes = append(nodes, fsNodes...)
+	// The container's output, if the checkpoint kept it.
+	if fi, err := os.Lstat(filepath.Join(src, LogName)); err == nil {
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("staged image: %s is not a regular file", LogName)
+		}
+		ids, n, err := ingestFile(ctx, st, filepath.Join(src, LogName), LogName, &stats)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, store.Node{Path: LogName, Kind: store.KindFile, Mode: 0o600, MTime: now, Size: n, Chunks: ids})
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	m := &store.Manifest{
 		Labels: map[string]string{"cairn.container": rec.Container, "cairn.seq": strconv.Itoa(rec.Seq)},
 		Nodes:  nodes,
@@ -386,6 +400,8 @@ func nodeFromHeader(hdr *tar.Header, name string) store.Node {
 		n.Kind, n.Target = store.KindSymlink, hdr.Linkname
 	case tar.TypeFifo:
 		n.Kind = store.KindFIFO
+	case typeSocket:
+		n.Kind = store.KindSocket
 	case tar.TypeChar: // an overlay whiteout is a character device 0:0
 		n.Kind, n.Major, n.Minor = store.KindWhiteout, 0, 0
 		if hdr.Devmajor != 0 || hdr.Devminor != 0 {
@@ -399,10 +415,10 @@ func nodeFromHeader(hdr *tar.Header, name string) store.Node {
 
 // UnpackDelta creates the tree of a captured fs delta (DeltaName in a
 // staged image) in dst, as Materialize would from the store: the same
-// checks (no device other than a whiteout, no socket, no path through a
-// symlink of the tree, no "..") and the same modes, owners, xattrs and
-// times. It is how a rank moved by a migration gets its files without a
-// round trip through the store.
+// checks (no device other than a whiteout, no path through a symlink of
+// the tree, no "..") and the same modes, owners, xattrs and times. It is
+// how a rank moved by a migration gets its files without a round trip
+// through the store.
 func UnpackDelta(ctx context.Context, tarPath, dst string) error {
 	f, err := os.Open(tarPath)
 	if err != nil {
@@ -469,7 +485,8 @@ func copyTo(p string, r io.Reader) error {
 }
 
 // Materialize writes an image out for a restore: CRIU's files into
-// criuDst and the fs delta as a tree into fsDst (both must exist). Every
+// criuDst and the fs delta as a tree into fsDst (both must exist); the
+// container's output is MaterializeLog's. Every
 // chunk is verified against its id as it is read, so what lands is exactly
 // what was checkpointed, or it fails with a *CorruptError that names the
 // damaged data and every checkpoint that uses it. Nothing outside criuDst
@@ -491,7 +508,13 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 		return shapeError(rec.Name(), err)
 	}
 	var done atomic.Int64
-	stop := startProgress(progress, &done, rec.Logical)
+	total := rec.Logical // but the output, which MaterializeLog writes
+	for _, n := range m.Nodes {
+		if n.Path == LogName {
+			total -= int64(n.Size)
+		}
+	}
+	stop := startProgress(progress, &done, total)
 	defer stop()
 	var fsNodes []store.Node
 	for _, n := range m.Nodes {
@@ -505,6 +528,32 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 		}
 	}
 	return r.materializeFS(ctx, st, rec, fsNodes, fsDst, &done)
+}
+
+// MaterializeLog writes the container's output kept with an image (the
+// manifest's LogName) to a new file dst, every chunk verified as in
+// Materialize. It reports false, and writes nothing, for an image that
+// kept no output.
+func (r Repo) MaterializeLog(ctx context.Context, rec *Record, dst string) (bool, error) {
+	st, m, err := r.openReaderRepairing(ctx, rec)
+	if err != nil {
+		return false, err
+	}
+	defer st.Close()
+	release, err := st.ReadSession(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	if err := checkShape(m); err != nil {
+		return false, shapeError(rec.Name(), err)
+	}
+	for _, n := range m.Nodes {
+		if n.Path == LogName {
+			return true, r.writeFile(ctx, st, rec, n, dst, nil)
+		}
+	}
+	return false, nil
 }
 
 // openReaderRepairing opens the store read-only. A reader does no
@@ -646,8 +695,10 @@ func (r Repo) usersOf(ctx context.Context, id store.ID) []string {
 }
 
 // materializeFS creates the fs delta's tree in dst. Device nodes (other
-// than whiteouts) and sockets are refused, and no path is ever resolved
-// through a symlink the tree made, so nothing is written outside dst.
+// than whiteouts) are refused, and no path is ever resolved through a
+// symlink the tree made, so nothing is written outside dst. Socket files
+// are made unbound: CRIU replaces those its restored listeners are bound
+// to (checkFSNode).
 func (r Repo) materializeFS(ctx context.Context, st *store.Store, rec *Record, nodes []store.Node, dst string, done *atomic.Int64) error {
 	var dirs []dirMeta
 	var err error
@@ -700,6 +751,10 @@ func makeEntry(dst, name string, n store.Node, content func(p string) error, dir
 	case store.KindFIFO:
 		if err := mkfifo(p, n.Mode); err != nil {
 			return dirs, err
+		}
+	case store.KindSocket:
+		if err := mkSocket(p, n.Mode); err != nil {
+			return dirs, fmt.Errorf("make socket file %s: %w", name, err)
 		}
 	case store.KindWhiteout:
 		if err := mkWhiteout(p, n.Mode); err != nil {

@@ -23,8 +23,10 @@ var errNoCRIUFiles = errors.New("no CRIU image files")
 // checkFSNode checks one node of an fs delta, named relative to the
 // container's root: a relative, clean path without "..", of a kind an
 // overlay upper dir may hold and restore may make. Device nodes other
-// than whiteouts are refused, and so are sockets (a socket file is no
-// data: CRIU re-creates the sockets it restores).
+// than whiteouts are refused. Unix socket files are kept: restore makes
+// them as socket files nobody listens on (what a server that has exited
+// leaves), and CRIU unlinks such a file before it binds the socket of a
+// restored listener at its path (docs/format.md §11).
 func checkFSNode(name string, n store.Node) error {
 	if c, err := cleanName(name); err != nil {
 		return err
@@ -32,7 +34,7 @@ func checkFSNode(name string, n store.Node) error {
 		return fmt.Errorf("%w: path %q is not clean", ErrUnsafeEntry, name)
 	}
 	switch n.Kind {
-	case store.KindDir, store.KindFile, store.KindSymlink, store.KindFIFO, store.KindWhiteout:
+	case store.KindDir, store.KindFile, store.KindSymlink, store.KindFIFO, store.KindSocket, store.KindWhiteout:
 		return nil
 	}
 	return fmt.Errorf("%w: %q is a %s", ErrUnsafeEntry, name, kindName(n.Kind))
@@ -42,8 +44,9 @@ func checkFSNode(name string, n store.Node) error {
 // a directory criu holding at least one of CRIU's files, all plain files
 // directly in it; a directory fs (if any) holding nodes that pass
 // checkFSNode, each inside a directory of the tree, so that no path goes
-// through a symlink, file or missing parent; and nothing else. Errors
-// about fs/ nodes wrap ErrUnsafeEntry.
+// through a symlink, file or missing parent; a plain file log (if any,
+// the container's output); and nothing else. Errors about fs/ nodes wrap
+// ErrUnsafeEntry.
 func checkShape(m *store.Manifest) error {
 	kinds := make(map[string]store.Kind, len(m.Nodes))
 	criuFiles := 0
@@ -75,8 +78,12 @@ func checkShape(m *store.Manifest) error {
 				}
 				return fmt.Errorf("%w: %q goes through non-directory %q", ErrUnsafeEntry, name, parent)
 			}
+		case n.Path == LogName:
+			if n.Kind != store.KindFile {
+				return fmt.Errorf("%s is a %s, not a plain file", n.Path, kindName(n.Kind))
+			}
 		default:
-			return fmt.Errorf("%s is outside %s/ and %s/", n.Path, CRIUDir, FSDir)
+			return fmt.Errorf("%s is outside %s/ and %s/ and not %s", n.Path, CRIUDir, FSDir, LogName)
 		}
 	}
 	if criuFiles == 0 {

@@ -16,7 +16,8 @@ import (
 // A staged-image stream moves a staged image (CRIU's files under CRIUDir
 // and the fs delta DeltaName, as a checkpoint's dump leaves them) from one
 // node's staging to another's, for a migration: a tar of plain files, the
-// record (StagedRecord) first, then the fs delta, then CRIU's files. The
+// record (StagedRecord) first, then the fs delta, then CRIU's files, then
+// the container's output (LogName) if the image kept it. The
 // sender announces the bytes of those files (the record included) before
 // the stream; the receiver takes no more.
 
@@ -54,6 +55,9 @@ func stagedFiles(dir string) ([]string, []int64, error) {
 	}
 	for _, e := range ents {
 		files = append(files, CRIUDir+"/"+e.Name())
+	}
+	if _, err := os.Lstat(filepath.Join(dir, LogName)); err == nil {
+		files = append(files, LogName)
 	}
 	sizes := make([]int64, len(files))
 	for i, f := range files {
@@ -121,8 +125,9 @@ func writeStagedFile(tw *tar.Writer, path, name string, size int64) error {
 // MaxStagedSize, and only what a staged image holds: the record, naming a
 // valid container and checkpoint number; the fs delta, every entry of
 // which must pass the checks restore applies (no "..", no absolute path,
-// no device but whiteouts, no link out of the delta); and at least one of
-// CRIU's files, all plain files directly under CRIUDir; each once. Nothing
+// no device but whiteouts, no link out of the delta); at least one of
+// CRIU's files, all plain files directly under CRIUDir; and the
+// container's output LogName if the sender kept it; each once. Nothing
 // is written outside dir. It returns the record and the bytes received.
 // Every refusal wraps ErrCorrupt; a stream larger than announced also
 // ErrStagedTooLarge.
@@ -204,7 +209,7 @@ func checkStagedEntry(hdr *tar.Header, seen map[string]bool) error {
 	if seen[name] {
 		return fmt.Errorf("entry %q twice", name)
 	}
-	if name == StagedRecord || name == DeltaName {
+	if name == StagedRecord || name == DeltaName || name == LogName {
 		return nil
 	}
 	base, inCRIU := strings.CutPrefix(name, CRIUDir+"/")
@@ -214,7 +219,7 @@ func checkStagedEntry(hdr *tar.Header, seen map[string]bool) error {
 	case strings.Contains(name, "\x00"):
 		return fmt.Errorf("entry %q: NUL in name", name)
 	case !inCRIU:
-		return fmt.Errorf("entry %q: neither the record, the fs delta nor a file of %s/", name, CRIUDir)
+		return fmt.Errorf("entry %q: neither the record, the fs delta, the output nor a file of %s/", name, CRIUDir)
 	case base == "" || base == "." || base == "..":
 		return fmt.Errorf("entry %q: not a file name", name)
 	case strings.Contains(base, "/"):

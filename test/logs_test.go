@@ -1,0 +1,184 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	"cairn/internal/testutil"
+)
+
+// counterScript prints "line N" every 50 ms, N from 1.
+const counterScript = `i=0; while :; do i=$((i+1)); echo "line $i"; sleep 0.05; done`
+
+var counterLineRE = regexp.MustCompile(`^line (\d+)$`)
+
+// countedLines checks that out counts "line 1", "line 2", ... without a
+// gap or a repeat, and returns how many lines it has.
+func countedLines(t *testing.T, what, out string) int {
+	t.Helper()
+	if out == "" {
+		return 0
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	for i, l := range lines {
+		if m := counterLineRE.FindStringSubmatch(l); m == nil || m[1] != strconv.Itoa(i+1) {
+			t.Fatalf("%s: line %d is %q, want \"line %d\" (a gap or a repeat)\n%s", what, i+1, l, i+1, out[max(0, len(out)-400):])
+		}
+	}
+	return len(lines)
+}
+
+// labelledLines splits the output of `cairn logs JOB` into each rank's
+// lines, in order, checking every line has a rank's label; order lists
+// the rank of every line.
+func labelledLines(t *testing.T, out string, ranks int) (per []string, order []int) {
+	t.Helper()
+	per = make([]string, ranks)
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		label, rest, ok := strings.Cut(l, ": ")
+		r, err := strconv.Atoi(label)
+		if !ok || err != nil || r < 0 || r >= ranks {
+			t.Fatalf("line %q has no rank label", l)
+		}
+		per[r] += rest + "\n"
+		order = append(order, r)
+	}
+	return per, order
+}
+
+func incarnations(t *testing.T, c *testutil.Cluster, ref string) []agentv1.Incarnation {
+	t.Helper()
+	var incs []agentv1.Incarnation
+	if err := json.Unmarshal([]byte(c.OK("logs", ref, "--incarnations", "--json")), &incs); err != nil {
+		t.Fatal(err)
+	}
+	return incs
+}
+
+// TestJobLogsAcrossRestart: a job's output survives a restart. Both ranks
+// are checkpointed, print on past the checkpoint and are killed; rank 0
+// restarts on another node, rank 1 on its own. Each rank's log then reads
+// as an uninterrupted run's: the output up to the checkpoint, then the
+// restored processes', nothing of the killed run's after the checkpoint.
+// That is kept on rank 1's node as its incarnation 1. `cairn logs JOB`
+// labels every rank's lines, rank after rank, or with -f as they come.
+func TestJobLogsAcrossRestart(t *testing.T) {
+	c := testutil.NewCluster(t, 3)
+	c.OK("run", "--job", "cnt", "--ranks", "2", "--per-node", "1", "--", "sh", "-c", counterScript)
+	first := c.Status("cnt").Placement
+	free := ""
+	for _, n := range c.Nodes {
+		if !slices.Contains(first, n) {
+			free = n
+		}
+	}
+
+	// Follow both ranks from the start until they are killed.
+	var followed bytes.Buffer
+	follow := exec.Command(c.Bin, "--data", c.Data, "--staging", c.Staging, "logs", "-f", "cnt")
+	follow.Stdout, follow.Stderr = &followed, &followed
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var followErr error
+	followDone := make(chan struct{})
+	go func() { followErr = follow.Wait(); close(followDone) }()
+	t.Cleanup(func() {
+		select {
+		case <-followDone:
+		default:
+			_ = syscall.Kill(follow.Process.Pid, syscall.SIGKILL)
+			<-followDone
+		}
+	})
+
+	lines := func(r int) int { return strings.Count(c.Logs("cnt", r), "\n") }
+	waitLines := func(r, n int, what string) {
+		t.Helper()
+		testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
+			got := lines(r)
+			return got >= n, fmt.Sprintf("rank %d has %d lines, want %d %s", r, got, n, what)
+		})
+	}
+	for r := range 2 {
+		waitLines(r, 10, "before the checkpoint")
+	}
+	c.OK("checkpoint", "cnt")
+	for r := range 2 {
+		waitLines(r, lines(r)+10, "past the checkpoint")
+	}
+	c.OK("kill", "cnt")
+	select {
+	case <-followDone:
+		if followErr != nil {
+			t.Fatalf("cairn logs -f cnt: %v\n%s", followErr, followed.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("cairn logs -f cnt goes on after every rank was killed")
+	}
+	died := []string{c.Logs("cnt", 0), c.Logs("cnt", 1)}
+	per, order := labelledLines(t, followed.String(), 2)
+	for r := range 2 {
+		if got, want := countedLines(t, fmt.Sprintf("rank %d followed", r), per[r]), countedLines(t, "killed", died[r]); got != want {
+			t.Errorf("following rank %d printed %d lines, its log has %d", r, got, want)
+		}
+	}
+	if slices.IsSorted(order) || slices.IsSortedFunc(order, func(a, b int) int { return b - a }) {
+		t.Errorf("-f printed the ranks one after the other, not as their lines came: %v", order)
+	}
+
+	c.OK("restart", "cnt", "--placement", free+","+first[1])
+	for r := range 2 {
+		waitLines(r, strings.Count(died[r], "\n")+5, "after the restart")
+	}
+	for r := range 2 {
+		ref := fmt.Sprintf("cnt/%d", r)
+		now := c.OK("logs", ref)
+		countedLines(t, ref+" after the restart", now)
+		incs := incarnations(t, c, ref)
+		cur := incs[len(incs)-1]
+		if !cur.Current || cur.N != 2 || cur.RestoredFrom != fmt.Sprintf("cnt.%d:1", r) {
+			t.Fatalf("rank %d's current incarnation: %+v", r, cur)
+		}
+		// The history is what the killed run printed up to the checkpoint;
+		// it printed more, which is not in the new log.
+		kept := int(cur.Restored)
+		if kept == 0 || kept >= len(died[r]) || now[:kept] != died[r][:kept] {
+			t.Fatalf("rank %d restored %d bytes of output; the killed run had printed %d", r, kept, len(died[r]))
+		}
+	}
+	// Rank 0 moved: its node has only the current incarnation. Rank 1
+	// restarted in place and keeps the killed run's output.
+	if incs := incarnations(t, c, "cnt/0"); len(incs) != 1 {
+		t.Errorf("rank 0's incarnations on %s: %+v", free, incs)
+	}
+	incs := incarnations(t, c, "cnt/1")
+	if len(incs) != 2 || incs[0].N != 1 || incs[0].Current || incs[0].Signal != "SIGKILL" {
+		t.Fatalf("rank 1's incarnations: %+v", incs)
+	}
+	if got := c.OK("logs", "cnt/1", "--incarnation", "1"); got != died[1] {
+		t.Fatalf("rank 1's incarnation 1 has %d bytes of output, the killed run printed %d", len(got), len(died[1]))
+	}
+
+	// Without -f: every rank's output, labelled, rank after rank.
+	per, order = labelledLines(t, c.OK("logs", "cnt"), 2)
+	if !slices.IsSorted(order) {
+		t.Errorf("cairn logs cnt mixed the ranks: %v", order)
+	}
+	for r := range 2 {
+		if countedLines(t, fmt.Sprintf("rank %d labelled", r), per[r]) <= strings.Count(died[r], "\n") {
+			t.Errorf("rank %d: the labelled output is not the restored log", r)
+		}
+	}
+	c.OK("rm", "-f", "cnt")
+}
