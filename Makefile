@@ -34,6 +34,10 @@ test: setup ## Set up and run all tests (root: real runc, CRIU, namespaces), wit
 	$(GO) test -race -count=1 -timeout 25m $(PKGS)
 	@./scripts/fuzz.sh $(FUZZTIME)
 
+.PHONY: soak
+soak: setup ## The long matrices: every fault and MPI scenario, many SIGKILL rounds (CAIRN_SOAK=1)
+	CAIRN_SOAK=1 $(GO) test -count=1 -timeout 180m $(PKGS)
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 5s; try FUZZTIME=10m)
 	@./scripts/fuzz.sh $(FUZZTIME)

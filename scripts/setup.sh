@@ -2,6 +2,7 @@
 # setup.sh: install what cairn needs on a Debian 12 machine, idempotently.
 #
 #   - runc, iptables, iproute2, build tools and zstd from Debian 12;
+#   - Open MPI 4.1 and MPICH 4.0 from Debian 12 (cairn run --mpi, the MPI tests);
 #   - CRIU 4.2 or newer, built from Debian unstable's source (Debian 12's own
 #     criu 3.17 fails `criu check` on kernels >= 6.13, and 4.1 cannot dump
 #     TCP sockets on kernels >= 6.16), installed as $CAIRN_PREFIX/bin/criu;
@@ -26,7 +27,8 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs=(runc iptables iproute2 kmod procps psmisc zstd ca-certificates xz-utils
       build-essential pkg-config protobuf-c-compiler libprotobuf-c-dev
       protobuf-compiler libprotobuf-dev python3-protobuf libnl-3-dev libnet1-dev libcap-dev
-      libbsd-dev libnftables-dev libgnutls28-dev uuid-dev libaio-dev dpkg-dev)
+      libbsd-dev libnftables-dev libgnutls28-dev uuid-dev libaio-dev dpkg-dev
+      openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -89,6 +91,16 @@ SRC
 	rm -rf "criu-$ver"
 	criu_ok || die "CRIU $ver built but '$PREFIX/bin/criu check' fails"
 	log "CRIU $ver installed at $PREFIX/bin/criu"
+fi
+
+# --- The MPICH finalize fix (deploy/mpich, docs/mpi.md) -----------------------
+fix_src="$here/deploy/mpich/cairn-mpich-finalize.c"
+fix_lib="$PREFIX/lib/libcairn-mpich-finalize.so"
+if [ -f "$fix_src" ] && { [ ! -f "$fix_lib" ] || [ "$fix_src" -nt "$fix_lib" ]; }; then
+	log "building $fix_lib"
+	mkdir -p "$PREFIX/lib"
+	cc -O2 -Wall -shared -fPIC -o "$fix_lib.tmp" "$fix_src" -ldl
+	mv "$fix_lib.tmp" "$fix_lib"
 fi
 
 # --- Go ----------------------------------------------------------------------------

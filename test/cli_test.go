@@ -2,7 +2,10 @@ package test
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +42,10 @@ func TestClusterCLISafety(t *testing.T) {
 		{[]string{"checkpoint", "nosuch"}, 3},
 		{[]string{"restart", "../x"}, 2},
 		{[]string{"kill", "-s", "BOGUS", "nosuch"}, 2},
-		{[]string{"run", "--job", "j", "--ranks", "2", "--workdir", "/tmp", "--", "true"}, 2},
+		{[]string{"run", "--job", "j", "--ranks", "2", "--userns", "--", "true"}, 2},
+		{[]string{"run", "--job", "j", "--ranks", "2", "--", "/no/such/program"}, 2},
+		{[]string{"run", "--job", "j", "--ranks", "2", "--mpi", "openmpi", "--", "no-such-program"}, 2},
+		{[]string{"run", "--job", "j", "--ranks", "2", "--volume", "/var/lib/cairn:/x", "--", "true"}, 2},
 	} {
 		out, err := c.Run(tc.args...)
 		if code := exitCode(t, err); code != tc.code {
@@ -76,5 +82,57 @@ func TestClusterCLISafety(t *testing.T) {
 	}
 	if out, err := c.Run("rm", "sig"); exitCode(t, err) != 3 {
 		t.Errorf("rm of a removed job: %v\n%s", err, out)
+	}
+}
+
+// TestJobLaunchLikeSrun: a job's ranks start in the caller's working
+// directory with the caller's environment (less its session's), or in
+// --workdir; --export picks variables; a volume shows a host directory
+// in every rank, read-only if asked; --memory and --cpus limit every rank.
+func TestJobLaunchLikeSrun(t *testing.T) {
+	c := testutil.NewCluster(t, 2)
+	shared := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shared, "input"), []byte("INPUT\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `echo "cwd=$(pwd) keep=$KEEP_ME ssh=$SSH_CONNECTION"; cat /data/input; ` +
+		`echo x > /data/out.$CAIRN_RANK && echo wrote; echo y > /ro/y 2>/dev/null || echo ro-refused; ` +
+		`cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null; echo DONE`
+	run := func(job string, extra ...string) []string {
+		t.Helper()
+		args := append([]string{"run", "--job", job, "--ranks", "2", "--volume", shared + ":/data", "--volume", shared + ":/ro:ro",
+			"--memory", "256M", "--cpus", "0.5"}, extra...)
+		cmd := exec.Command(c.Bin, append(append([]string{"--data", c.Data, "--staging", c.Staging}, args...), "--", "sh", "-c", script)...)
+		cmd.Dir = shared
+		cmd.Env = append(os.Environ(), "KEEP_ME=kept", "SSH_CONNECTION=1.2.3.4 5 6.7.8.9 22")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("run %s: %v\n%s", job, err, out)
+		}
+		var outs []string
+		for r := range 2 {
+			var out string
+			testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+				out = c.Logs(job, r)
+				return strings.Contains(out, "DONE"), out
+			})
+			outs = append(outs, out)
+		}
+		return outs
+	}
+	for r, out := range run("srun") {
+		want := []string{"cwd=" + shared + " keep=kept ssh=\n", "INPUT", "wrote", "ro-refused", "268435456", "50000"}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("rank %d: no %q in:\n%s", r, w, out)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(shared, fmt.Sprintf("out.%d", r))); err != nil {
+			t.Errorf("rank %d's result is not in the volume: %v", r, err)
+		}
+	}
+	for r, out := range run("none", "--export", "NONE", "--workdir", "/tmp") {
+		if !strings.Contains(out, "cwd=/tmp keep= ssh=\n") {
+			t.Errorf("--export NONE --workdir /tmp, rank %d:\n%s", r, out)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/nftables"
 
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/image"
 	"cairn/internal/netw"
@@ -130,8 +131,26 @@ func TestCLILifecycle(t *testing.T) {
 	if in.Status != "exited" || in.Exit == nil || in.Exit.Signal != "SIGKILL" {
 		t.Fatalf("after kill: %+v", in)
 	}
+	killed := c.ok("logs", "job")
 	if out := c.ok("restore", "job", "--from", "1"); !strings.Contains(out, "restored from job:1") {
 		t.Fatalf("restore output %q", out)
+	}
+	// The restored log starts with checkpoint 1's output; the killed run's
+	// whole log is incarnation 1's.
+	var incs []agentv1.Incarnation
+	c.json(&incs, "logs", "job", "--incarnations")
+	if len(incs) != 2 || incs[0].N != 1 || incs[0].Signal != "SIGKILL" || !incs[1].Current || incs[1].RestoredFrom != "job:1" ||
+		incs[1].Restored <= 0 || incs[1].Restored >= int64(len(killed)) {
+		t.Fatalf("logs --incarnations after the restore: %+v (the killed run printed %d bytes)", incs, len(killed))
+	}
+	if got := c.ok("logs", "job", "--incarnation", "1"); got != killed {
+		t.Fatalf("logs --incarnation 1: %d bytes, the killed run printed %d", len(got), len(killed))
+	}
+	if got := c.ok("logs", "job"); !strings.HasPrefix(got, killed[:incs[1].Restored]) {
+		t.Fatalf("the restored log does not start with checkpoint 1's output")
+	}
+	if out := c.ok("logs", "job", "--incarnations"); !strings.Contains(out, "2 (current)") || !strings.Contains(out, "job:1") {
+		t.Fatalf("logs --incarnations:\n%s", out)
 	}
 	// A second restore beside it.
 	c.ok("restore", "job", "--from", "job:2", "--as", "copy")
@@ -181,6 +200,8 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"restore", "x", "--from", "abc"}, 2, "bad checkpoint"},
 		{[]string{"verify"}, 2, "--all"},
 		{[]string{"kill", "-s", "NOPE", "x"}, 2, "unknown signal"},
+		{[]string{"logs", "-f", "--incarnation", "1", "x"}, 2, "-f follows the current incarnation"},
+		{[]string{"logs", "--incarnations", "ghost"}, 3, "no such container"},
 	}
 	for _, tc := range tests {
 		_, errs, code := c.run(tc.args...)

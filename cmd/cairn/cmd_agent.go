@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"cairn/internal/agent"
 	"cairn/internal/container"
 	"cairn/internal/coord"
+	"cairn/internal/launch"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
 )
@@ -28,6 +30,7 @@ func newAgentCmd() *cobra.Command {
 	var healthCmd string
 	var healthEvery time.Duration
 	var minDisk, minMem float64
+	var toolsDir, mpichFix string
 	cmd := &cobra.Command{
 		Use:   "agent --creds DIR [--listen ADDR] [--coordinator ADDR --underlay IP]",
 		Short: "Serve this node's containers and checkpoints over the agent API (mutual TLS)",
@@ -86,6 +89,14 @@ publishes them as health.warning events and acts by each job's
 			if err != nil {
 				return err
 			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			tools, err := launch.InstallTools(toolsDir, exe, mpichFix)
+			if err != nil {
+				return fmt.Errorf("install the tools of MPI ranks in %s: %w", toolsDir, err)
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
@@ -124,7 +135,7 @@ publishes them as health.warning events and acts by each job's
 				}
 				go keepJoined(ctx, coord.NewClient(coordAddr, c), j, h.Warnings, quarantined, log)
 			}
-			return (&agent.Server{Manager: m, Creds: c, Logger: log, Node: node}).Serve(ctx, ln)
+			return (&agent.Server{Manager: m, Creds: c, Logger: log, Node: node, Tools: tools}).Serve(ctx, ln)
 		},
 	}
 	f := cmd.Flags()
@@ -139,6 +150,8 @@ publishes them as health.warning events and acts by each job's
 	f.Float64Var(&minMem, "health-min-free-memory", 5, "health probe: percent of memory that must stay available (0: off)")
 	f.StringVar(&netnsPrefix, "netns-prefix", "", "name prefix of rank network namespaces (default cairn-NODE-)")
 	f.StringArrayVar(&labels, "label", nil, "node label KEY=VALUE, e.g. rack=r1 (repeatable)")
+	f.StringVar(&toolsDir, "tools-dir", filepath.Join(prefix(), "tools"), "where the tools mounted in MPI ranks (this cairn binary, the MPICH fix) are kept, by content")
+	f.StringVar(&mpichFix, "mpich-fix", filepath.Join(prefix(), "lib", launch.MPICHFix), "the library preloaded into MPICH processes (built by make setup; see docs/mpi.md)")
 	return cmd
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -9,13 +11,15 @@ import (
 
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/container"
+	"cairn/internal/launch"
 )
 
 func newRunCmd() *cobra.Command {
 	var cfg container.Config
 	var asJSON bool
 	var job coordv1.RunJob
-	var replRate string
+	var replRate, memory, export string
+	var volumes []string
 	cmd := &cobra.Command{
 		Use:   "run (--name NAME | --job NAME --ranks N) [--rootfs DIR] [--env K=V]... -- CMD [ARGS...]",
 		Short: "Start a command in a new container, or a job of N ranks on the cluster",
@@ -31,7 +35,17 @@ rank order) in its environment. Each job has its own subnet, and a rank keeps
 its IP wherever it runs. --checkpoint-every takes a global checkpoint at that
 interval. After each checkpoint, every rank image is copied to --replicas other
 nodes; when a node of the job dies, the job restarts by itself from the newest
-checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
+checkpoint complete on live nodes, onto spares first (--on-failure restart).
+With --mpi, CMD is an MPI program run as N processes, one per rank
+(docs/mpi.md). As srun does, a job's ranks get the caller's environment
+(--export ALL, less what belongs to the caller's session: SSH_*, DISPLAY,
+XDG_*, CAIRN_*...; --export NONE or --export VAR,VAR) plus --env, and start
+in the caller's working directory (or --workdir).
+
+--volume HOST:PATH[:ro] binds a host directory into the container or every
+rank (for a job, the same path on every node: a shared file system). A
+volume is outside the checkpoints: a restore does not roll it back. --cpus
+and --memory limit each container.`,
 		Example: `  cairn run --name sim -- /usr/bin/python3 -c 'import time; time.sleep(1e9)'
   cairn run --name sim --env OMP_NUM_THREADS=2 --rootfs /srv/rootfs -- ./solver
   cairn run --job ring --ranks 4 --checkpoint-every 5m -- /usr/bin/ring-solver`,
@@ -41,13 +55,35 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 				if cfg.Name != "" {
 					return usageError{fmt.Errorf("--name and --job exclude each other")}
 				}
-				if err := notWith(cmd, "a job (--job)", "hostname", "workdir", "userns"); err != nil {
+				if err := notWith(cmd, "a job (--job)", "hostname", "userns"); err != nil {
 					return err
 				}
 				if len(args) == 0 {
 					return usageError{fmt.Errorf("no command given: cairn run --job NAME --ranks N -- CMD [ARGS...]")}
 				}
-				job.Args, job.Env, job.RootFS = args, cfg.Env, cfg.RootFS
+				env, err := exportEnv(export, os.Environ())
+				if err != nil {
+					return usageError{err}
+				}
+				job.Args, job.Env, job.RootFS = args, append(env, cfg.Env...), cfg.RootFS
+				job.Cwd = cfg.Cwd
+				if job.Cwd == "" {
+					job.Cwd, _ = os.Getwd()
+				}
+				job.Volumes, job.CPUs = volumes, cfg.CPUs
+				if _, err := container.ParseVolumes(volumes); err != nil {
+					return usageError{err}
+				}
+				if memory != "" {
+					if job.Memory, err = parseSize(memory); err != nil {
+						return usageError{fmt.Errorf("--memory: %w", err)}
+					}
+				}
+				if job.MPI != "" {
+					if err := launch.CheckKind(job.MPI); err != nil {
+						return usageError{fmt.Errorf("--mpi: %w", err)}
+					}
+				}
 				if replRate != "" {
 					r, err := parseSize(replRate)
 					if err != nil {
@@ -62,6 +98,15 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 			}
 			if err := notWith(cmd, "a container (--name)", jobFlags...); err != nil {
 				return err
+			}
+			var err error
+			if cfg.Volumes, err = container.ParseVolumes(volumes); err != nil {
+				return usageError{err}
+			}
+			if memory != "" {
+				if cfg.Memory, err = parseSize(memory); err != nil {
+					return usageError{fmt.Errorf("--memory: %w", err)}
+				}
 			}
 			if len(args) == 0 {
 				return usageError{fmt.Errorf("no command given: cairn run --name NAME -- CMD [ARGS...]")}
@@ -93,9 +138,14 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 	f.StringArrayVarP(&cfg.Env, "env", "e", nil, "set an environment variable KEY=VALUE (repeatable)")
 	f.StringVar(&cfg.Hostname, "hostname", "", "hostname inside the container (default: its name)")
 	f.StringVarP(&cfg.Cwd, "workdir", "w", "", "working directory inside the container (default /)")
+	f.StringArrayVarP(&volumes, "volume", "v", nil, "bind a host directory: HOST:PATH or HOST:PATH:ro (repeatable; outside the checkpoints)")
+	f.Float64Var(&cfg.CPUs, "cpus", 0, "limit the container (each rank) to this many CPUs' time")
+	f.StringVar(&memory, "memory", "", "limit the container's (each rank's) memory, e.g. 4G")
+	f.StringVar(&export, "export", "ALL", "a job's environment from the caller: ALL (less the caller's session's), NONE, or VAR,VAR")
 	f.BoolVar(&cfg.UserNS, "userns", false, "run the container in a user namespace of its own: its root is host uid 1000000 and has no power over the host's files (see docs/security.md for what it costs)")
 	f.BoolVar(&asJSON, "json", false, "print the container (or job) as JSON")
 	f.StringVar(&job.Name, "job", "", "start a job of this name on the cluster")
+	f.StringVar(&job.MPI, "mpi", "", "run CMD as an MPI program of --ranks processes, one per rank: openmpi or mpich (docs/mpi.md)")
 	f.IntVar(&job.Ranks, "ranks", 1, "number of ranks of the job")
 	f.IntVar(&job.PerNode, "per-node", 0, "at most this many ranks per node (default: spread evenly)")
 	f.StringSliceVar(&job.Nodes, "nodes", nil, "place the job's ranks on these nodes only")
@@ -109,7 +159,7 @@ checkpoint complete on live nodes, onto spares first (--on-failure restart).`,
 }
 
 // jobFlags are run's flags that only a job takes.
-var jobFlags = []string{"ranks", "per-node", "nodes", "checkpoint-every", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate"}
+var jobFlags = []string{"mpi", "export", "ranks", "per-node", "nodes", "checkpoint-every", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate"}
 
 // notWith refuses (usage error) any of the given flags that was set: they
 // do not apply to what cmd was asked to do.
@@ -145,4 +195,39 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size such as 50M", s)
 	}
 	return v * mult, nil
+}
+
+// sessionVars are what --export ALL leaves out: they belong to the caller's
+// session or host, not to the job (a rank gets its own CAIRN_* and
+// hostname).
+var sessionVars = []string{"SSH_", "DISPLAY=", "XAUTHORITY=", "DBUS_", "XDG_", "SHLVL=", "OLDPWD=", "PWD=", "_=",
+	"CAIRN_", "KRB5CCNAME=", "GPG_AGENT_INFO=", "HOSTNAME=", "MAIL=", "LS_COLORS=", "TMUX", "STY=", "WINDOW="}
+
+// exportEnv picks what of the caller's environment env a job gets, like
+// srun --export: ALL (less sessionVars), NONE, or a list of names.
+func exportEnv(spec string, env []string) ([]string, error) {
+	switch spec {
+	case "NONE":
+		return nil, nil
+	case "ALL", "":
+		var out []string
+		for _, kv := range env {
+			if !slices.ContainsFunc(sessionVars, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+				out = append(out, kv)
+			}
+		}
+		return out, nil
+	}
+	var out []string
+	for _, name := range strings.Split(spec, ",") {
+		if name == "" || strings.ContainsAny(name, "= ") {
+			return nil, fmt.Errorf("--export %q: want ALL, NONE or VAR,VAR", spec)
+		}
+		for _, kv := range env {
+			if strings.HasPrefix(kv, name+"=") {
+				out = append(out, kv)
+			}
+		}
+	}
+	return out, nil
 }

@@ -21,6 +21,7 @@ import (
 	"cairn/internal/container"
 	"cairn/internal/criu"
 	"cairn/internal/image"
+	"cairn/internal/launch"
 	"cairn/internal/names"
 	"cairn/internal/netw"
 )
@@ -87,6 +88,21 @@ or a new name.`,
 	return root
 }
 
+// rankinit runs `cairn rankinit --mpi KIND -- PROGRAM ARGS`, an MPI rank's
+// init.
+func rankinit(args []string) int {
+	if len(args) < 3 || args[0] != "--mpi" || args[2] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: cairn rankinit --mpi openmpi|mpich -- PROGRAM [ARGS...] (the init of an MPI job's ranks)")
+		return 2
+	}
+	cfg, err := launch.ConfigFromEnv(args[1], args[3:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cairn rankinit:", err)
+		return 2
+	}
+	return launch.Run(cfg)
+}
+
 // checkName refuses, as a usage error, a container or job name that
 // cannot exist, before anything is looked up or made for it.
 func checkName(name string) error {
@@ -128,6 +144,10 @@ func hostPorts() ([]uint16, error) {
 	return out, nil
 }
 
+// prefix is where cairn's setup installs what it builds ($CAIRN_PREFIX,
+// default /opt/cairn): CRIU, the MPICH fix, the tools of MPI ranks.
+func prefix() string { return envOr("CAIRN_PREFIX", "/opt/cairn") }
+
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {
 		return v
@@ -166,6 +186,17 @@ func main() {
 	if os.Getenv(container.ShimEnv) != "" {
 		os.Exit(container.ShimMain())
 	}
+	// Inside the ranks of an MPI job: the launch daemon and the agent MPI
+	// launchers run. Their arguments are not cairn's flags (see
+	// internal/launch).
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "rankinit":
+			os.Exit(rankinit(os.Args[2:]))
+		case "rsh":
+			os.Exit(launch.Rsh(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
@@ -190,7 +221,7 @@ func exitCode(err error) int {
 		wire = we.Code
 	}
 	switch {
-	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), wire == agentv1.CodeBadRequest:
+	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), wire == agentv1.CodeBadRequest:
 		fmt.Fprintln(os.Stderr, "Run 'cairn --help' for usage.")
 		return 2
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound), wire == agentv1.CodeNotFound:

@@ -9,13 +9,16 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/image"
+	"cairn/internal/launch"
 	"cairn/internal/names"
 	"cairn/internal/netw"
 	"cairn/internal/rpc"
@@ -120,14 +123,33 @@ func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, 
 		return nil, err
 	}
 	name := RankName(req.Job, req.Rank.Rank)
+	args, tools := req.Args, ""
+	if req.MPI != "" {
+		if err := launch.CheckKind(req.MPI); err != nil {
+			return nil, badRequest(err)
+		}
+		if s.Tools == "" {
+			return nil, fmt.Errorf("node %s has no cairn tools dir for the ranks of MPI jobs (cairn agent --tools-dir)", s.Creds.Name)
+		}
+		tools = s.Tools
+		args = append([]string{container.ToolsMount + "/cairn", "rankinit", "--mpi", req.MPI, "--"}, req.Args...)
+	}
+	vols, err := container.ParseVolumes(req.Volumes)
+	if err != nil {
+		return nil, badRequest(err)
+	}
+	if err := findProgram(req.RootFS, req.Args[0], req.Env); err != nil {
+		return nil, badRequest(err)
+	}
 	r, err := n.AttachRank(ctx, addr, false)
 	if err != nil {
 		return nil, err
 	}
 	in, err := s.Manager.Run(ctx, container.Config{
-		Name: name, Args: req.Args, Env: req.Env, RootFS: req.RootFS,
+		Name: name, Args: args, Env: req.Env, RootFS: req.RootFS,
 		Hostname: fmt.Sprintf("%s-%d", req.Job, req.Rank.Rank),
 		Net:      &container.NetAttach{Netns: r.Path(), Addr: addr},
+		Tools:    tools, Cwd: req.Cwd, Volumes: vols, CPUs: req.CPUs, Memory: req.Memory,
 	})
 	if err != nil {
 		_ = n.DetachRank(context.WithoutCancel(ctx), addr)
@@ -140,7 +162,11 @@ func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
 	name := RankName(req.Job, req.Rank.Rank)
 	s.dropPending(ctx, name)
 	var errs []error
-	if err := s.Manager.Remove(ctx, name, true); err != nil && !errors.Is(err, container.ErrNotFound) {
+	remove := func() error { return s.Manager.Remove(ctx, name, true) }
+	if req.Keep {
+		remove = func() error { return s.Manager.Stop(ctx, name) }
+	}
+	if err := remove(); err != nil && !errors.Is(err, container.ErrNotFound) {
 		errs = append(errs, err)
 	}
 	if req.Addr != "" {
@@ -157,7 +183,8 @@ func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
 // rankRestore restores a rank frozen into a fresh, locked network
 // namespace with its address, from its checkpoint req.Seq in the store or,
 // with staged set, from an image staged there (a migration). A container
-// of that name left on this node (a rank that died here) is replaced.
+// of that name left on this node (a rank that died here) is replaced, its
+// output kept as an earlier incarnation's.
 func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged string, rec *image.Record) (*container.Info, error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
@@ -174,7 +201,9 @@ func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged str
 		return nil, err
 	}
 	s.dropPending(ctx, name)
-	if err := s.Manager.Remove(ctx, name, true); err != nil && !errors.Is(err, container.ErrNotFound) {
+	// A rank that died here is replaced in its dir: its log stays, as an
+	// earlier incarnation's.
+	if err := s.Manager.Stop(ctx, name); err != nil && !errors.Is(err, container.ErrNotFound) {
 		return nil, err
 	}
 	if err := n.DetachRank(ctx, addr); err != nil {
@@ -616,14 +645,29 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// logs streams a container's output; with follow=1 until it exits.
+// logs streams a container's output: its current incarnation's, or with
+// incarnation=N that incarnation's; with follow=1 (current only) until it
+// exits.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
-	in, err := s.Manager.Get(r.Context(), name)
+	q := r.URL.Query()
+	n := 0
+	if v := q.Get("incarnation"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
+			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "incarnation must be a number from 1")
+			return
+		}
+	}
+	follow := q.Get("follow") == "1"
+	path, err := s.Manager.IncarnationLog(name, n)
 	if err != nil {
 		failErr(w, err)
 		return
 	}
-	f, err := os.Open(in.Log)
+	if cur, err := s.Manager.IncarnationLog(name, 0); err != nil || cur != path {
+		follow = false // an earlier incarnation's log is complete
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		failErr(w, err)
 		return
@@ -632,7 +676,6 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
-	follow := r.URL.Query().Get("follow") == "1"
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := f.Read(buf)
@@ -651,8 +694,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
 		if !follow {
 			return
 		}
-		if in, err := s.Manager.Get(r.Context(), name); err != nil || (in.Status != "running" && in.Status != "paused" && in.Status != "created") {
-			// One more read for what was written before the exit.
+		if in, err := s.Manager.Get(r.Context(), name); err != nil || (in.Status != "running" && in.Status != "paused" && in.Status != "created" && in.Status != "exiting") || !isFile(f, path) {
+			// One more read for what was written before the exit (or
+			// before a restore made a new incarnation).
 			if n, _ := f.Read(buf); n > 0 {
 				_, _ = w.Write(buf[:n])
 				continue
@@ -665,6 +709,13 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// isFile reports whether path still names the open file f.
+func isFile(f *os.File, path string) bool {
+	a, err1 := f.Stat()
+	b, err2 := os.Stat(path)
+	return err1 != nil || err2 != nil || os.SameFile(a, b)
 }
 
 func badRequest(err error) error { return &v1.Error{Code: v1.CodeBadRequest, Message: err.Error()} }
@@ -681,11 +732,59 @@ func (c *Client) Export(ctx context.Context, container string, seq int, backgrou
 
 // Logs opens a container's output; with follow until it exits.
 func (c *Client) Logs(ctx context.Context, name string, follow bool) (io.ReadCloser, error) {
-	q := ""
+	return c.IncarnationLog(ctx, name, 0, follow)
+}
+
+// IncarnationLog opens the output of a container's incarnation n (0: the
+// current one); with follow, the current one's until it exits.
+func (c *Client) IncarnationLog(ctx context.Context, name string, n int, follow bool) (io.ReadCloser, error) {
+	q := url.Values{}
 	if follow {
-		q = "?follow=1"
+		q.Set("follow", "1")
 	}
-	return c.stream(ctx, v1.PathLogs+url.PathEscape(name)+q)
+	if n > 0 {
+		q.Set("incarnation", strconv.Itoa(n))
+	}
+	p := v1.PathLogs + url.PathEscape(name)
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	return c.stream(ctx, p)
+}
+
+// incarnations lists a container's incarnations on this node.
+func (s *Server) incarnations(w http.ResponseWriter, name string) {
+	incs, err := s.Manager.Incarnations(name)
+	if err != nil {
+		failErr(w, err)
+		return
+	}
+	out := make([]v1.Incarnation, len(incs))
+	for i, inc := range incs {
+		out[i] = IncarnationWire(inc)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// IncarnationWire is an incarnation as the API shows it.
+func IncarnationWire(inc container.Incarnation) v1.Incarnation {
+	out := v1.Incarnation{
+		N: inc.N, Started: inc.Started, RestoredFrom: inc.RestoredFrom, Restored: inc.Restored,
+		Checkpointed: inc.Checkpointed, Current: inc.Current, Bytes: inc.Bytes,
+	}
+	if e := inc.Exit; e != nil {
+		code := e.Code
+		out.Ended, out.ExitCode, out.Signal = e.Time, &code, e.Signal
+	}
+	return out
+}
+
+// Incarnations lists a container's incarnations on the agent's node,
+// oldest first.
+func (c *Client) Incarnations(ctx context.Context, name string) ([]v1.Incarnation, error) {
+	var out []v1.Incarnation
+	err := c.do(ctx, http.MethodGet, v1.PathIncarnations+url.PathEscape(name), nil, &out)
+	return out, err
 }
 
 // dropImages removes every checkpoint image of the given containers from
@@ -708,4 +807,37 @@ func (s *Server) dropImages(req v1.DropImages) (v1.Dropped, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// findProgram checks that a rank's program exists in the rank's root (its
+// lower layer: root, or the node's /), as its PATH would find it: a job
+// whose program is missing is refused at once, with its name, rather than
+// failing in every rank.
+func findProgram(root, prog string, env []string) error {
+	if root == "" {
+		root = "/"
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	var dirs []string
+	if strings.Contains(prog, "/") {
+		if !filepath.IsAbs(prog) {
+			return nil // relative to its working directory: the rank will say
+		}
+		dirs = []string{""}
+	} else {
+		dirs = filepath.SplitList(path)
+	}
+	for _, d := range dirs {
+		// A symlink counts: it may point into the root, not the node's /.
+		fi, err := os.Lstat(filepath.Join(root, d, prog))
+		if err == nil && (fi.Mode()&os.ModeSymlink != 0 || fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: no such program in the ranks' root %s (PATH %s)", prog, root, path)
 }

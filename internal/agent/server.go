@@ -28,6 +28,9 @@ type Server struct {
 	Creds   *pki.Credentials
 	Logger  *slog.Logger
 	Node    Node // for job networks
+	// Tools is this node's tools dir (launch.InstallTools), mounted in
+	// ranks that ask for it; "" refuses them.
+	Tools string
 
 	ranks ranks
 }
@@ -56,7 +59,7 @@ func failErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &we):
 		rpc.FailError(w, we)
-	case errors.Is(err, names.ErrInvalid):
+	case errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig):
 		fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
 		fail(w, http.StatusNotFound, v1.CodeNotFound, err.Error())
@@ -341,6 +344,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.logs(w, r, name)
+	case strings.HasPrefix(r.URL.Path, v1.PathIncarnations) && r.Method == http.MethodGet:
+		name := strings.TrimPrefix(r.URL.Path, v1.PathIncarnations)
+		if err := container.ValidName(name); err != nil {
+			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+			return
+		}
+		s.incarnations(w, name)
 	case strings.HasPrefix(r.URL.Path, v1.PathKill) && r.Method == http.MethodPost:
 		name := strings.TrimPrefix(r.URL.Path, v1.PathKill)
 		sig, err := strconv.Atoi(r.URL.Query().Get("signal"))

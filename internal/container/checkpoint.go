@@ -90,8 +90,8 @@ func (p *Prepared) Name() string { return p.name }
 func (p *Prepared) Seq() int { return p.seq }
 
 // ImageDir is where the staged image is: CRIU's files under
-// image.CRIUDir and the fs delta as image.DeltaName, as Repo.Ingest takes
-// them.
+// image.CRIUDir, the fs delta as image.DeltaName and the container's
+// output as image.LogName, as Repo.Ingest takes them.
 func (p *Prepared) ImageDir() string { return p.imgDir }
 
 // Record is the record the image gets once stored.
@@ -198,6 +198,13 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
 		}
 	}
+	// Frozen, the container starts nothing new: what exec started is all
+	// there is.
+	if execd, err := execProcesses(p.fz, in.Pid); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+	} else if len(execd) > 0 {
+		return nil, fmt.Errorf("checkpoint %s: %w: %s; end them and checkpoint again", name, ErrExecProcesses, strings.Join(execd, ", "))
+	}
 
 	// 1. The fs delta, while nothing can write to it.
 	t := time.Now()
@@ -287,6 +294,11 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		Config:      cfg,
 		Delta:       delta,
 		Timing:      timing,
+	}
+	// The output up to the freeze, with what was still in the pipe
+	// (output.go); the processes are still frozen, or gone with stop.
+	if p.rec.Log, err = m.keepOutput(ctx, st, p.imgDir, stop); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	p.staged, _ = dirSize(p.imgDir)
 	return p, nil
@@ -408,8 +420,9 @@ type RestoreOptions struct {
 	// them: the ranks of a job are all restored before any runs.
 	Paused bool
 	// Staged restores from an image staged in this directory (CRIU's
-	// files under image.CRIUDir, the fs delta as image.DeltaName, as
-	// Prepared.ImageDir leaves them), described by Record, instead of a
+	// files under image.CRIUDir, the fs delta as image.DeltaName, the
+	// output as image.LogName, as Prepared.ImageDir leaves them),
+	// described by Record, instead of a
 	// checkpoint in the store: how a migrated rank is restored without a
 	// round trip through the store. The directory is used up.
 	Staged string
@@ -421,8 +434,10 @@ type RestoreOptions struct {
 // refused before anything is changed and before CRIU runs), then the
 // container gets a fresh overlay holding the checkpoint's fs delta, a fresh
 // network namespace with its address, and CRIU restores its processes.
-// The container must not be running (use opts.As to restore a copy beside
-// it).
+// Its log starts with the output kept with the checkpoint, so it reads as
+// an uninterrupted run's; the log of a container restored in place is
+// kept as an earlier incarnation's (see Incarnations). The container must
+// not be running (use opts.As to restore a copy beside it).
 func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions) (*Info, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
@@ -508,6 +523,13 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		if err := m.repo.Materialize(ctx, man, criuDir, newUpper, opts.Progress); err != nil {
 			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
 		}
+		if _, err := m.repo.MaterializeLog(ctx, man, filepath.Join(staging, image.LogName)); err != nil {
+			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
+		}
+	}
+	history := filepath.Join(staging, image.LogName)
+	if _, err := os.Lstat(history); err != nil {
+		history = "" // an image from before the output was kept
 	}
 
 	// Replace the old runtime of target, or make a new container.
@@ -527,6 +549,14 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 			return nil, err
 		}
 		st = &State{Created: time.Now().UTC()}
+	}
+	// The log starts as the checkpoint's; the one it replaces is kept as
+	// an earlier incarnation's (incarnation.go).
+	if err := m.beginIncarnation(target, st, man, history, existing != nil); err != nil {
+		if existing == nil {
+			os.RemoveAll(m.dir(target))
+		}
+		return nil, fmt.Errorf("restore %s: %w", target, err)
 	}
 	st.Config = cfg.Config
 	st.Config.Name = target

@@ -151,3 +151,66 @@ func mkdirLike(dir string, fi fs.FileInfo) error {
 	}
 	return os.Chmod(dir, fi.Mode().Perm())
 }
+
+// writeHosts gives a container a hosts file of its own in its upper dir:
+// localhost and its host name at its address. Without it, the host name
+// resolves through DNS, which a container may not reach: MPI launchers
+// (hydra) then stall for the lookup's timeout, and so does anything that
+// resolves its own name. A hosts file the container's root brings is kept
+// when it already names the host.
+func writeHosts(st *State, upper string) error {
+	lower := st.Config.RootFS
+	if lower == "" {
+		lower = "/"
+	}
+	dst := filepath.Join(upper, "etc", "hosts")
+	if _, err := os.Lstat(dst); err == nil {
+		return nil // the container's own, from a run before
+	}
+	if err := mkParents(upper, lower, "/etc"); err != nil {
+		return fmt.Errorf("hosts file of %s: %w", st.Config.Name, err)
+	}
+	var b strings.Builder
+	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	if st.Addr.IsValid() && st.Config.Hostname != "" {
+		fmt.Fprintf(&b, "%s\t%s\n", st.Addr, st.Config.Hostname)
+	}
+	return os.WriteFile(dst, []byte(b.String()), 0o644)
+}
+
+// ErrBadConfig is wrapped by Run's refusals of a configuration that cannot
+// work: volumes, limits.
+var ErrBadConfig = errors.New("bad container configuration")
+
+// checkVolumes refuses volumes that are not absolute existing host
+// directories bound at clean absolute paths, and host paths that would
+// show a container what cairn hides from it (its data, staging and
+// credentials, the host's secrets).
+func (m *Manager) checkVolumes(vs []Volume) error {
+	hidden, err := hiddenPaths("/", append([]string{m.opts.DataDir, m.opts.StagingDir, DefaultDataDir}, m.opts.Hide...))
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		switch {
+		case !filepath.IsAbs(v.Host) || filepath.Clean(v.Host) != v.Host:
+			return fmt.Errorf("%w: volume %s: the host path must be absolute and clean", ErrBadConfig, v.Host)
+		case !filepath.IsAbs(v.Path) || filepath.Clean(v.Path) != v.Path || v.Path == "/":
+			return fmt.Errorf("%w: volume %s:%s: the container path must be absolute, clean and not /", ErrBadConfig, v.Host, v.Path)
+		}
+		for _, top := range []string{"/proc", "/sys", "/dev", ToolsMount} {
+			if v.Path == top || strings.HasPrefix(v.Path, top+"/") {
+				return fmt.Errorf("%w: volume %s:%s: %s is the container's own", ErrBadConfig, v.Host, v.Path, top)
+			}
+		}
+		for _, h := range hidden {
+			if v.Host == h || strings.HasPrefix(v.Host, h+"/") || strings.HasPrefix(h, v.Host+"/") || v.Host == "/" {
+				return fmt.Errorf("%w: volume %s would show the container %s, which cairn hides from it", ErrBadConfig, v.Host, h)
+			}
+		}
+		if fi, err := os.Stat(v.Host); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%w: volume %s: not a directory on this node", ErrBadConfig, v.Host)
+		}
+	}
+	return nil
+}

@@ -66,6 +66,15 @@ type (
 	}
 	ociResources struct {
 		Devices []ociDevice `json:"devices"`
+		CPU     *ociCPU     `json:"cpu,omitempty"`
+		Memory  *ociMemory  `json:"memory,omitempty"`
+	}
+	ociCPU struct {
+		Quota  int64  `json:"quota"`
+		Period uint64 `json:"period"`
+	}
+	ociMemory struct {
+		Limit int64 `json:"limit"`
 	}
 	ociDevice struct {
 		Allow  bool   `json:"allow"`
@@ -91,6 +100,13 @@ var defaultCaps = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID",
 	"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_CHROOT",
 }
+
+// ToolsMount is where Config.Tools is mounted in the container, and
+// EnvTools the variable that tells the container so.
+const (
+	ToolsMount = "/.cairn"
+	EnvTools   = "CAIRN_TOOLS"
+)
 
 // UserNSBase is the host uid (and gid) of root in a --userns container; it
 // maps UserNSSize ids. The range is the one podman and LXC leave to
@@ -165,6 +181,24 @@ func writeSpec(st *State, bundle, rootPath, netnsPath, criuConf string) error {
 				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
+	}
+	for _, v := range st.Config.Volumes {
+		opts := []string{"rbind", "rprivate", "nosuid", "nodev"}
+		if v.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		s.Mounts = append(s.Mounts, ociMount{v.Path, "none", v.Host, opts})
+	}
+	if st.Config.CPUs > 0 {
+		const period = 100000 // µs
+		s.Linux.Resources.CPU = &ociCPU{Quota: int64(st.Config.CPUs * period), Period: period}
+	}
+	if st.Config.Memory > 0 {
+		s.Linux.Resources.Memory = &ociMemory{Limit: st.Config.Memory}
+	}
+	if st.Config.Tools != "" {
+		s.Mounts = append(s.Mounts, ociMount{ToolsMount, "none", st.Config.Tools, []string{"rbind", "ro", "nosuid", "nodev"}})
+		s.Process.Env = append(s.Process.Env, EnvTools+"="+ToolsMount)
 	}
 	if st.Config.UserNS {
 		userNS(&s)

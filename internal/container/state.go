@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"cairn/internal/durable"
@@ -46,6 +47,27 @@ type Config struct {
 	// UserNS runs the container in a user namespace of its own, its root
 	// mapped to host uid UserNSBase (see userNS).
 	UserNS bool `json:"userns,omitempty"`
+	// Tools is a host directory mounted read-only at ToolsMount: the cairn
+	// binary and libraries an MPI rank's launch daemon needs. A restore
+	// mounts the same path, which tools dirs named by content keep valid on
+	// every node running the same cairn.
+	Tools string `json:"tools,omitempty"`
+	// Volumes are host directories bound into the container (input and
+	// results on a shared file system). They are outside its checkpoints:
+	// a restore does not roll them back, and needs them at the same host
+	// path on the node it restores on.
+	Volumes []Volume `json:"volumes,omitempty"`
+	// CPUs limits the container to this many CPUs' time (0: no limit).
+	CPUs float64 `json:"cpus,omitempty"`
+	// Memory limits the container's memory, in bytes (0: no limit).
+	Memory int64 `json:"memory,omitempty"`
+}
+
+// Volume binds a host directory into a container.
+type Volume struct {
+	Host     string `json:"host"` // absolute path on the node
+	Path     string `json:"path"` // absolute path in the container
+	ReadOnly bool   `json:"ro,omitempty"`
 }
 
 // NetAttach names a network namespace made by the caller and the address
@@ -119,4 +141,23 @@ func readExit(dir string) (*Exit, error) {
 		return nil, err
 	}
 	return &e, nil
+}
+
+// ParseVolumes reads volumes written "HOST:PATH" or "HOST:PATH:ro".
+func ParseVolumes(specs []string) ([]Volume, error) {
+	var out []Volume
+	for _, spec := range specs {
+		parts := strings.Split(spec, ":")
+		v := Volume{}
+		switch {
+		case len(parts) == 2:
+		case len(parts) == 3 && (parts[2] == "ro" || parts[2] == "rw"):
+			v.ReadOnly = parts[2] == "ro"
+		default:
+			return nil, fmt.Errorf("%w: volume %q: want HOST:PATH or HOST:PATH:ro", ErrBadConfig, spec)
+		}
+		v.Host, v.Path = parts[0], parts[1]
+		out = append(out, v)
+	}
+	return out, nil
 }

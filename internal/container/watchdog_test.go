@@ -157,3 +157,39 @@ func TestDumpTimeout(t *testing.T) {
 		t.Errorf("a timed-out checkpoint is listed: %+v", recs)
 	}
 }
+
+// TestCheckpointRefusesExecProcesses: a process started with Exec lives
+// outside the container's init tree, where CRIU would silently leave it
+// out of the image; the checkpoint refuses, names it, and the container
+// runs on. Once it ends, the checkpoint goes through.
+func TestCheckpointRefusesExecProcesses(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	m := env.Manager
+	if _, err := m.Run(ctx, container.Config{Name: "x", Args: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Exec(ctx, "x", []string{"sh", "-c", "exec sleep 3"}, nil, nil, nil)
+		done <- err
+	}()
+	in, _ := m.Get(ctx, "x")
+	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/freezer", in.CgroupsPath, "cgroup.procs"))
+		return len(strings.Fields(string(b))) >= 2, "no exec'd process yet"
+	})
+	_, err := m.Checkpoint(ctx, "x", container.CheckpointOptions{})
+	if !errors.Is(err, container.ErrExecProcesses) || !strings.Contains(err.Error(), "(sleep)") {
+		t.Fatalf("checkpoint with an exec'd process: %v, want ErrExecProcesses naming it", err)
+	}
+	if st := freezerState(t, in); st != "THAWED" {
+		t.Fatalf("container left %s", st)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Checkpoint(ctx, "x", container.CheckpointOptions{}); err != nil {
+		t.Fatalf("checkpoint once the exec'd process ended: %v", err)
+	}
+}

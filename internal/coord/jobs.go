@@ -2,6 +2,8 @@ package coord
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/agent"
 	"cairn/internal/catalog"
+	"cairn/internal/launch"
 	"cairn/internal/names"
 )
 
@@ -196,6 +199,11 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 	if len(req.Args) == 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "no command given")
 	}
+	if req.MPI != "" {
+		if err := launch.CheckKind(req.MPI); err != nil {
+			return nil, apiErr(agentv1.CodeBadRequest, "%v", err)
+		}
+	}
 	defer c.lockJob(req.Name)()
 	if req.Replicas < 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "replicas must be 0 or more")
@@ -239,16 +247,21 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 		}
 		return nil, err
 	}
+	launchEnv, err := launchEnv(req, subnet)
+	if err != nil {
+		return nil, err
+	}
 	env := func(r int) []string {
-		return append([]string{
+		return append(append([]string{
 			"CAIRN_JOB=" + j.Name, "CAIRN_RANK=" + strconv.Itoa(r), "CAIRN_SIZE=" + strconv.Itoa(req.Ranks),
 			"CAIRN_PEERS=" + strings.Join(j.Addrs, ","),
-		}, req.Env...)
+		}, launchEnv...), req.Env...)
 	}
 	err = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
 		_, err := cl.RankRun(ctx, agentv1.RankRun{
 			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: jobNet(j, placement[r], c.underlays(ctx)),
-			Addr: j.Addrs[r], Args: req.Args, Env: env(r), RootFS: req.RootFS,
+			Addr: j.Addrs[r], Args: req.Args, Env: env(r), RootFS: req.RootFS, MPI: req.MPI,
+			Cwd: req.Cwd, Volumes: req.Volumes, CPUs: req.CPUs, Memory: req.Memory,
 		})
 		return err
 	})
@@ -507,4 +520,22 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 	}
 	c.log.Info("job removed", "job", name, "ckpts", out.Ckpts, "images", out.Images)
 	return out, c.cat.Delete(ctx, jobKey(name))
+}
+
+// launchEnv returns the environment an MPI job's ranks get besides every
+// job's: the job's network, for the launcher's interfaces, and a fresh
+// secret that authenticates the ranks to each other's launch daemons.
+func launchEnv(req v1.RunJob, subnet netip.Prefix) ([]string, error) {
+	if req.MPI == "" {
+		return nil, nil
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	return []string{
+		launch.EnvMPI + "=" + req.MPI,
+		launch.EnvSubnet + "=" + subnet.String(),
+		launch.EnvSecret + "=" + hex.EncodeToString(secret),
+	}, nil
 }

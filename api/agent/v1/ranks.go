@@ -18,8 +18,11 @@ const (
 	PathChunks      = "/v1/images/chunks" // GET ?container=NAME&seq=N: Chunks (agents may call it)
 	PathExportDelta = "/v1/images/delta"  // POST ExportDelta: a delta export stream (agents may call it)
 	PathDropImages  = "/v1/images/drop"   // POST DropImages: Dropped
-	PathLogs        = "/v1/logs/"         // + NAME, GET ?follow=1: the container's output
+	PathLogs        = "/v1/logs/"         // + NAME, GET ?follow=1&incarnation=N: the container's output (its current incarnation's unless N)
 	PathKill        = "/v1/kill/"         // + NAME, POST ?signal=N
+
+	// A container's incarnations, whose logs PathLogs serves.
+	PathIncarnations = "/v1/incarnations/" // + NAME, GET: []Incarnation, oldest first
 
 	// Migration of one rank (see MigrateIn).
 	PathRankStall  = "/v1/ranks/stall"       // POST RankStall: lock and freeze ranks (RankResume ends it)
@@ -27,6 +30,22 @@ const (
 	PathMigrateIn  = "/v1/ranks/migrate-in"  // POST MigrateIn: MigratedIn
 	PathMigrateOut = "/v1/ranks/migrate-out" // POST MigrateOut: the rank has moved away
 )
+
+// Incarnation is one run of a container's processes on the node: its
+// first run, or a restore. The current incarnation's output starts with
+// what its checkpoint kept; an earlier one's is as it was when it ended.
+type Incarnation struct {
+	N            int       `json:"incarnation"` // numbered on from the incarnation its checkpoint was taken in
+	Started      time.Time `json:"started"`
+	RestoredFrom string    `json:"restored_from,omitempty"`  // the checkpoint (NAME:SEQ), for a restore
+	Restored     int64     `json:"restored_bytes,omitempty"` // the output it started with
+	Ended        time.Time `json:"ended,omitzero"`           // when an earlier one ended, if known
+	ExitCode     *int      `json:"exit_code,omitempty"`
+	Signal       string    `json:"signal,omitempty"`
+	Checkpointed bool      `json:"checkpointed,omitempty"` // ended by checkpoint --stop
+	Current      bool      `json:"current,omitempty"`
+	Bytes        int64     `json:"bytes"` // its output
+}
 
 // HeaderStagedSize announces, in the reply to PathStaged, the bytes of
 // the files the staged-image stream carries (decimal). The receiver takes
@@ -62,6 +81,18 @@ type RankRun struct {
 	Args   []string `json:"args"`
 	Env    []string `json:"env,omitempty"`
 	RootFS string   `json:"rootfs,omitempty"`
+	// MPI ("openmpi" or "mpich") runs Args as the rank's part of an MPI
+	// job: the node's cairn tools are mounted read-only in the rank (at
+	// $CAIRN_TOOLS) and the rank's init is cairn's launch daemon, which
+	// starts Args through the MPI launcher in rank 0 (docs/mpi.md).
+	MPI string `json:"mpi,omitempty"`
+	// Cwd is the working directory of Args in the rank.
+	Cwd string `json:"cwd,omitempty"`
+	// Volumes bind host directories into the rank, "HOST:PATH" or
+	// "HOST:PATH:ro"; outside the rank's checkpoints.
+	Volumes []string `json:"volumes,omitempty"`
+	CPUs    float64  `json:"cpus,omitempty"`   // CPU time limit, in CPUs (0: none)
+	Memory  int64    `json:"memory,omitempty"` // memory limit, bytes (0: none)
 }
 
 // RankRestore restores a rank from its image of checkpoint Seq, which must
@@ -85,6 +116,9 @@ type RankRemove struct {
 	Rank
 	VNI  uint32 `json:"vni"`
 	Addr string `json:"addr"`
+	// Keep stops the rank but keeps its container's dir: it is restored
+	// on this node next, and its output stays as an earlier incarnation's.
+	Keep bool `json:"keep,omitempty"`
 }
 
 // Prepare is phase one of a global checkpoint for one rank: lock its

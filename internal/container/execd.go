@@ -1,0 +1,68 @@
+package container
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrExecProcesses is returned (wrapped) by a checkpoint of a container
+// that holds processes started with Exec (runc exec): they live in the
+// container but outside its init's tree, and CRIU dumps a tree, so it
+// would silently leave them out and a restore would lack them. Such
+// processes must end before the container is checkpointed; a job's
+// launcher and daemons run as children of its rank's init for this reason
+// (internal/launch).
+var ErrExecProcesses = errors.New("the container holds processes started with exec, which a checkpoint would leave out")
+
+// execProcesses returns the processes of the container's cgroup (read
+// through its freezer, which shares the container's cgroup path) that do
+// not descend from its init, each as "PID (COMM)".
+func execProcesses(f freezer, initPID int) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(f.state), "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	in := map[int]bool{}
+	var pids []int
+	for _, s := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(s); err == nil {
+			in[pid] = true
+			pids = append(pids, pid)
+		}
+	}
+	var out []string
+	for _, pid := range pids {
+		p := pid
+		for p != initPID && in[p] {
+			p = parentPID(p)
+		}
+		if p != initPID {
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			out = append(out, fmt.Sprintf("%d (%s)", pid, strings.TrimSpace(string(comm))))
+		}
+	}
+	return out, nil
+}
+
+// parentPID is pid's parent, 0 if unknown.
+func parentPID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	pp, _ := strconv.Atoi(f[1])
+	return pp
+}

@@ -1,0 +1,69 @@
+package container_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"cairn/internal/container"
+	"cairn/internal/testutil"
+)
+
+// TestVolumes: a host directory bound into a container is written through,
+// survives a checkpoint, kill and restore (it is outside the checkpoint:
+// what was written after the checkpoint stays), and volumes that would
+// show what cairn hides, or shadow the container's own /proc, /dev and
+// tools, are refused.
+func TestVolumes(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	m := env.Manager
+	vol := t.TempDir()
+	cfg := container.Config{Name: "v", Volumes: []container.Volume{{Host: vol, Path: "/data"}}, Memory: 64 << 20,
+		Args: []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /data/count; sleep 0.05; done"}}
+	if _, err := m.Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		b, _ := os.ReadFile(filepath.Join(vol, "count"))
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
+	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) { return count() > 5, "nothing written to the volume" })
+	if _, err := m.Checkpoint(ctx, "v", container.CheckpointOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Kill(ctx, "v", 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Wait(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	before := count()
+	if _, err := m.Restore(ctx, "v", container.RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) {
+		return count() != before, "the restored container does not write to its volume"
+	})
+	for _, v := range []container.Volume{
+		{Host: env.DataDir, Path: "/x"},
+		{Host: filepath.Dir(env.DataDir), Path: "/x"},
+		{Host: "/", Path: "/x"},
+		{Host: "relative", Path: "/x"},
+		{Host: vol, Path: "/proc/x"},
+		{Host: vol, Path: "/.cairn"},
+		{Host: vol, Path: "/"},
+		{Host: filepath.Join(vol, "missing"), Path: "/x"},
+	} {
+		_, err := m.Run(ctx, container.Config{Name: "bad", Volumes: []container.Volume{v}, Args: []string{"true"}})
+		if !errors.Is(err, container.ErrBadConfig) {
+			t.Errorf("volume %s:%s: %v, want ErrBadConfig", v.Host, v.Path, err)
+		}
+	}
+}
