@@ -29,6 +29,7 @@ var (
 	mpiRanks  = 4
 	mpiRefMu  sync.Mutex
 	mpiRefSum string
+	mpiRefLog []string // rank 0's progress lines, without their times
 )
 
 // mpiProgram builds the test program for kind (openmpi or mpich) once.
@@ -66,15 +67,23 @@ func mpiReference(t *testing.T) string {
 		return mpiRefSum
 	}
 	args := []string{"--allow-run-as-root", "--oversubscribe", "-np", fmt.Sprint(mpiRanks), "--mca", "btl", "self,tcp",
-		"--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo", mpiProgram(t, "openmpi"), "--iters", mpiIters, "--every", "0", "--sleep-ms", "0"}
+		"--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo", mpiProgram(t, "openmpi"), "--iters", mpiIters, "--every", "20", "--sleep-ms", "0"}
 	out, err := exec.Command("/usr/bin/mpirun.openmpi", args...).CombinedOutput()
 	m := mpiFinal.FindStringSubmatch(string(out))
 	if err != nil || m == nil {
 		t.Fatalf("reference run: %v\n%s", err, out)
 	}
-	mpiRefSum = m[3]
+	mpiRefSum, mpiRefLog = m[3], progressLines(string(out))
+	if len(mpiRefLog) != 15 {
+		t.Fatalf("reference run printed %d progress lines, want 15:\n%s", len(mpiRefLog), out)
+	}
 	return mpiRefSum
 }
+
+var progressLine = regexp.MustCompile(`(?m)^progress \d+/\d+ sum=[0-9a-f]+`)
+
+// progressLines is rank 0's progress lines in out, without their times.
+func progressLines(out string) []string { return progressLine.FindAllString(out, -1) }
 
 // mpiResult waits for the job to end and returns the checksum rank 0
 // printed.
@@ -136,6 +145,12 @@ func testMPICheckpointRestart(t *testing.T, kind string) {
 	}
 	if got := mpiResult(t, c, "mpi"); got != want {
 		t.Fatalf("%s job's checksum %s after checkpoint, kill and restart elsewhere; an uninterrupted run's is %s", kind, got, want)
+	}
+	// Its output reads as an uninterrupted run's: every progress line
+	// once, in order, none lost at the checkpoint, none repeated by the
+	// killed incarnation.
+	if got := progressLines(c.Logs("mpi", 0)); !slices.Equal(got, mpiRefLog) {
+		t.Fatalf("rank 0's progress lines after the restart:\n%s\nan uninterrupted run's:\n%s", strings.Join(got, "\n"), strings.Join(mpiRefLog, "\n"))
 	}
 	// Every rank's launch daemon ended with the job.
 	for r, st := range c.Status("mpi").RankStates {
