@@ -102,12 +102,18 @@ func coordLog(t *testing.T, c *testutil.Cluster) string {
 // TestDamagedCopy: a chunk of a rank image is damaged on disk. A restart
 // that restores the rank where the damaged copy is detects it before CRIU
 // runs, replaces the damaged chunk from another copy and finishes with the
-// right result; a restart that fetches from the damaged copy is refused
-// by the receiver, takes the next copy, and the damaged source is repaired.
+// right result; a restart that fetches from the damaged copy and another
+// at once gets the damaged copy's share from the other copy, and the
+// damaged source is repaired. Each rank holds 16 MiB of ballast, so that
+// the image is fetched in at least four shares and both copies are asked
+// for one at once.
 func TestDamagedCopy(t *testing.T) {
 	const messages = 1_500_000
+	// Step 1 restores where the checkpoint was taken: an image kept in
+	// staging would be used instead of the damaged store.
+	t.Setenv("CAIRN_KEEP_IMAGES", "0")
 	c := testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1"}, ringArgs(c, messages)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1"}, append(ringArgs(c, messages), "-ballast", "16")...)...)
 	place := c.Status("ring").Placement
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
@@ -144,9 +150,14 @@ func TestDamagedCopy(t *testing.T) {
 	}
 	checkIntact(t, c, home, name, ck.Seq, bad)
 
-	// 2. Fetch from the damaged copy: the receiver refuses it, the next
-	// copy is used, and the damaged source is repaired afterwards.
-	bad = damageChunk(t, c, home, name, ck.Seq, 5, other)
+	// 2. Fetch from the damaged copy and the good one: a page in every
+	// 256 that the target lacks is damaged, so whatever share the damaged
+	// copy is asked for fails; the good copy sends it instead, and the
+	// damaged source is repaired afterwards.
+	var bads []store.ID
+	for i := 5; i < 4096; i += 256 {
+		bads = append(bads, damageChunk(t, c, home, name, ck.Seq, i, other))
+	}
 	c.OK("restart", "ring", "--placement", strings.Join([]string{place[0], other, place[2]}, ","))
 	if p := c.Status("ring").Placement; p[1] != other {
 		t.Fatalf("rank 1 restarted on %s, want %s", p[1], other)
@@ -155,8 +166,10 @@ func TestDamagedCopy(t *testing.T) {
 		n := strings.Count(coordLog(t, c), fmt.Sprintf(`msg="damaged copy repaired" job=ring ckpt=%d rank=1 node=%s`, ck.Seq, home))
 		return n == 2, fmt.Sprintf("%d repairs of rank 1's copy on %s logged, want 2", n, home)
 	})
-	checkIntact(t, c, home, name, ck.Seq, bad)
-	checkIntact(t, c, other, name, ck.Seq, bad)
+	for _, bad := range bads {
+		checkIntact(t, c, home, name, ck.Seq, bad)
+		checkIntact(t, c, other, name, ck.Seq, bad)
+	}
 
 	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)

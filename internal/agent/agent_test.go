@@ -38,18 +38,26 @@ func issue(t *testing.T, ca *pki.CA, name string, role pki.Role, ips ...net.IP) 
 // credentials until the test ends.
 func startAgent(t *testing.T) (*cluster, *testutil.Env) {
 	t.Helper()
-	env := testutil.NewEnv(t)
 	ca, err := pki.Init(t.TempDir(), pki.InitOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	addr, env := startAgentAs(t, ca, "n1")
+	return &cluster{ca: ca, addr: addr}, env
+}
+
+// startAgentAs serves a new test env's Manager on 127.0.0.1 as agent
+// name of ca's cluster until the test ends, and returns its address.
+func startAgentAs(t *testing.T, ca *pki.CA, name string) (string, *testutil.Env) {
+	t.Helper()
+	env := testutil.NewEnv(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	srv := &agent.Server{Manager: env.Manager, Creds: issue(t, ca, "n1", pki.Agent, net.ParseIP("127.0.0.1"))}
+	srv := &agent.Server{Manager: env.Manager, Creds: issue(t, ca, name, pki.Agent, net.ParseIP("127.0.0.1"))}
 	go func() { done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
@@ -57,7 +65,7 @@ func startAgent(t *testing.T) (*cluster, *testutil.Env) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &cluster{ca: ca, addr: ln.Addr().String()}, env
+	return ln.Addr().String(), env
 }
 
 func apiErr(t *testing.T, err error, code string) {

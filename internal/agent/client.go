@@ -46,6 +46,12 @@ func (c *Client) ExportDelta(ctx context.Context, req v1.ExportDelta) (io.ReadCl
 	return c.rpc.Stream(ctx, v1.PathExportDelta, req)
 }
 
+// ChunkData opens a chunk stream of the given chunks of a checkpoint
+// image.
+func (c *Client) ChunkData(ctx context.Context, req v1.ChunkData) (io.ReadCloser, error) {
+	return c.rpc.Stream(ctx, v1.PathChunkData, req)
+}
+
 // JobNet ensures a job's network on the agent's node.
 func (c *Client) JobNet(ctx context.Context, req v1.JobNet) error {
 	return c.do(ctx, http.MethodPut, v1.PathJobNet, req, nil)

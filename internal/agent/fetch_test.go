@@ -27,21 +27,7 @@ func exportStream(t *testing.T, edit func(rec map[string]any)) ([]byte, []string
 	ctx := context.Background()
 	d := t.TempDir()
 	repo := image.Repo{Dir: filepath.Join(d, "cat"), StoreDir: filepath.Join(d, "store"), Compression: store.CompressionFastest}
-	src := filepath.Join(d, "src")
-	if err := os.MkdirAll(filepath.Join(src, image.CRIUDir), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, image.CRIUDir, "core-1.img"), []byte("core"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var delta bytes.Buffer
-	tw := tar.NewWriter(&delta)
-	tw.WriteHeader(&tar.Header{Name: "f", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644})
-	tw.Write([]byte("x"))
-	tw.Close()
-	if err := os.WriteFile(filepath.Join(src, image.DeltaName), delta.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	src := imageSource(t, nil)
 	if err := repo.Ingest(ctx, src, &image.Record{Container: "c", Seq: 1, Config: []byte(`{}`)}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +57,34 @@ func exportStream(t *testing.T, edit func(rec map[string]any)) ([]byte, []string
 	out = append(out, file[12+k:len(file)-store.IDSize]...)
 	sum := store.Hash(out)
 	return append(out, sum[:]...), hex
+}
+
+// imageSource writes a small image to ingest (a core file, pages if
+// given, an fs delta of one file) and returns its dir.
+func imageSource(t *testing.T, pages []byte) string {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.MkdirAll(filepath.Join(src, image.CRIUDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"core-1.img": []byte("core")}
+	if pages != nil {
+		files["pages-1.img"] = pages
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(src, image.CRIUDir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var delta bytes.Buffer
+	tw := tar.NewWriter(&delta)
+	tw.WriteHeader(&tar.Header{Name: "f", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644})
+	tw.Write([]byte("x"))
+	tw.Close()
+	if err := os.WriteFile(filepath.Join(src, image.DeltaName), delta.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
 
 // hostilePeer serves, as agent n2 of the cluster, one export stream for

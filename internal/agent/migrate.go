@@ -216,7 +216,8 @@ func (s *Server) migrateOut(ctx context.Context, req v1.MigrateOut) error {
 
 // failpoint hangs the request at a named point when CAIRN_FAILPOINT
 // names it (migrate-in: the image received, before it is stored and
-// restored), for end-to-end tests that kill the agent there.
+// restored; chunk-data: a holder asked for its second share of an image
+// fetch), for end-to-end tests that kill the agent there.
 func (s *Server) failpoint(ctx context.Context, name string) {
 	if os.Getenv("CAIRN_FAILPOINT") != name {
 		return

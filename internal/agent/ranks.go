@@ -19,7 +19,6 @@ import (
 	"cairn/internal/container"
 	"cairn/internal/image"
 	"cairn/internal/launch"
-	"cairn/internal/names"
 	"cairn/internal/netw"
 	"cairn/internal/rpc"
 	"cairn/internal/store"
@@ -446,97 +445,6 @@ func (s *Server) finish(ctx context.Context, key pendingKey, commit bool) (*v1.C
 	return &v1.Committed{Checkpoint: checkpointWire(rec), Stall: rec.Timing.Stall}, thawErr
 }
 
-// fetch copies an image from another agent unless it is here already.
-// With req.Repair, an image that is here is read in full first, and what
-// of it is damaged is set aside and fetched again. The peer's stream must
-// hold exactly the image asked for: Receive checks its record against
-// req before it stores anything.
-func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
-	start := time.Now()
-	if err := errors.Join(names.Container(req.Container), names.Seq(req.Seq)); err != nil {
-		return v1.Image{}, badRequest(err)
-	}
-	repo := s.Manager.Repo()
-	var damage image.Damage
-	if rec, err := repo.Load(req.Container, req.Seq); err == nil {
-		if !req.Repair {
-			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
-		}
-		if damage, err = repo.SetAsideDamaged(ctx, req.Container, req.Seq); err != nil {
-			return v1.Image{}, fmt.Errorf("check %s:%d: %w", req.Container, req.Seq, err)
-		}
-		if !damage.Any() {
-			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
-		}
-		s.log().Warn("damaged image; fetching the damaged parts again", "ckpt", rec.Name(),
-			"chunks", damage.Chunks, "manifest", damage.Manifest, "peer", req.FromNode)
-	}
-	c := NewClient(req.From, req.FromNode, s.Creds)
-	defer c.Close()
-	// Only the chunks this node lacks travel; the full stream when it
-	// lacks most of them anyway, or when the delta finds a chunk gone
-	// since it was counted (a gc in between).
-	body, err := s.openDelta(ctx, c, req)
-	if err != nil {
-		return v1.Image{}, err
-	}
-	receive := func(cr *countingReader) (rec *image.Record, err error) {
-		if !req.Background {
-			return repo.Receive(ctx, cr, req.Container, req.Seq, nil)
-		}
-		err = inBackground(func() error {
-			rec, err = repo.Receive(ctx, cr, req.Container, req.Seq, nil)
-			return err
-		})
-		return rec, err
-	}
-	cr := &countingReader{r: newRateReader(ctx, body, req.Rate)}
-	rec, err := receive(cr)
-	body.Close()
-	if errors.Is(err, store.ErrNotFound) {
-		if body, err = c.Export(ctx, req.Container, req.Seq, req.Background); err != nil {
-			return v1.Image{}, err
-		}
-		cr = &countingReader{r: newRateReader(ctx, body, req.Rate), n: cr.n}
-		rec, err = receive(cr)
-		body.Close()
-	}
-	if err != nil {
-		return v1.Image{}, fmt.Errorf("fetch %s:%d from %s: %w", req.Container, req.Seq, req.FromNode, err)
-	}
-	return v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Bytes: cr.n, Duration: time.Since(start),
-		Repaired: damage.Chunks, RepairedManifest: damage.Manifest}, nil
-}
-
-// openDelta opens the stream to fetch an image with: a delta stream of the
-// chunks this node lacks, or the full one if it lacks most.
-func (s *Server) openDelta(ctx context.Context, c *Client, req v1.Fetch) (io.ReadCloser, error) {
-	hexIDs, err := c.Chunks(ctx, req.Container, req.Seq)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]store.ID, 0, len(hexIDs))
-	for _, h := range hexIDs {
-		id, err := store.ParseID(h)
-		if err != nil {
-			return nil, &image.CorruptError{Image: fmt.Sprintf("%s:%d", req.Container, req.Seq), What: "chunk list from " + req.FromNode, Reason: err.Error()}
-		}
-		ids = append(ids, id)
-	}
-	missing, err := s.Manager.Repo().Missing(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	if 2*len(missing) > len(ids) {
-		return c.Export(ctx, req.Container, req.Seq, req.Background)
-	}
-	d := v1.ExportDelta{Container: req.Container, Seq: req.Seq, Missing: make([]string, len(missing)), Background: req.Background}
-	for i, id := range missing {
-		d.Missing[i] = id.String()
-	}
-	return c.ExportDelta(ctx, d)
-}
-
 // chunks lists the chunk ids of a checkpoint image.
 func (s *Server) chunks(w http.ResponseWriter, r *http.Request) {
 	name, seq, ok := imageRef(w, r.URL.Query().Get("container"), r.URL.Query().Get("seq"))
@@ -566,13 +474,13 @@ func (s *Server) exportDelta(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	missing := make(map[store.ID]bool, len(req.Missing))
-	for _, h := range req.Missing {
-		id, err := store.ParseID(h)
-		if err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "missing: "+err.Error())
-			return
-		}
+	ids, err := parseIDs(req.Missing)
+	if err != nil {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "missing: "+err.Error())
+		return
+	}
+	missing := make(map[store.ID]bool, len(ids))
+	for _, id := range ids {
 		missing[id] = true
 	}
 	if _, err := s.Manager.Repo().Load(name, seq); err != nil {

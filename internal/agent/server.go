@@ -32,7 +32,8 @@ type Server struct {
 	// ranks that ask for it; "" refuses them.
 	Tools string
 
-	ranks ranks
+	ranks   ranks
+	sources chunkSources
 }
 
 func (s *Server) log() *slog.Logger {
@@ -44,7 +45,9 @@ func (s *Server) log() *slog.Logger {
 
 // Serve accepts connections on ln (TLS is added here) until ctx is done.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	return rpc.Serve(ctx, ln, s, s.Creds, s.Logger)
+	err := rpc.Serve(ctx, ln, s, s.Creds, s.Logger)
+	s.sources.closeAll()
+	return err
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) { rpc.WriteJSON(w, status, v) }
@@ -90,7 +93,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Other agents may only read images (to fetch a rank's image to their
 	// node); everything else is for the coordinator and clients.
-	imageRead := r.URL.Path == v1.PathExport || r.URL.Path == v1.PathChunks || r.URL.Path == v1.PathExportDelta || r.URL.Path == v1.PathStaged
+	imageRead := r.URL.Path == v1.PathExport || r.URL.Path == v1.PathChunks || r.URL.Path == v1.PathExportDelta || r.URL.Path == v1.PathChunkData || r.URL.Path == v1.PathStaged
 	if id.Role != pki.Coordinator && id.Role != pki.Client && !(id.Role == pki.Agent && imageRead) {
 		fail(w, http.StatusForbidden, v1.CodeForbidden, fmt.Sprintf("%s %s may not call %s on an agent", id.Role, id.Name, r.URL.Path))
 		return
@@ -337,6 +340,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.chunks(w, r)
 	case r.URL.Path == v1.PathExportDelta && r.Method == http.MethodPost:
 		s.exportDelta(w, r)
+	case r.URL.Path == v1.PathChunkData && r.Method == http.MethodPost:
+		s.chunkData(w, r)
 	case strings.HasPrefix(r.URL.Path, v1.PathLogs) && r.Method == http.MethodGet:
 		name := strings.TrimPrefix(r.URL.Path, v1.PathLogs)
 		if err := container.ValidName(name); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -145,49 +146,75 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 	return errors.Join(append(errs, c.updateProtection(ctx, job, seq, j.Replicas))...)
 }
 
-// copyImage has node to fetch a rank's image from one of the live holders,
-// trying the next holder if one fails (a damaged copy is refused by the
-// receiver), and records the copy. A holder whose copy turned out damaged
+// copyImage has node fetch a rank's image from all the live holders at
+// once (a holder that fails or serves damage hands its share to the
+// others), and records the copy. A holder whose copy turned out damaged
 // is repaired from the new one.
 func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, holders []string, to string, live map[string]v1.Node, rate int64) error {
 	cl, err := c.client(ctx, to)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	var damaged []string
-	for _, from := range holders {
-		start := time.Now()
-		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Rate: rate, Background: true})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("copy %s:%d rank %d from %s to %s: %w", job, seq, rank, from, to, err))
-			c.log.Warn("replication", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to, "err", err)
-			c.publish(evv1.Event{Type: evv1.ReplicaFailed, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from, Message: err.Error()})
-			if isCorrupt(err) {
-				damaged = append(damaged, from)
-			}
-			continue
-		}
-		c.log.Info("replicated", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to,
-			"bytes", img.Bytes, "took", time.Since(start))
-		c.publish(evv1.Event{Type: evv1.ReplicaCopied, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from,
-			Bytes: img.Bytes, Duration: time.Since(start)})
-		var ck v1.Ckpt
-		err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
-			for i := range ck.Ranks {
-				if ck.Ranks[i].Rank == rank {
-					ck.Ranks[i].Copies = append(copiesOf(ck.Ranks[i]), to)
-					ck.Ranks[i].Copies = slices.Compact(ck.Ranks[i].Copies)
-				}
-			}
-			return nil
-		})
-		for _, bad := range damaged {
-			_ = c.repairCopy(ctx, job, seq, rank, bad, []string{to}, live, true)
-		}
-		return err
+	start := time.Now()
+	img, damaged, err := fetchImage(ctx, cl, job, seq, rank, holders, live, agentv1.Fetch{Rate: rate, Background: true})
+	from := strings.Join(holders, ",")
+	if err != nil {
+		c.log.Warn("replication", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to, "err", err)
+		c.publish(evv1.Event{Type: evv1.ReplicaFailed, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from, Message: err.Error()})
+		return fmt.Errorf("copy %s:%d rank %d from %s to %s: %w", job, seq, rank, from, to, err)
 	}
-	return errors.Join(errs...)
+	from = strings.Join(sentBy(img), ",")
+	c.log.Info("replicated", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to,
+		"bytes", img.Bytes, "took", time.Since(start))
+	c.publish(evv1.Event{Type: evv1.ReplicaCopied, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from,
+		Bytes: img.Bytes, Duration: time.Since(start)})
+	var ck v1.Ckpt
+	err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
+		for i := range ck.Ranks {
+			if ck.Ranks[i].Rank == rank {
+				ck.Ranks[i].Copies = append(copiesOf(ck.Ranks[i]), to)
+				ck.Ranks[i].Copies = slices.Compact(ck.Ranks[i].Copies)
+			}
+		}
+		return nil
+	})
+	for _, bad := range damaged {
+		_ = c.repairCopy(ctx, job, seq, rank, bad, []string{to}, live, true)
+	}
+	return err
+}
+
+// fetchImage has cl fetch a rank's image from all of holders at once (f
+// gives the rest of the request) and returns what it got and the holders
+// that served damage.
+func fetchImage(ctx context.Context, cl *agent.Client, job string, seq, rank int, holders []string, live map[string]v1.Node, f agentv1.Fetch) (agentv1.Image, []string, error) {
+	if len(holders) == 0 {
+		return agentv1.Image{}, nil, fmt.Errorf("no live copy of %s:%d rank %d", job, seq, rank)
+	}
+	f.Container, f.Seq = agent.RankName(job, rank), seq
+	f.From, f.FromNode = live[holders[0]].Addr, holders[0]
+	for _, h := range holders[1:] {
+		f.Also = append(f.Also, agentv1.Holder{Addr: live[h].Addr, Node: h})
+	}
+	img, err := cl.Fetch(ctx, f)
+	var damaged []string
+	for _, sh := range img.Holders {
+		if sh.Damaged {
+			damaged = append(damaged, sh.Node)
+		}
+	}
+	return img, damaged, err
+}
+
+// sentBy lists the holders that sent a fetched image anything.
+func sentBy(img agentv1.Image) []string {
+	var out []string
+	for _, sh := range img.Holders {
+		if sh.Bytes > 0 {
+			out = append(out, sh.Node)
+		}
+	}
+	return out
 }
 
 // hasCode reports whether err is an agent's (or the coordinator's) error

@@ -152,25 +152,15 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 	}
 	err = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
 		if !slices.Contains(copies[r], placement[r]) {
-			// From any live copy: the receiver verifies every chunk, and a
-			// damaged or unreachable copy makes it try the next.
-			var errs []error
-			var damaged []string
-			for _, src := range copies[r] {
-				_, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(name, r), Seq: ck.Seq, From: nodes[src].Addr, FromNode: src})
-				if err == nil {
-					errs = nil
-					break
-				}
-				c.log.Warn("fetch for restart", "job", name, "rank", r, "from", src, "err", err)
-				errs = append(errs, err)
-				if isCorrupt(err) {
-					damaged = append(damaged, src)
-				}
-			}
-			if err := errors.Join(errs...); err != nil {
+			// From every live copy at once: the receiver verifies every
+			// chunk, and a damaged or unreachable copy hands its share to
+			// the others.
+			img, damaged, err := fetchImage(ctx, cl, name, ck.Seq, r, copies[r], nodes, agentv1.Fetch{})
+			if err != nil {
 				return err
 			}
+			c.log.Info("fetched for restart", "job", name, "rank", r, "to", placement[r], "from", strings.Join(sentBy(img), ","),
+				"bytes", img.Bytes, "took", img.Duration)
 			// Sources that sent damaged data are repaired from the good
 			// copy, after the restart.
 			for _, src := range damaged {

@@ -99,6 +99,7 @@ func parseArgs(args []string, getenv func(string) string, stderr io.Writer) (Con
 	out := fs.String("out", "", "rank 0 writes the result to this file (atomically)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "time to set up the ring (the only timeout)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress (0: never)")
+	ballast := fs.Int("ballast", 0, "MiB of random memory each rank holds, and checks unchanged at the end (for images of a given size)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -162,7 +163,7 @@ func parseArgs(args []string, getenv func(string) string, stderr io.Writer) (Con
 	cfg := Config{
 		Job: *job, Rank: *rank, Size: *size, Addrs: addrs(hosts, *port, *portBase),
 		Messages: *messages, Window: *window, Payload: *payload, Seed: *seed, Compute: *compute,
-		Out: *out, ConnectTimeout: *connectTimeout, Progress: *progress,
+		Out: *out, ConnectTimeout: *connectTimeout, Progress: *progress, BallastMiB: *ballast,
 	}
 	return cfg, cfg.check()
 }

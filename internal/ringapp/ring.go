@@ -3,10 +3,12 @@ package ringapp
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,6 +31,10 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// Progress is how often a rank prints its progress; 0 means never.
 	Progress time.Duration
+	// BallastMiB is how much random memory the rank holds through the
+	// run (a checkpoint image of a given size); the run fails with
+	// ErrCorrupt if it is not the same at the end.
+	BallastMiB int
 	// Listener, if set, is the listener of this rank (Run closes it);
 	// otherwise Run listens on Addrs[Rank].
 	Listener net.Listener
@@ -54,6 +60,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("compute %d: want at least 0", c.Compute)
 	case c.ConnectTimeout <= 0:
 		return fmt.Errorf("connect timeout %v: want more than 0", c.ConnectTimeout)
+	case c.BallastMiB < 0 || c.BallastMiB > 1<<16:
+		return fmt.Errorf("ballast %d MiB: want 0..%d", c.BallastMiB, 1<<16)
 	}
 	return nil
 }
@@ -79,6 +87,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	if out == nil {
 		out = io.Discard
 	}
+	ballast, sum := newBallast(cfg.BallastMiB, cfg.Seed, cfg.Rank)
 	up, down, err := connect(ctx, &cfg, out)
 	if err != nil {
 		return "", err
@@ -109,6 +118,9 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	if err == nil {
 		err = r.finish()
 	}
+	if err == nil && sha256.Sum256(ballast) != sum {
+		err = fmt.Errorf("%w: the rank's %d MiB of ballast memory changed", ErrCorrupt, cfg.BallastMiB)
+	}
 	if err != nil {
 		cancel(err)
 		return "", fmt.Errorf("rank %d: %w", cfg.Rank, context.Cause(ctx))
@@ -125,6 +137,15 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	}
 	fmt.Fprintf(out, "result=%s\n", res)
 	return res, nil
+}
+
+// newBallast returns mib MiB of pseudo-random bytes (by seed and rank) and
+// their hash.
+func newBallast(mib int, seed uint64, rank int) ([]byte, [sha256.Size]byte) {
+	b := make([]byte, mib<<20)
+	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(rank), byte(rank >> 8)})
+	rng.Read(b)
+	return b, sha256.Sum256(b)
 }
 
 // rank is one rank of a running ring.

@@ -134,9 +134,7 @@ func (s *Store) Export(ctx context.Context, w io.Writer, manifests []ID, meta []
 		chunks = sent
 	}
 
-	bw := bufio.NewWriterSize(w, 1<<20)
-	h := blake3.New()
-	out := io.MultiWriter(bw, h)
+	out := newSummedWriter(w)
 	var b []byte
 	b = append(b, magic...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(meta)))
@@ -158,26 +156,14 @@ func (s *Store) Export(ctx context.Context, w io.Writer, manifests []ID, meta []
 		if err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
-		hdr := make([]byte, 0, exportChunkHeaderSize)
-		hdr = append(hdr, c[:]...)
-		hdr = binary.LittleEndian.AppendUint32(hdr, loc.Length)
-		hdr = binary.LittleEndian.AppendUint32(hdr, loc.RawLength)
-		hdr = append(hdr, byte(loc.Compression), 0, 0, 0)
-		if _, err := out.Write(hdr); err != nil {
-			return fmt.Errorf("export: %w", err)
-		}
-		if _, err := out.Write(blob); err != nil {
+		if err := writeChunkRecord(out, c, loc.Length, loc.RawLength, loc.Compression, blob); err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
 		if opts.Progress != nil {
 			opts.Progress(int64(i+1), int64(len(chunks)))
 		}
 	}
-	sum := h.Sum(nil)
-	if _, err := bw.Write(sum); err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
+	if err := out.finish(); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	return nil
@@ -210,43 +196,13 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 
 	ir := &importReader{r: bufio.NewReaderSize(r, 1<<20), h: blake3.New()}
 	order := &chunkOrder{s: s, referenced: make(map[ID]bool), seen: make(map[ID]bool)}
-	switch magic := ir.read(len(ExportMagic), len(ExportMagic)); {
-	case ir.err != nil, string(magic) == ExportMagic:
-	case string(magic) == DeltaExportMagic:
-		if !opts.AllowDelta {
-			return nil, nil, fmt.Errorf("import: %w", ErrDeltaExport)
-		}
-		order.delta = true
-	default:
-		ir.fail("magic %q", magic)
+	delta, meta, ms := readHead(ir, opts.AllowDelta)
+	if delta && !opts.AllowDelta {
+		return nil, nil, fmt.Errorf("import: %w", ErrDeltaExport)
 	}
-	meta = ir.read(int(ir.u32()), MaxExportMetaSize)
-
-	type manifest struct {
-		id ID
-		b  []byte
-		m  *Manifest
-	}
-	var ms []manifest
-	n := ir.u32()
-	for i := uint32(0); i < n && ir.err == nil; i++ {
-		b := ir.read(int(ir.u32()), MaxManifestSize)
-		if ir.err != nil {
-			break
-		}
-		m := new(Manifest)
-		if err := m.UnmarshalBinary(b); err != nil {
-			ir.fail("manifest %d: %v", i, err)
-			break
-		}
-		id := Hash(b)
-		for _, prev := range ms {
-			if prev.id == id {
-				ir.fail("manifest %s twice", id)
-			}
-		}
-		order.reference(m)
-		ms = append(ms, manifest{id: id, b: b, m: m})
+	order.delta = delta
+	for _, m := range ms {
+		order.reference(m.m)
 	}
 
 	if ir.err == nil && opts.Check != nil {
@@ -270,7 +226,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("import: %w", err)
 		}
-		if err := s.importChunk(ir, order); err != nil {
+		if err := s.importChunk(ir, func(id ID) { order.admit(ir, id) }); err != nil {
 			return nil, nil, fmt.Errorf("import: %w", err)
 		}
 		if opts.Progress != nil && ir.err == nil {
@@ -323,10 +279,11 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 	return manifests, meta, nil
 }
 
-// importChunk reads one chunk record, verifies it and stores the chunk
-// unless the store has it. Format errors are recorded in ir; the returned
-// error is for failures of the store.
-func (s *Store) importChunk(ir *importReader, order *chunkOrder) error {
+// importChunk reads one chunk record, has admit check that its chunk may
+// come next (admit records in ir why not), verifies it and stores the
+// chunk unless the store has it. Format errors are recorded in ir; the
+// returned error is for failures of the store.
+func (s *Store) importChunk(ir *importReader, admit func(ID)) error {
 	hdr := ir.read(exportChunkHeaderSize, exportChunkHeaderSize)
 	if ir.err != nil {
 		return nil
@@ -347,7 +304,7 @@ func (s *Store) importChunk(ir *importReader, order *chunkOrder) error {
 		ir.fail("chunk %s: %v", id, err)
 	}
 	if ir.err == nil {
-		order.admit(ir, id)
+		admit(id)
 	}
 	if ir.err != nil {
 		return nil
@@ -515,4 +472,67 @@ func (ir *importReader) u32() uint32 {
 		return 0
 	}
 	return binary.LittleEndian.Uint32(b)
+}
+
+// headManifest is a manifest read from the head of an export stream.
+type headManifest struct {
+	id ID
+	b  []byte
+	m  *Manifest
+}
+
+// readHead reads the head of an export file or delta stream: its magic,
+// meta and manifests, each decoded (which checks its encoding); without
+// allowDelta it stops after the magic of a delta stream. Errors are
+// recorded in ir.
+func readHead(ir *importReader, allowDelta bool) (delta bool, meta []byte, ms []headManifest) {
+	switch magic := ir.read(len(ExportMagic), len(ExportMagic)); {
+	case ir.err != nil, string(magic) == ExportMagic:
+	case string(magic) == DeltaExportMagic:
+		delta = true
+		if !allowDelta {
+			return delta, nil, nil
+		}
+	default:
+		ir.fail("magic %q", magic)
+	}
+	meta = ir.read(int(ir.u32()), MaxExportMetaSize)
+	n := ir.u32()
+	for i := uint32(0); i < n && ir.err == nil; i++ {
+		b := ir.read(int(ir.u32()), MaxManifestSize)
+		if ir.err != nil {
+			break
+		}
+		m := new(Manifest)
+		if err := m.UnmarshalBinary(b); err != nil {
+			ir.fail("manifest %d: %v", i, err)
+			break
+		}
+		id := Hash(b)
+		for _, prev := range ms {
+			if prev.id == id {
+				ir.fail("manifest %s twice", id)
+			}
+		}
+		ms = append(ms, headManifest{id: id, b: b, m: m})
+	}
+	return delta, meta, ms
+}
+
+// ReadHead reads the head of an export file or delta export stream (its
+// meta and manifests, each decoded and so checked against its ID) from r
+// without a store: how a node fetching an image learns, and checks, what
+// it is about to fetch before it asks for any chunk. The rest of the
+// stream is left unread.
+func ReadHead(r io.Reader) (meta []byte, ids []ID, manifests []*Manifest, err error) {
+	ir := &importReader{r: bufio.NewReader(r), h: blake3.New()}
+	_, meta, ms := readHead(ir, true)
+	if ir.err != nil {
+		return nil, nil, nil, fmt.Errorf("read export head: %w", ir.err)
+	}
+	for _, m := range ms {
+		ids = append(ids, m.id)
+		manifests = append(manifests, m.m)
+	}
+	return meta, ids, manifests, nil
 }

@@ -5,21 +5,22 @@ import "time"
 // Paths of the job-rank part of the agent API, used by the coordinator.
 // A rank's container is named JOB.RANK on its node.
 const (
-	PathJobNet      = "/v1/jobnet"        // PUT JobNet: ensure the job network on this node; DELETE ?vni=N
-	PathRankRun     = "/v1/ranks/run"     // POST RankRun: Container
-	PathRankRestore = "/v1/ranks/restore" // POST RankRestore: Container (restored frozen, network locked)
-	PathRankResume  = "/v1/ranks/resume"  // POST RankResume: unlock and thaw
-	PathRankRemove  = "/v1/ranks/remove"  // POST RankRemove: kill, remove the container and its network
-	PathPrepare     = "/v1/ckpt/prepare"  // POST Prepare: Prepared
-	PathCommit      = "/v1/ckpt/commit"   // POST Finish: Committed (once the image is durable)
-	PathAbort       = "/v1/ckpt/abort"    // POST Finish
-	PathFetch       = "/v1/images/fetch"  // POST Fetch: Image (copies an image from another agent)
-	PathExport      = "/v1/images/export" // GET ?container=NAME&seq=N: an export stream (agents may call it)
-	PathChunks      = "/v1/images/chunks" // GET ?container=NAME&seq=N: Chunks (agents may call it)
-	PathExportDelta = "/v1/images/delta"  // POST ExportDelta: a delta export stream (agents may call it)
-	PathDropImages  = "/v1/images/drop"   // POST DropImages: Dropped
-	PathLogs        = "/v1/logs/"         // + NAME, GET ?follow=1&incarnation=N: the container's output (its current incarnation's unless N)
-	PathKill        = "/v1/kill/"         // + NAME, POST ?signal=N
+	PathJobNet      = "/v1/jobnet"           // PUT JobNet: ensure the job network on this node; DELETE ?vni=N
+	PathRankRun     = "/v1/ranks/run"        // POST RankRun: Container
+	PathRankRestore = "/v1/ranks/restore"    // POST RankRestore: Container (restored frozen, network locked)
+	PathRankResume  = "/v1/ranks/resume"     // POST RankResume: unlock and thaw
+	PathRankRemove  = "/v1/ranks/remove"     // POST RankRemove: kill, remove the container and its network
+	PathPrepare     = "/v1/ckpt/prepare"     // POST Prepare: Prepared
+	PathCommit      = "/v1/ckpt/commit"      // POST Finish: Committed (once the image is durable)
+	PathAbort       = "/v1/ckpt/abort"       // POST Finish
+	PathFetch       = "/v1/images/fetch"     // POST Fetch: Image (copies an image from another agent)
+	PathExport      = "/v1/images/export"    // GET ?container=NAME&seq=N: an export stream (agents may call it)
+	PathChunks      = "/v1/images/chunks"    // GET ?container=NAME&seq=N: Chunks (agents may call it)
+	PathExportDelta = "/v1/images/delta"     // POST ExportDelta: a delta export stream (agents may call it)
+	PathChunkData   = "/v1/images/chunkdata" // POST ChunkData: a chunk stream (agents may call it)
+	PathDropImages  = "/v1/images/drop"      // POST DropImages: Dropped
+	PathLogs        = "/v1/logs/"            // + NAME, GET ?follow=1&incarnation=N: the container's output (its current incarnation's unless N)
+	PathKill        = "/v1/kill/"            // + NAME, POST ?signal=N
 
 	// A container's incarnations, whose logs PathLogs serves.
 	PathIncarnations = "/v1/incarnations/" // + NAME, GET: []Incarnation, oldest first
@@ -152,13 +153,19 @@ type Committed struct {
 }
 
 // Fetch copies checkpoint Container:Seq from the agent at From (host:port,
-// certificate name FromNode) into this node's store, verifying every
-// chunk. An image already here is not fetched again.
+// certificate name FromNode), and from the Also holders in parallel, into
+// this node's store, verifying every chunk. An image already here is not
+// fetched again.
 type Fetch struct {
 	Container string `json:"container"`
 	Seq       int    `json:"seq"`
 	From      string `json:"from"`
 	FromNode  string `json:"from_node"`
+	// Also names other holders of the same image. The chunks this node
+	// lacks are fetched from all holders at once, each taking the next
+	// share as it finishes one; a holder that fails or serves damage
+	// hands what it had left to the others.
+	Also []Holder `json:"also,omitempty"`
 	// Rate limits the transfer to this many bytes per second (0: none),
 	// so that background replication leaves the network to the job.
 	Rate int64 `json:"rate,omitempty"`
@@ -180,6 +187,36 @@ type Image struct {
 	// says the image's manifest was damaged and replaced.
 	Repaired         int  `json:"repaired,omitempty"`
 	RepairedManifest bool `json:"repaired_manifest,omitempty"`
+	// Holders says what each holder sent, in the order asked.
+	Holders []HolderShare `json:"holders,omitempty"`
+}
+
+// Holder is an agent that holds a copy of an image.
+type Holder struct {
+	Addr string `json:"addr"` // host:port
+	Node string `json:"node"` // its certificate name
+}
+
+// HolderShare is what one holder sent for a Fetch.
+type HolderShare struct {
+	Node   string `json:"node"`
+	Chunks int    `json:"chunks"` // chunks received from it, verified
+	Bytes  int64  `json:"bytes"`
+	// Error says why the holder was given up, if it was; Damaged says it
+	// served data that did not verify (its copy needs a repair).
+	Error   string `json:"error,omitempty"`
+	Damaged bool   `json:"damaged,omitempty"`
+}
+
+// ChunkData asks for chunks of a checkpoint image as a chunk stream
+// (docs/format.md), in the order given; every id must be one of the
+// image's chunks.
+type ChunkData struct {
+	Container string   `json:"container"`
+	Seq       int      `json:"seq"`
+	IDs       []string `json:"ids"`
+	// Background streams at the lowest CPU and I/O priority.
+	Background bool `json:"background,omitempty"`
 }
 
 // Chunks lists the chunk ids (hex) a checkpoint image is made of.

@@ -115,25 +115,25 @@ type Node struct {
 
 // RunJob starts a job.
 type RunJob struct {
-	Name            string        `json:"name"`
-	Ranks           int           `json:"ranks"`
-	PerNode         int           `json:"per_node,omitempty"` // at most this many ranks per node; 0: spread evenly
-	Nodes           []string      `json:"nodes,omitempty"`    // only these nodes
-	Args            []string      `json:"args"`
-	Env             []string      `json:"env,omitempty"`
-	RootFS          string        `json:"rootfs,omitempty"`
+	Name    string   `json:"name"`
+	Ranks   int      `json:"ranks"`
+	PerNode int      `json:"per_node,omitempty"` // at most this many ranks per node; 0: spread evenly
+	Nodes   []string `json:"nodes,omitempty"`    // only these nodes
+	Args    []string `json:"args"`
+	Env     []string `json:"env,omitempty"`
+	RootFS  string   `json:"rootfs,omitempty"`
 	// MPI, if set ("openmpi" or "mpich"), runs Args as an MPI program of
 	// Ranks processes, one per rank: every rank's init is cairn's launch
 	// daemon, and rank 0's starts the MPI launcher (docs/mpi.md).
-	MPI             string        `json:"mpi,omitempty"`
+	MPI string `json:"mpi,omitempty"`
 	// Cwd is the ranks' working directory; Volumes bind host directories
 	// into every rank ("HOST:PATH[:ro]", the same path on every node: a
 	// shared file system), outside the checkpoints; CPUs and Memory (bytes)
 	// limit each rank (0: no limit).
-	Cwd     string   `json:"cwd,omitempty"`
-	Volumes []string `json:"volumes,omitempty"`
-	CPUs    float64  `json:"cpus,omitempty"`
-	Memory  int64    `json:"memory,omitempty"`
+	Cwd             string        `json:"cwd,omitempty"`
+	Volumes         []string      `json:"volumes,omitempty"`
+	CPUs            float64       `json:"cpus,omitempty"`
+	Memory          int64         `json:"memory,omitempty"`
 	CheckpointEvery time.Duration `json:"checkpoint_every_ns,omitempty"`
 	// Replicas is how many other nodes get a copy of every rank image of
 	// every checkpoint, in the background after it is durable.

@@ -1,0 +1,496 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "cairn/api/agent/v1"
+	"cairn/internal/image"
+	"cairn/internal/names"
+	"cairn/internal/rpc"
+	"cairn/internal/store"
+)
+
+// How a fetch shares out the chunks it lacks among an image's holders:
+// shares of fetchShare chunks (4 MiB of memory pages), fetchStreams
+// shares in flight per holder, so that the sender's reads, the wire and
+// the receiver's verification overlap and use more than one core on
+// either side.
+const (
+	fetchShare   = 1024
+	fetchStreams = 2
+)
+
+// fetch copies an image from other agents unless it is here already.
+// With req.Repair, an image that is here is read in full first, and what
+// of it is damaged is set aside and fetched again.
+//
+// The chunks this node lacks come from every holder at once (req.From and
+// req.Also): each holder's streams take the next share of the chunk list
+// as they finish one, so a faster holder sends more; a holder that fails
+// or serves damage is given up and its unfinished share goes to the
+// others. Every chunk is verified as it arrives. The record and manifest
+// come last, from a holder still up, in a delta stream that Receive
+// checks against req before it lists anything.
+func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
+	start := time.Now()
+	holders := append([]v1.Holder{{Addr: req.From, Node: req.FromNode}}, req.Also...)
+	errs := []error{names.Container(req.Container), names.Seq(req.Seq)}
+	for _, h := range holders {
+		errs = append(errs, names.Node(h.Node))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return v1.Image{}, badRequest(err)
+	}
+	repo := s.Manager.Repo()
+	var damage image.Damage
+	if rec, err := repo.Load(req.Container, req.Seq); err == nil {
+		if !req.Repair {
+			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+		}
+		if damage, err = repo.SetAsideDamaged(ctx, req.Container, req.Seq); err != nil {
+			return v1.Image{}, fmt.Errorf("check %s:%d: %w", req.Container, req.Seq, err)
+		}
+		if !damage.Any() {
+			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+		}
+		s.log().Warn("damaged image; fetching the damaged parts again", "ckpt", rec.Name(),
+			"chunks", damage.Chunks, "manifest", damage.Manifest, "peer", req.FromNode)
+	}
+	f := &fetcher{s: s, req: req, limit: newRateLimit(req.Rate), image: fmt.Sprintf("%s:%d", req.Container, req.Seq)}
+	for _, h := range holders {
+		f.holders = append(f.holders, &holder{Holder: h, c: NewClient(h.Addr, h.Node, s.Creds)})
+	}
+	defer f.close()
+	rec, err := f.run(ctx)
+	if err != nil {
+		return v1.Image{}, err
+	}
+	img := v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Duration: time.Since(start),
+		Repaired: damage.Chunks, RepairedManifest: damage.Manifest}
+	for _, h := range f.holders {
+		img.Bytes += h.bytes
+		img.Holders = append(img.Holders, h.share())
+	}
+	return img, nil
+}
+
+// fetcher is one fetch of an image from its holders.
+type fetcher struct {
+	s       *Server
+	req     v1.Fetch
+	image   string // container:seq
+	holders []*holder
+	limit   *rateLimit // shared by all streams
+}
+
+// holder is one holder of the image, and what it has sent.
+type holder struct {
+	v1.Holder
+	c *Client
+
+	mu      sync.Mutex
+	chunks  int
+	bytes   int64
+	err     error // why it was given up; nil while it serves
+	damaged bool
+}
+
+func (h *holder) add(chunks int, bytes int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.chunks += chunks
+	h.bytes += bytes
+}
+
+// giveUp records that h failed with err, and whether it served damage: a
+// chunk that did not verify, or one it reported damaged in its own store.
+// A cut stream (its node died, the link broke) is not damage.
+func (h *holder) giveUp(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil {
+		h.err = err
+	}
+	if errors.Is(err, store.ErrSenderDamaged) || errors.Is(err, image.ErrCorrupt) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		h.damaged = true
+	}
+}
+
+func (h *holder) failed() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+func (h *holder) share() v1.HolderShare {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sh := v1.HolderShare{Node: h.Node, Chunks: h.chunks, Bytes: h.bytes, Damaged: h.damaged}
+	if h.err != nil {
+		sh.Error = h.err.Error()
+	}
+	return sh
+}
+
+func (f *fetcher) close() {
+	for _, h := range f.holders {
+		h.c.Close()
+	}
+}
+
+// errs joins why every holder was given up.
+func (f *fetcher) errs() error {
+	var errs []error
+	for _, h := range f.holders {
+		if err := h.failed(); err != nil {
+			errs = append(errs, fmt.Errorf("from %s: %w", h.Node, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (f *fetcher) run(ctx context.Context) (*image.Record, error) {
+	head, ids, err := f.head(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Twice at most: a gc here between the fetch and the Receive (which
+	// checks every chunk is here) may have taken chunks back.
+	for try := 0; ; try++ {
+		missing, err := f.s.Manager.Repo().Missing(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		if len(missing) > 0 {
+			if err := f.fetchChunks(ctx, missing); err != nil {
+				return nil, err
+			}
+		}
+		receive := func() (err error) {
+			_, err = f.s.Manager.Repo().Receive(ctx, bytes.NewReader(head), f.req.Container, f.req.Seq, nil)
+			return err
+		}
+		if f.req.Background {
+			err = inBackground(receive)
+		} else {
+			err = receive()
+		}
+		if err == nil || !errors.Is(err, store.ErrNotFound) || try == 1 {
+			if err != nil {
+				return nil, fmt.Errorf("fetch %s: %w", f.image, err)
+			}
+			return f.s.Manager.Repo().Load(f.req.Container, f.req.Seq)
+		}
+	}
+}
+
+// head fetches the image's record and manifest, as a delta stream that
+// leaves out every chunk, from the first holder that sends a good one,
+// and checks it (image.CheckHead) before any chunk is asked for. It
+// returns the stream, for Receive once the chunks are here, and the
+// image's chunk list.
+func (f *fetcher) head(ctx context.Context) ([]byte, []store.ID, error) {
+	for _, h := range f.holders {
+		body, err := h.c.ExportDelta(ctx, v1.ExportDelta{Container: f.req.Container, Seq: f.req.Seq, Missing: []string{}, Background: f.req.Background})
+		if err != nil {
+			h.giveUp(err)
+			continue
+		}
+		var buf bytes.Buffer
+		_, err = io.Copy(&buf, io.LimitReader(body, maxHead))
+		body.Close()
+		h.add(0, int64(buf.Len()))
+		if err == nil {
+			var ids []store.ID
+			if _, ids, err = image.CheckHead(bytes.NewReader(buf.Bytes()), f.req.Container, f.req.Seq); err == nil {
+				return buf.Bytes(), ids, nil
+			}
+		}
+		h.giveUp(err)
+	}
+	return nil, nil, fmt.Errorf("fetch %s: %w", f.image, f.errs())
+}
+
+// maxHead bounds the head of an image's export stream: its record and
+// manifest (32 bytes a chunk: 16 MiB for a 2 GiB image of pages).
+const maxHead = store.MaxExportMetaSize + store.MaxManifestSize + 64
+
+// fetchChunks fetches the chunks missing here from every holder still up,
+// in shares (see fetch).
+func (f *fetcher) fetchChunks(ctx context.Context, missing []store.ID) (err error) {
+	cw, err := f.s.Manager.Repo().OpenChunks(ctx, f.image)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, cw.Close()) }()
+	q := newShareQueue(missing, fetchShare)
+	var wg sync.WaitGroup
+	for _, h := range f.holders {
+		if h.failed() != nil {
+			continue
+		}
+		for range fetchStreams {
+			wg.Go(func() {
+				for h.failed() == nil {
+					ids, ok := q.next()
+					if !ok {
+						return
+					}
+					n, err := f.fetchShare(ctx, h, cw, ids)
+					q.done(ids[n:])
+					if err != nil {
+						f.s.log().Warn("fetch: holder given up; its share goes to the others", "ckpt", f.image, "holder", h.Node, "err", err)
+						h.giveUp(err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if left := q.left(); left > 0 {
+		return fmt.Errorf("fetch %s: %d chunks fetched from no holder: %w", f.image, left, f.errs())
+	}
+	return nil
+}
+
+// fetchShare fetches one share from h into cw and returns how many of its
+// chunks arrived, verified.
+func (f *fetcher) fetchShare(ctx context.Context, h *holder, cw *image.ChunkWriter, ids []store.ID) (int, error) {
+	req := v1.ChunkData{Container: f.req.Container, Seq: f.req.Seq, IDs: make([]string, len(ids)), Background: f.req.Background}
+	for i, id := range ids {
+		req.IDs[i] = id.String()
+	}
+	body, err := h.c.ChunkData(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	cr := &countingReader{r: f.limit.reader(ctx, body)}
+	var n int
+	receive := func() error {
+		n, err = cw.Receive(ctx, cr, ids)
+		return err
+	}
+	if f.req.Background {
+		err = inBackground(receive)
+	} else {
+		err = receive()
+	}
+	h.add(n, cr.n)
+	return n, err
+}
+
+// shareQueue hands out the shares of a chunk list to the streams of a
+// fetch. A share a stream could not finish goes back to the front, for
+// the next stream that asks.
+type shareQueue struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	shares   [][]store.ID
+	inFlight int
+}
+
+func newShareQueue(ids []store.ID, size int) *shareQueue {
+	q := &shareQueue{}
+	q.cond = sync.NewCond(&q.mu)
+	for len(ids) > 0 {
+		n := min(size, len(ids))
+		q.shares = append(q.shares, ids[:n:n])
+		ids = ids[n:]
+	}
+	return q
+}
+
+// next returns the next share, waiting while the queue is empty but
+// shares are in flight (one may come back); false when everything is
+// done.
+func (q *shareQueue) next() ([]store.ID, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.shares) == 0 && q.inFlight > 0 {
+		q.cond.Wait()
+	}
+	if len(q.shares) == 0 {
+		return nil, false
+	}
+	s := q.shares[0]
+	q.shares = q.shares[1:]
+	q.inFlight++
+	return s, true
+}
+
+// done ends a share handed out by next; rest is what of it did not
+// arrive, which goes back to the front of the queue.
+func (q *shareQueue) done(rest []store.ID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(rest) > 0 {
+		q.shares = append([][]store.ID{rest}, q.shares...)
+	}
+	q.inFlight--
+	q.cond.Broadcast()
+}
+
+// left counts the chunks no stream fetched.
+func (q *shareQueue) left() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, s := range q.shares {
+		n += len(s)
+	}
+	return n
+}
+
+// parseIDs parses chunk ids in hex.
+func parseIDs(hexIDs []string) ([]store.ID, error) {
+	ids := make([]store.ID, len(hexIDs))
+	for i, x := range hexIDs {
+		id, err := store.ParseID(x)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
+
+// chunkData streams chunks of an image to another agent fetching it.
+func (s *Server) chunkData(w http.ResponseWriter, r *http.Request) {
+	var req v1.ChunkData
+	if !rpc.DecodeLimit(w, r, &req, 8<<20) {
+		return
+	}
+	name, seq, ok := imageRef(w, req.Container, strconv.Itoa(req.Seq))
+	if !ok {
+		return
+	}
+	if len(req.IDs) > store.MaxStreamChunks {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, fmt.Sprintf("at most %d chunks per request", store.MaxStreamChunks))
+		return
+	}
+	ids, err := parseIDs(req.IDs)
+	if err != nil {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "ids: "+err.Error())
+		return
+	}
+	if s.sources.requests.Add(1) > 1 {
+		s.failpoint(r.Context(), "chunk-data") // every share but the first
+	}
+	src, release, err := s.sources.get(r.Context(), s.Manager.Repo(), name, seq)
+	if err != nil {
+		failErr(w, err)
+		return
+	}
+	defer release()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	export := func() error { return src.Export(r.Context(), w, ids) }
+	if req.Background {
+		fg := export
+		export = func() error { return inBackground(fg) }
+	}
+	// Errors after the header cut the stream short or mark a damaged
+	// chunk in it; the receiver verifies everything.
+	if err := export(); err != nil {
+		s.log().Warn("chunk export", "ckpt", fmt.Sprintf("%s:%d", name, seq), "err", err)
+	}
+}
+
+// chunkSources keeps the chunk sources of images being fetched from this
+// node open between their shares, and closes each once unused for
+// sourceIdle.
+type chunkSources struct {
+	mu       sync.Mutex
+	m        map[string]*chunkSource
+	requests atomic.Int64 // shares served, for the chunk-data failpoint
+}
+
+type chunkSource struct {
+	src   *image.ChunkSource
+	users int
+	idle  *time.Timer
+}
+
+const sourceIdle = 10 * time.Second
+
+// get returns the open source of container:seq, opening it if need be,
+// and the function to call once done with it.
+func (c *chunkSources) get(ctx context.Context, repo image.Repo, container string, seq int) (*image.ChunkSource, func(), error) {
+	key := fmt.Sprintf("%s:%d", container, seq)
+	rec, err := repo.Load(container, seq)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	e := c.m[key]
+	if e != nil && e.src.Manifest() != rec.Manifest {
+		// Not the image cached under that name (removed and taken
+		// again): serve this share from a source of its own.
+		c.mu.Unlock()
+		src, err := repo.OpenChunkSource(ctx, container, seq)
+		if err != nil {
+			return nil, nil, err
+		}
+		return src, func() { src.Close() }, nil
+	}
+	if e == nil {
+		c.mu.Unlock()
+		src, err := repo.OpenChunkSource(ctx, container, seq)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.mu.Lock()
+		if e = c.m[key]; e != nil {
+			src.Close() // opened meanwhile by another share
+		} else {
+			e = &chunkSource{src: src}
+			if c.m == nil {
+				c.m = map[string]*chunkSource{}
+			}
+			c.m[key] = e
+		}
+	}
+	e.users++
+	if e.idle != nil {
+		e.idle.Stop()
+	}
+	c.mu.Unlock()
+	release := sync.OnceFunc(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if e.users--; e.users == 0 {
+			e.idle = time.AfterFunc(sourceIdle, func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if e.users == 0 && c.m[key] == e {
+					delete(c.m, key)
+					e.src.Close()
+				}
+			})
+		}
+	})
+	return e.src, release, nil
+}
+
+// closeAll closes every source, when the server stops.
+func (c *chunkSources) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, e := range c.m {
+		if e.idle != nil {
+			e.idle.Stop()
+		}
+		e.src.Close()
+		delete(c.m, key)
+	}
+}

@@ -1,0 +1,175 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/zeebo/blake3"
+
+	"cairn/internal/store/pack"
+)
+
+// Chunk stream constants; see docs/format.md, "Chunk stream".
+const (
+	// ChunkStreamMagic starts every chunk stream: "CAIRNCX" and the
+	// format version 1.
+	ChunkStreamMagic = "CAIRNCX\x01"
+	// MaxStreamChunks is the most chunks one chunk stream may carry.
+	MaxStreamChunks = 1 << 16
+
+	// damagedMark, as a chunk record's compression byte, says that the
+	// sender's copy of that chunk is damaged and the stream ends there.
+	damagedMark = 0xff
+)
+
+// ErrSenderDamaged is matched, besides ErrCorrupt, by the error of
+// ImportChunks when the sender reported its own copy of a chunk damaged:
+// the sender's store needs a repair, the receiver may fetch the chunk
+// elsewhere.
+var ErrSenderDamaged = errors.New("the sender's copy is damaged")
+
+// ExportChunks writes the chunks ids, as stored and verified against their
+// IDs on the way, to w as one chunk stream (docs/format.md, "Chunk
+// stream"): how a node fetching an image from several holders asks each
+// for a share of its chunks. A chunk the store lacks fails the export
+// with an error matching ErrNotFound; what was written by then is not a
+// valid stream. ExportChunks holds a read session while it runs.
+func (s *Store) ExportChunks(ctx context.Context, w io.Writer, ids []ID) error {
+	if len(ids) > MaxStreamChunks {
+		return fmt.Errorf("export chunks: %d chunks is above the %d limit", len(ids), MaxStreamChunks)
+	}
+	release, err := s.ReadSession(ctx)
+	if err != nil {
+		return fmt.Errorf("export chunks: %w", err)
+	}
+	defer release()
+	out := newSummedWriter(w)
+	b := append([]byte(ChunkStreamMagic), 0, 0, 0, 0)
+	binary.LittleEndian.PutUint32(b[len(ChunkStreamMagic):], uint32(len(ids)))
+	if _, err := out.Write(b); err != nil {
+		return fmt.Errorf("export chunks: %w", err)
+	}
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("export chunks: %w", err)
+		}
+		loc, blob, _, err := s.fetch(ctx, id)
+		if errors.Is(err, ErrCorrupt) {
+			// Say so, rather than cut the stream: the receiver tells a
+			// damaged copy (to be repaired) from a lost connection.
+			if werr := writeChunkRecord(out, id, 0, 0, damagedMark, nil); werr == nil {
+				_ = out.bw.Flush()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("export chunks: %w", err)
+		}
+		if err := writeChunkRecord(out, id, loc.Length, loc.RawLength, loc.Compression, blob); err != nil {
+			return fmt.Errorf("export chunks: %w", err)
+		}
+	}
+	if err := out.finish(); err != nil {
+		return fmt.Errorf("export chunks: %w", err)
+	}
+	return nil
+}
+
+// summedWriter buffers what is written to w and hashes it, for the
+// trailing checksum of export files and chunk streams.
+type summedWriter struct {
+	io.Writer
+	bw *bufio.Writer
+	h  *blake3.Hasher
+}
+
+func newSummedWriter(w io.Writer) *summedWriter {
+	bw, h := bufio.NewWriterSize(w, 1<<20), blake3.New()
+	return &summedWriter{Writer: io.MultiWriter(bw, h), bw: bw, h: h}
+}
+
+// finish writes the checksum of everything written and flushes.
+func (s *summedWriter) finish() error {
+	if _, err := s.bw.Write(s.h.Sum(nil)); err != nil {
+		return err
+	}
+	return s.bw.Flush()
+}
+
+// ImportChunks reads a chunk stream from r that must hold exactly the
+// chunks want, in that order, verifies each (decompressed and hashed)
+// and stores those the store lacks as it goes. It returns the number of
+// chunks it read and verified. A chunk that does not verify, a record out
+// of order and a truncated or damaged stream fail with an error matching
+// ErrCorrupt; the chunks read before it stay stored (each was verified),
+// so that a caller may fetch only the rest elsewhere. The chunks are
+// durable once a later Flush returns nil. ImportChunks may run
+// concurrently with itself and Put on one store.
+func (s *Store) ImportChunks(ctx context.Context, r io.Reader, want []ID) (int, error) {
+	if s.opts.ReadOnly {
+		return 0, fmt.Errorf("import chunks: %w", ErrReadOnly)
+	}
+	s.gcLock.RLock()
+	defer s.gcLock.RUnlock()
+	ir := &importReader{r: bufio.NewReaderSize(r, 1<<20), h: blake3.New()}
+	if magic := ir.read(len(ChunkStreamMagic), len(ChunkStreamMagic)); ir.err == nil && string(magic) != ChunkStreamMagic {
+		ir.fail("chunk stream: magic %q", magic)
+	}
+	if n := ir.u32(); ir.err == nil && int(n) != len(want) {
+		ir.fail("chunk stream holds %d chunks, want %d", n, len(want))
+	}
+	done := 0
+	for _, id := range want {
+		if ir.err != nil {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return done, fmt.Errorf("import chunks: %w", err)
+		}
+		if hdr, err := ir.r.Peek(exportChunkHeaderSize); err == nil && hdr[40] == damagedMark {
+			ir.err = fmt.Errorf("%w: chunk stream: the sender's copy of chunk %x is damaged: %w", ErrCorrupt, hdr[:IDSize], ErrSenderDamaged)
+			break
+		}
+		if err := s.importChunk(ir, func(got ID) {
+			if got != id {
+				ir.fail("chunk stream: chunk %s where %s was asked", got, id)
+			}
+		}); err != nil {
+			return done, fmt.Errorf("import chunks: %w", err)
+		}
+		if ir.err == nil {
+			done++
+		}
+	}
+	if ir.err == nil {
+		got := make([]byte, IDSize)
+		if _, err := io.ReadFull(ir.r, got); err != nil {
+			ir.setErr(err)
+		} else if !bytes.Equal(got, ir.h.Sum(nil)) {
+			ir.fail("chunk stream: checksum mismatch")
+		}
+	}
+	if ir.err != nil {
+		return done, fmt.Errorf("import chunks: %w", ir.err)
+	}
+	return done, nil
+}
+
+// writeChunkRecord writes one chunk record of an export file or chunk
+// stream: the chunk's header and its blob as stored.
+func writeChunkRecord(w io.Writer, id ID, length, rawLength uint32, comp pack.Compression, blob []byte) error {
+	hdr := make([]byte, 0, exportChunkHeaderSize)
+	hdr = append(hdr, id[:]...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, length)
+	hdr = binary.LittleEndian.AppendUint32(hdr, rawLength)
+	hdr = append(hdr, byte(comp), 0, 0, 0)
+	if _, err := w.Write(hdr); err != nil {
+		return err
+	}
+	_, err := w.Write(blob)
+	return err
+}

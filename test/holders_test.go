@@ -1,0 +1,132 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"cairn/internal/ringapp"
+	"cairn/internal/testutil"
+)
+
+// TestRestartFromHolders: a node holding a rank dies during a job with
+// k=2, and the job is restarted with that rank on a node without a copy
+// of its image (an automatic restart would put it where a copy is, and
+// fetch nothing), so the rank's image comes from the two surviving
+// holders at once. One holder hangs at its second share of any fetch and
+// is killed there, in the middle of the restart: the other holders send
+// what it had left, and the job finishes with exactly the uninterrupted
+// run's result, every rank's 16 MiB of ballast memory checked unchanged.
+func TestRestartFromHolders(t *testing.T) {
+	const messages = 1_500_000
+	c := testutil.NewCluster(t, 6)
+	c.OK("run", "--job", "ring", "--ranks", "4", "--per-node", "1", "--replicas", "2", "--on-failure", "stop", "--",
+		c.Bin, "ringapp", "-messages", fmt.Sprint(messages), "-ballast", "16")
+	place := c.Status("ring").Placement
+	c.WaitProgress("ring", 4, 0, 90*time.Second)
+	c.OK("checkpoint", "ring")
+	ck := waitProtected(t, c, "ring", 90*time.Second)
+	copies := func(r int) []string { return ck.Ranks[r].Copies }
+	var holders []string // rank 1's copies but the one on its node
+	for _, n := range copies(1) {
+		if n != place[1] {
+			holders = append(holders, n)
+		}
+	}
+	if len(holders) != 2 {
+		t.Fatalf("rank 1's copies %v besides its node %s: want two", copies(1), place[1])
+	}
+	victim, survivor := holders[0], holders[1]
+	// The new placement: rank 1 on a node with no copy of its image; a
+	// rank on the victim moves to another node without a copy too (the
+	// victim dies during the restart); the others stay.
+	used := map[string]bool{place[1]: true, victim: true}
+	for r, n := range place {
+		if r != 1 && n != victim {
+			used[n] = true
+		}
+	}
+	free := func(r int) string {
+		for _, n := range c.Nodes {
+			if !used[n] && !slices.Contains(copies(r), n) {
+				used[n] = true
+				return n
+			}
+		}
+		t.Fatalf("no node for rank %d without a copy (placement %v, copies %v)", r, place, copies(r))
+		return ""
+	}
+	next := slices.Clone(place)
+	next[1] = free(1)
+	for r, n := range place {
+		if n == victim {
+			next[r] = free(r)
+		}
+	}
+
+	c.KillAgent(victim)("CAIRN_FAILPOINT=chunk-data")
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		n := strings.Count(agentLog(t, c, victim), `msg="joined the cluster"`)
+		return n == 2, fmt.Sprintf("%s's agent joined %d times, want 2", victim, n)
+	})
+	c.OK("kill", "ring")
+	c.KillNodes([]string{place[1]}, true)
+	c.WaitNodes(5, time.Minute)
+	// Fetches that repair the lost copies may reach the failpoint first.
+	time.Sleep(2 * time.Second)
+	hung := func() int { return strings.Count(agentLog(t, c, victim), "failpoint=chunk-data") }
+	before := hung()
+	done := make(chan error, 1)
+	go func() {
+		out, err := c.Run("restart", "ring", "--placement", strings.Join(next, ","))
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
+		done <- err
+	}()
+	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
+		return hung() > before, "the restart's fetch never reached the victim's failpoint"
+	})
+	c.KillNodes([]string{victim}, true)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("cairn restart: %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("cairn restart did not return")
+	}
+	if p := c.Status("ring").Placement; !slices.Equal(p, next) {
+		t.Fatalf("restarted on %v, want %v", p, next)
+	}
+	if got, want := c.Result("ring"), ringapp.Expected(4, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+
+	// Rank 1's new node fetched from the survivor, and gave the victim up.
+	log := coordLog(t, c)
+	m := regexp.MustCompile(`msg="fetched for restart" job=ring rank=1 to=` + regexp.QuoteMeta(next[1]) + ` from=(\S+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no fetch of rank 1 onto %s in the coordinator's log:\n%s", next[1], log)
+	}
+	if from := strings.Split(m[1], ","); !slices.Contains(from, survivor) {
+		t.Errorf("rank 1 fetched from %v, want %s among them", from, survivor)
+	}
+	if !regexp.MustCompile(`fetch: holder given up; its share goes to the others" ckpt=ring\.1:\d+ holder=` + regexp.QuoteMeta(victim)).MatchString(agentLog(t, c, next[1])) {
+		t.Errorf("%s's agent log does not show %s given up mid-fetch:\n%s", next[1], victim, agentLog(t, c, next[1]))
+	}
+}
+
+func agentLog(t *testing.T, c *testutil.Cluster, node string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "nodes", node, "agent.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
