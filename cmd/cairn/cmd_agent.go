@@ -30,7 +30,7 @@ func newAgentCmd() *cobra.Command {
 	var healthCmd string
 	var healthEvery time.Duration
 	var minDisk, minMem float64
-	var toolsDir, mpichFix string
+	var toolsDir, mpichFix, keepImages string
 	cmd := &cobra.Command{
 		Use:   "agent --creds DIR [--listen ADDR] [--coordinator ADDR --underlay IP]",
 		Short: "Serve this node's containers and checkpoints over the agent API (mutual TLS)",
@@ -50,7 +50,11 @@ Health probes run every --health-every: free disk of the data dir, available
 memory, and --health-cmd (a shell command with CAIRN_NODE set, failing when
 the node is unwell). Failing probes go with the heartbeats; the coordinator
 publishes them as health.warning events and acts by each job's
---on-health-warning policy (migrate its ranks away, checkpoint, or ignore).`,
+--on-health-warning policy (migrate its ranks away, checkpoint, or ignore).
+
+After a checkpoint the rank's newest image stays in staging, up to
+--keep-images in all: a restore of that checkpoint on this node (a job
+restarted where its ranks were) then reads nothing from the store.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if creds == "" {
@@ -85,6 +89,7 @@ publishes them as health.warning events and acts by each job's
 			}
 			// The node's credentials are never a rank's to read.
 			global.hide = append(global.hide, creds)
+			global.keepImages = keepImages
 			m, err := manager()
 			if err != nil {
 				return err
@@ -150,6 +155,7 @@ publishes them as health.warning events and acts by each job's
 	f.Float64Var(&minMem, "health-min-free-memory", 5, "health probe: percent of memory that must stay available (0: off)")
 	f.StringVar(&netnsPrefix, "netns-prefix", "", "name prefix of rank network namespaces (default cairn-NODE-)")
 	f.StringArrayVar(&labels, "label", nil, "node label KEY=VALUE, e.g. rack=r1 (repeatable)")
+	f.StringVar(&keepImages, "keep-images", envOr("CAIRN_KEEP_IMAGES", "1G"), "staging the node may use to keep each rank's newest image after its checkpoint, so that a restore of it here reads no store; 0 keeps none ($CAIRN_KEEP_IMAGES)")
 	f.StringVar(&toolsDir, "tools-dir", filepath.Join(prefix(), "tools"), "where the tools mounted in MPI ranks (this cairn binary, the MPICH fix) are kept, by content")
 	f.StringVar(&mpichFix, "mpich-fix", filepath.Join(prefix(), "lib", launch.MPICHFix), "the library preloaded into MPICH processes (built by make setup; see docs/mpi.md)")
 	return cmd

@@ -38,6 +38,7 @@ type globalOptions struct {
 	hide        []string // host paths containers never see
 	hostPorts   []uint16 // host TCP ports containers may connect to
 	dumpTimeout time.Duration
+	keepImages  string
 }
 
 var global globalOptions
@@ -169,7 +170,14 @@ func manager() (*container.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	var keep int64 // only agents keep images (cmd_agent.go)
+	if global.keepImages != "" {
+		if keep, err = parseSize(global.keepImages); err != nil {
+			return nil, usageError{fmt.Errorf("--keep-images: %w", err)}
+		}
+	}
 	return container.New(container.Options{
+		KeepImages:  keep,
 		DataDir:     global.dataDir,
 		StagingDir:  global.stagingDir,
 		CRIU:        global.criuPath,

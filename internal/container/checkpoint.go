@@ -374,7 +374,8 @@ func (p *Prepared) Commit(ctx context.Context, progress image.Progress) (*image.
 	// Persist and Total are known only now: they are returned, not stored.
 	rec.Timing.Persist = time.Since(t)
 	rec.Timing.Total = time.Since(p.start)
-	p.m.log.Info("checkpoint", "ckpt", rec.Name(), "stall", rec.Timing.Stall, "bytes", rec.Size())
+	kept := p.m.keepImage(p.name, rec, p.imgDir)
+	p.m.log.Info("checkpoint", "ckpt", rec.Name(), "stall", rec.Timing.Stall, "bytes", rec.Size(), "kept", kept)
 	return rec, nil
 }
 
@@ -485,7 +486,8 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	// CRIU's files into staging (tmpfs), the fs delta into a new upper dir
 	// on the data disk, renamed into place once the old runtime is gone.
 	staging, man := opts.Staged, opts.Record
-	if staging == "" {
+	staged := staging != ""
+	if !staged {
 		if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
 			return nil, fmt.Errorf("staging dir: %w", err)
 		}
@@ -496,6 +498,15 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		if man, err = m.repo.Load(name, seq); err != nil {
 			os.RemoveAll(staging)
 			return nil, err
+		}
+		// The image kept in staging since its checkpoint, if it is this
+		// one: nothing to read from the store (kept.go).
+		if opts.As == "" && os.Remove(staging) == nil {
+			if staged = m.takeKept(name, man, staging); staged {
+				m.log.Info("restoring from the image kept in staging", "ckpt", man.Name())
+			} else if err := os.Mkdir(staging, 0o700); err != nil {
+				return nil, err
+			}
 		}
 	}
 	defer os.RemoveAll(staging)
@@ -512,7 +523,7 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	if err := os.Chmod(newUpper, 0o755); err != nil {
 		return nil, err
 	}
-	if opts.Staged != "" {
+	if staged {
 		if err := image.UnpackDelta(ctx, filepath.Join(staging, image.DeltaName), newUpper); err != nil {
 			return nil, fmt.Errorf("restore %s from staged %s: %w", target, man.Name(), err)
 		}

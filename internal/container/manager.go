@@ -62,7 +62,12 @@ type Options struct {
 	// DefaultDumpTimeout): a dump still running then is killed and the
 	// container thawed.
 	DumpTimeout time.Duration
-	Logger      *slog.Logger
+	// KeepImages is how many bytes of staging the newest images of
+	// containers may keep after their checkpoints are committed, for a
+	// restore on this node that does not read the store (kept.go); 0
+	// keeps none.
+	KeepImages int64
+	Logger     *slog.Logger
 }
 
 // Manager creates, checkpoints and restores the containers of one data dir.
@@ -863,7 +868,7 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 	if err := m.destroy(ctx, &in.State); err != nil {
 		return fmt.Errorf("remove %s: %w", name, err)
 	}
-	return nil
+	return m.dropKept(name)
 }
 
 // ErrUserNSExec is returned by Exec for a --userns container: runc joins
