@@ -66,10 +66,34 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 			"chunks", damage.Chunks, "manifest", damage.Manifest, "peer", req.FromNode)
 	}
 	f := &fetcher{s: s, req: req, limit: newRateLimit(req.Rate), image: fmt.Sprintf("%s:%d", req.Container, req.Seq)}
+	f.background.Store(req.Background)
 	for _, h := range holders {
 		f.holders = append(f.holders, &holder{Holder: h, c: NewClient(h.Addr, h.Node, s.Creds)})
 	}
 	defer f.close()
+	if !req.Repair {
+		// One fetch of an image at a time on a node: a second one waits
+		// for the first (which holds the store's writer anyway), and a
+		// restart waiting behind a replication lifts its rate limit and
+		// low priority.
+		other, done := s.fetches.begin(f)
+		if other != nil {
+			if !req.Background {
+				other.promote()
+			}
+			select {
+			case <-other.finished:
+			case <-ctx.Done():
+				return v1.Image{}, ctx.Err()
+			}
+			img, err := s.fetch(ctx, req) // here now, or fetched by this call
+			if err == nil && !img.Fetched {
+				img.Duration = time.Since(start) // the wait
+			}
+			return img, err
+		}
+		defer done()
+	}
 	rec, err := f.run(ctx)
 	if err != nil {
 		return v1.Image{}, err
@@ -90,6 +114,46 @@ type fetcher struct {
 	image   string // container:seq
 	holders []*holder
 	limit   *rateLimit // shared by all streams
+	// background: at the lowest priority on both nodes (req.Background,
+	// until a restart that waits for this fetch promotes it).
+	background atomic.Bool
+	finished   chan struct{} // closed when the fetch ends (fetches)
+}
+
+// promote makes a background fetch go on at full speed and priority:
+// a restart waits for it.
+func (f *fetcher) promote() {
+	if f.background.Swap(false) {
+		f.s.log().Info("fetch promoted: a restart waits for it", "ckpt", f.image)
+	}
+	f.limit.lift()
+}
+
+// fetches are the image fetches running on the node, by image.
+type fetches struct {
+	mu sync.Mutex
+	m  map[string]*fetcher
+}
+
+// begin registers f as the fetch of its image, unless one runs already:
+// then it returns that one, to wait for. done ends f's registration.
+func (fs *fetches) begin(f *fetcher) (other *fetcher, done func()) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if o := fs.m[f.image]; o != nil {
+		return o, nil
+	}
+	if fs.m == nil {
+		fs.m = map[string]*fetcher{}
+	}
+	f.finished = make(chan struct{})
+	fs.m[f.image] = f
+	return nil, func() {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		delete(fs.m, f.image)
+		close(f.finished)
+	}
 }
 
 // holder is one holder of the image, and what it has sent.
@@ -179,7 +243,7 @@ func (f *fetcher) run(ctx context.Context) (*image.Record, error) {
 			_, err = f.s.Manager.Repo().Receive(ctx, bytes.NewReader(head), f.req.Container, f.req.Seq, nil)
 			return err
 		}
-		if f.req.Background {
+		if f.background.Load() {
 			err = inBackground(receive)
 		} else {
 			err = receive()
@@ -200,7 +264,7 @@ func (f *fetcher) run(ctx context.Context) (*image.Record, error) {
 // image's chunk list.
 func (f *fetcher) head(ctx context.Context) ([]byte, []store.ID, error) {
 	for _, h := range f.holders {
-		body, err := h.c.ExportDelta(ctx, v1.ExportDelta{Container: f.req.Container, Seq: f.req.Seq, Missing: []string{}, Background: f.req.Background})
+		body, err := h.c.ExportDelta(ctx, v1.ExportDelta{Container: f.req.Container, Seq: f.req.Seq, Missing: []string{}, Background: f.background.Load()})
 		if err != nil {
 			h.giveUp(err)
 			continue
@@ -265,7 +329,8 @@ func (f *fetcher) fetchChunks(ctx context.Context, missing []store.ID) (err erro
 // fetchShare fetches one share from h into cw and returns how many of its
 // chunks arrived, verified.
 func (f *fetcher) fetchShare(ctx context.Context, h *holder, cw *image.ChunkWriter, ids []store.ID) (int, error) {
-	req := v1.ChunkData{Container: f.req.Container, Seq: f.req.Seq, IDs: make([]string, len(ids)), Background: f.req.Background}
+	bg := f.background.Load()
+	req := v1.ChunkData{Container: f.req.Container, Seq: f.req.Seq, IDs: make([]string, len(ids)), Background: bg}
 	for i, id := range ids {
 		req.IDs[i] = id.String()
 	}
@@ -280,7 +345,7 @@ func (f *fetcher) fetchShare(ctx context.Context, h *holder, cw *image.ChunkWrit
 		n, err = cw.Receive(ctx, cr, ids)
 		return err
 	}
-	if f.req.Background {
+	if bg {
 		err = inBackground(receive)
 	} else {
 		err = receive()

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
@@ -250,4 +251,38 @@ func cutAfter(t *testing.T, addr string, limit int64) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// TestFetchPromoted: a restart's fetch of an image that a rate-limited
+// background replication is already fetching to the node waits for that
+// fetch and lifts its limit, rather than waiting behind it at 1 MiB/s.
+func TestFetchPromoted(t *testing.T) {
+	ca, addrs, envs := holders(t, 16)
+	c := agent.NewClient(addrs["n1"], "n1", issue(t, ca, "coord", pki.Coordinator))
+	defer c.Close()
+	ctx := context.Background()
+	bg := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := c.Fetch(ctx, v1.Fetch{Container: "c", Seq: 1, From: addrs["n2"], FromNode: "n2", Rate: 1 << 20, Background: true})
+		bg <- err
+	}()
+	time.Sleep(time.Second) // the replication is under way, at 1 MiB/s: 16 s for the image
+	img, err := fetchOnN1(t, ca, addrs, "n3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if err := <-bg; err != nil {
+		t.Fatalf("the promoted replication: %v", err)
+	}
+	verified(t, envs["n1"])
+	if img.Fetched {
+		t.Errorf("the restart's fetch fetched again (%+v) instead of waiting for the one under way", img.Holders)
+	}
+	// 16 MiB at the replication's 1 MiB/s would take 16 s.
+	if took > 10*time.Second {
+		t.Errorf("the restart's fetch took %s: it waited behind the rate-limited replication", took)
+	}
+	t.Logf("the restart's fetch returned after %s", took)
 }

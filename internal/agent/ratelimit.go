@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,13 +21,20 @@ type rateReader struct {
 // rateLimit is the budget several readers share: the streams of one fetch
 // from several holders together keep to the fetch's rate.
 type rateLimit struct {
-	rate  int64 // bytes per second; <= 0 means no limit
+	rate  atomic.Int64 // bytes per second; <= 0 means no limit
 	mu    sync.Mutex
 	start time.Time
 	n     int64
 }
 
-func newRateLimit(rate int64) *rateLimit { return &rateLimit{rate: rate, start: time.Now()} }
+func newRateLimit(rate int64) *rateLimit {
+	l := &rateLimit{start: time.Now()}
+	l.rate.Store(rate)
+	return l
+}
+
+// lift ends the limit, for the readers already made too.
+func (l *rateLimit) lift() { l.rate.Store(0) }
 
 func newRateReader(ctx context.Context, r io.Reader, rate int64) io.Reader {
 	return newRateLimit(rate).reader(ctx, r)
@@ -34,7 +42,7 @@ func newRateReader(ctx context.Context, r io.Reader, rate int64) io.Reader {
 
 // reader returns r limited by l's budget.
 func (l *rateLimit) reader(ctx context.Context, r io.Reader) io.Reader {
-	if l.rate <= 0 {
+	if l.rate.Load() <= 0 {
 		return r
 	}
 	return &rateReader{ctx: ctx, r: r, l: l}
@@ -45,6 +53,9 @@ func (r *rateReader) Read(p []byte) (int, error) {
 		p = p[:64<<10]
 	}
 	n, err := r.r.Read(p)
+	if r.l.rate.Load() <= 0 {
+		return n, err
+	}
 	wait := r.l.take(n)
 	if wait > 0 {
 		select {
@@ -62,7 +73,11 @@ func (l *rateLimit) take(n int) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n += int64(n)
-	due := l.start.Add(time.Duration(float64(l.n) / float64(l.rate) * float64(time.Second)))
+	rate := l.rate.Load()
+	if rate <= 0 {
+		return 0
+	}
+	due := l.start.Add(time.Duration(float64(l.n) / float64(rate) * float64(time.Second)))
 	// Time spent waiting for data is not saved up for a burst later.
 	if behind := time.Since(due); behind > time.Second {
 		l.start = l.start.Add(behind - time.Second)

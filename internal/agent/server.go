@@ -34,6 +34,7 @@ type Server struct {
 
 	ranks   ranks
 	sources chunkSources
+	fetches fetches
 }
 
 func (s *Server) log() *slog.Logger {
