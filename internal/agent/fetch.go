@@ -38,8 +38,10 @@ const (
 // as they finish one, so a faster holder sends more; a holder that fails
 // or serves damage is given up and its unfinished share goes to the
 // others. Every chunk is verified as it arrives. The record and manifest
-// come last, from a holder still up, in a delta stream that Receive
-// checks against req before it lists anything.
+// (the image's head) come first, from the first holder that sends a good
+// one, and are checked against req before any chunk is asked for; they
+// are stored last, once every chunk is here, and only then is the image
+// listed.
 func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	start := time.Now()
 	holders := append([]v1.Holder{{Addr: req.From, Node: req.FromNode}}, req.Also...)
@@ -67,10 +69,6 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	}
 	f := &fetcher{s: s, req: req, limit: newRateLimit(req.Rate), image: fmt.Sprintf("%s:%d", req.Container, req.Seq)}
 	f.background.Store(req.Background)
-	for _, h := range holders {
-		f.holders = append(f.holders, &holder{Holder: h, c: NewClient(h.Addr, h.Node, s.Creds)})
-	}
-	defer f.close()
 	if !req.Repair {
 		// One fetch of an image at a time on a node: a second one waits
 		// for the first (which holds the store's writer anyway), and a
@@ -94,6 +92,10 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 		}
 		defer done()
 	}
+	for _, h := range holders {
+		f.holders = append(f.holders, &holder{Holder: h, c: NewClient(h.Addr, h.Node, s.Creds)})
+	}
+	defer f.close()
 	rec, err := f.run(ctx)
 	if err != nil {
 		return v1.Image{}, err
@@ -101,8 +103,9 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	img := v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Duration: time.Since(start),
 		Repaired: damage.Chunks, RepairedManifest: damage.Manifest}
 	for _, h := range f.holders {
-		img.Bytes += h.bytes
-		img.Holders = append(img.Holders, h.share())
+		sh := h.share()
+		img.Bytes += sh.Bytes
+		img.Holders = append(img.Holders, sh)
 	}
 	return img, nil
 }
