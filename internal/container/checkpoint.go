@@ -2,6 +2,7 @@ package container
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -197,6 +198,11 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		if err := p.fz.set(ctx, true); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
 		}
+		if ok, err := p.fz.settleVfork(ctx); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
+		} else if !ok {
+			m.log.Warn("a process still waits for a vfork child; dumping anyway", "container", name)
+		}
 	}
 	// Frozen, the container starts nothing new: what exec started is all
 	// there is.
@@ -243,7 +249,30 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 	// process in the frozen cgroup) is killed at the dump timeout, CRIU
 	// first; the deferred release then thaws the container.
 	dumpCtx, cancelDump := context.WithTimeout(ctx, m.opts.DumpTimeout)
-	dumpErr := m.runc.runNotify(dumpCtx, filepath.Join(m.dir(name), "runc-checkpoint.log"), noteRunc, append(args, m.runcID(name))...)
+	var dumpErr error
+	for attempt := 1; ; attempt++ {
+		dumpErr = m.runc.runNotify(dumpCtx, filepath.Join(m.dir(name), "runc-checkpoint.log"), noteRunc, append(args, m.runcID(name))...)
+		if dumpErr == nil || attempt == maxDumpAttempts || dumpCtx.Err() != nil || !unseizable(workDir) {
+			break
+		}
+		// The container is still frozen; an exiting task is a zombie by
+		// now, and a vfork pair is let run to the child's exec.
+		m.log.Info("CRIU could not seize a task; dumping again", "container", name, "attempt", attempt+1)
+		if err := p.resetDumpDirs(workDir); err != nil {
+			cancelDump()
+			return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+		}
+		if tgt := m.watchTarget(st); tgt.Netns != "" {
+			_ = netw.DropCRIULock(context.WithoutCancel(ctx), tgt.Netns)
+		}
+		if p.frozen {
+			_, _ = p.fz.settleVfork(dumpCtx)
+		}
+		select {
+		case <-dumpCtx.Done():
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
 	timedOut := dumpCtx.Err() == context.DeadlineExceeded
 	cancelDump()
 	timing.Dump = time.Since(t)
@@ -302,6 +331,34 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 	}
 	p.staged, _ = dirSize(p.imgDir)
 	return p, nil
+}
+
+// maxDumpAttempts bounds the dumps of one checkpoint when processes vanish
+// under CRIU's seize.
+const maxDumpAttempts = 3
+
+// unseizable tells whether a failed dump failed only because CRIU could not
+// stop one of the container's tasks: one that was exiting when the cgroup
+// froze (the freezer does not stop it, and it is gone a moment later), or
+// the parent of a vfork whose child CRIU seized before its exec.
+func unseizable(workDir string) bool {
+	b, err := os.ReadFile(filepath.Join(workDir, "dump.log"))
+	return err == nil && bytes.Contains(b, []byte("Unseizable non-zombie"))
+}
+
+// resetDumpDirs empties the image and work dirs of a failed dump before the
+// next attempt.
+func (p *Prepared) resetDumpDirs(workDir string) error {
+	criuDir := filepath.Join(p.imgDir, image.CRIUDir)
+	for _, d := range []string{criuDir, workDir} {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Thaw resumes the prepared container; the staged image stays until Commit

@@ -103,3 +103,56 @@ func parasiteIn(f freezer) int {
 	}
 	return 0
 }
+
+// vforkWaits are the kernel functions a task that called vfork sleeps in
+// until its child execs or exits (wait_for_vfork_done, inlined into the
+// clone entry on most builds).
+var vforkWaits = []string{"wait_for_vfork_done", "kernel_clone", "_do_fork", "do_fork"}
+
+// inVfork returns a task of the frozen cgroup that waits for a vfork child,
+// 0 if none. CRIU cannot dump such a pair: once it seizes the child before
+// its exec, the parent never reaches a ptrace stop, and the dump fails
+// after CRIU's timeout (10 s). Shells start commands with vfork.
+func (f freezer) inVfork() int {
+	tasks := filepath.Join(filepath.Dir(f.state), "cgroup.threads")
+	if f.events == "" {
+		tasks = filepath.Join(filepath.Dir(f.state), "tasks")
+	}
+	b, err := os.ReadFile(tasks)
+	if err != nil {
+		return 0
+	}
+	for _, s := range strings.Fields(string(b)) {
+		w, err := os.ReadFile("/proc/" + s + "/wchan")
+		if err != nil {
+			continue
+		}
+		for _, v := range vforkWaits {
+			if string(w) == v {
+				pid, _ := strconv.Atoi(s)
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// settleVfork lets a frozen cgroup run for a moment and freezes it again
+// until no task waits for a vfork child, up to a second; a vfork's child
+// execs within microseconds. It reports whether the cgroup settled.
+func (f freezer) settleVfork(ctx context.Context) (bool, error) {
+	deadline := time.Now().Add(time.Second)
+	for f.inVfork() != 0 {
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		if err := f.set(ctx, false); err != nil {
+			return false, err
+		}
+		time.Sleep(200 * time.Microsecond)
+		if err := f.set(ctx, true); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}

@@ -449,3 +449,29 @@ func TestCleanupAfterAbruptEnd(t *testing.T) {
 	})
 	testutil.CheckNoLeaks(t, dataDir, inst)
 }
+
+// TestCheckpointWhileProcessesExit checkpoints a container whose shells
+// start short processes all the time. Debian's sh starts them with vfork:
+// a cgroup frozen between the vfork and the child's exec cannot be dumped
+// (CRIU seizes the child, and the parent then never stops), and CRIU gives
+// up after 10 s. Every checkpoint must succeed, and quickly.
+func TestCheckpointWhileProcessesExit(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	loop := "while :; do /bin/true; done"
+	if _, err := env.Manager.Run(ctx, container.Config{Name: "churn", Args: []string{"sh", "-c", loop + " & " + loop + " & " + loop}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for i := 1; i <= 15; i++ {
+		start := time.Now()
+		if _, err := env.Manager.Checkpoint(ctx, "churn", container.CheckpointOptions{}); err != nil {
+			t.Fatalf("checkpoint %d: %v", i, err)
+		}
+		// Far below CRIU's 10 s: no attempt waited for a vfork parent.
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("checkpoint %d took %v", i, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
