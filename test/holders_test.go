@@ -25,55 +25,9 @@ import (
 func TestRestartFromHolders(t *testing.T) {
 	const messages = 1_500_000
 	c := testutil.NewCluster(t, 6)
-	c.OK("run", "--job", "ring", "--ranks", "4", "--per-node", "1", "--replicas", "2", "--on-failure", "stop", "--",
-		c.Bin, "ringapp", "-messages", fmt.Sprint(messages), "-ballast", "16")
-	place := c.Status("ring").Placement
-	c.WaitProgress("ring", 4, 0, 90*time.Second)
-	c.OK("checkpoint", "ring")
-	ck := waitProtected(t, c, "ring", 90*time.Second)
-	copies := func(r int) []string { return ck.Ranks[r].Copies }
-	var holders []string // rank 1's copies but the one on its node
-	for _, n := range copies(1) {
-		if n != place[1] {
-			holders = append(holders, n)
-		}
-	}
-	if len(holders) != 2 {
-		t.Fatalf("rank 1's copies %v besides its node %s: want two", copies(1), place[1])
-	}
-	victim, survivor := holders[0], holders[1]
-	// The new placement: rank 1 on a node with no copy of its image; a
-	// rank on the victim moves to another node without a copy too (the
-	// victim dies during the restart); the others stay.
-	used := map[string]bool{place[1]: true, victim: true}
-	for r, n := range place {
-		if r != 1 && n != victim {
-			used[n] = true
-		}
-	}
-	free := func(r int) string {
-		for _, n := range c.Nodes {
-			if !used[n] && !slices.Contains(copies(r), n) {
-				used[n] = true
-				return n
-			}
-		}
-		t.Fatalf("no node for rank %d without a copy (placement %v, copies %v)", r, place, copies(r))
-		return ""
-	}
-	next := slices.Clone(place)
-	next[1] = free(1)
-	for r, n := range place {
-		if n == victim {
-			next[r] = free(r)
-		}
-	}
-
-	c.KillAgent(victim)("CAIRN_FAILPOINT=chunk-data")
-	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
-		n := strings.Count(agentLog(t, c, victim), `msg="joined the cluster"`)
-		return n == 2, fmt.Sprintf("%s's agent joined %d times, want 2", victim, n)
-	})
+	sc := newHolderScenario(t, c, 4, messages, 16)
+	place, next, victim, survivor := sc.place, sc.next, sc.victim, sc.survivor
+	restartAgent(t, c, victim, "CAIRN_FAILPOINT=chunk-data")
 	c.OK("kill", "ring")
 	c.KillNodes([]string{place[1]}, true)
 	c.WaitNodes(5, time.Minute)
@@ -123,6 +77,72 @@ func TestRestartFromHolders(t *testing.T) {
 	if !regexp.MustCompile(`fetch: holder given up; its share goes to the others" ckpt=ring\.1:\d+ holder=` + regexp.QuoteMeta(victim)).MatchString(agentLog(t, c, next[1])) {
 		t.Errorf("%s's agent log does not show %s given up mid-fetch:\n%s", next[1], victim, agentLog(t, c, next[1]))
 	}
+}
+
+// holderScenario is a ring job with k=2, its checkpoint protected, and
+// where its ranks go for a restart from rank 1's holders: rank 1 to a
+// node with no copy of its image, and a rank on the victim (one of the
+// holders, which dies during the restart) to another such node; the
+// others stay.
+type holderScenario struct {
+	place, next      []string
+	victim, survivor string // rank 1's two copies besides its node
+}
+
+func newHolderScenario(t *testing.T, c *testutil.Cluster, ranks, messages, ballastMiB int) holderScenario {
+	t.Helper()
+	c.OK("run", "--job", "ring", "--ranks", fmt.Sprint(ranks), "--per-node", "1", "--replicas", "2", "--on-failure", "stop", "--",
+		c.Bin, "ringapp", "-messages", fmt.Sprint(messages), "-ballast", fmt.Sprint(ballastMiB))
+	place := c.Status("ring").Placement
+	c.WaitProgress("ring", ranks, 0, 90*time.Second)
+	c.OK("checkpoint", "ring")
+	ck := waitProtected(t, c, "ring", 90*time.Second)
+	copies := func(r int) []string { return ck.Ranks[r].Copies }
+	var holders []string // rank 1's copies but the one on its node
+	for _, n := range copies(1) {
+		if n != place[1] {
+			holders = append(holders, n)
+		}
+	}
+	if len(holders) != 2 {
+		t.Fatalf("rank 1's copies %v besides its node %s: want two", copies(1), place[1])
+	}
+	victim := holders[0]
+	used := map[string]bool{place[1]: true, victim: true}
+	for r, n := range place {
+		if r != 1 && n != victim {
+			used[n] = true
+		}
+	}
+	free := func(r int) string {
+		for _, n := range c.Nodes {
+			if !used[n] && !slices.Contains(copies(r), n) {
+				used[n] = true
+				return n
+			}
+		}
+		t.Fatalf("no node for rank %d without a copy (placement %v, copies %v)", r, place, copies(r))
+		return ""
+	}
+	next := slices.Clone(place)
+	next[1] = free(1)
+	for r, n := range place {
+		if n == victim {
+			next[r] = free(r)
+		}
+	}
+	return holderScenario{place: place, next: next, victim: victim, survivor: holders[1]}
+}
+
+// restartAgent restarts node's agent with env, and waits until it has
+// joined the cluster again.
+func restartAgent(t *testing.T, c *testutil.Cluster, node string, env ...string) {
+	t.Helper()
+	c.KillAgent(node)(env...)
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		n := strings.Count(agentLog(t, c, node), `msg="joined the cluster"`)
+		return n == 2, fmt.Sprintf("%s's agent joined %d times, want 2", node, n)
+	})
 }
 
 func agentLog(t *testing.T, c *testutil.Cluster, node string) string {

@@ -286,7 +286,7 @@ func jobCheckpoints(cmd *cobra.Command, c *coord.Client, name string, asJSON boo
 func newRestartCmd() *cobra.Command {
 	var from int
 	var nodes, placement []string
-	var asJSON bool
+	var asJSON, lazy bool
 	cmd := &cobra.Command{
 		Use:   "restart JOB [--from N] [--nodes n1,n2,... | --placement NODE0,NODE1,...]",
 		Short: "Restart a whole job from a global checkpoint, on any nodes",
@@ -297,7 +297,10 @@ hold them and restores them frozen with their network locked, all in
 parallel; once every rank is restored, all resume together. Ranks keep their
 addresses and the TCP connections between them. --nodes places the ranks on
 those nodes (default: where their images are, else the least loaded);
---placement gives the node of every rank, in rank order.`,
+--placement gives the node of every rank, in rank order. --lazy restores the
+ranks whose node lacks their image lazily (docs/lazy.md): they run before
+all of their memory has arrived, which comes from the image's holders while
+they run; --lazy=false does not, whatever the job says (--lazy-restore).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := coordClient()
@@ -306,7 +309,11 @@ those nodes (default: where their images are, else the least loaded);
 			}
 			defer c.Close()
 			start := time.Now()
-			j, err := c.Restart(cmd.Context(), args[0], coordv1.Restart{From: from, Nodes: nodes, Placement: placement})
+			req := coordv1.Restart{From: from, Nodes: nodes, Placement: placement}
+			if cmd.Flags().Changed("lazy") {
+				req.Lazy = &lazy
+			}
+			j, err := c.Restart(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
 			}
@@ -324,6 +331,7 @@ those nodes (default: where their images are, else the least loaded);
 	cmd.Flags().IntVar(&from, "from", 0, "checkpoint number (default: the newest restorable)")
 	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "nodes to place the ranks on")
 	cmd.Flags().StringSliceVar(&placement, "placement", nil, "node of each rank, in rank order")
+	cmd.Flags().BoolVar(&lazy, "lazy", false, "restore ranks whose node lacks their image lazily (default: as the job says)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -155,11 +155,12 @@ and --memory limit each container.`,
 	f.StringVar(&job.OnFailure, "on-failure", coordv1.OnFailureRestart, "when a node of the job dies: restart (from the newest restorable checkpoint) or stop")
 	f.IntVar(&job.MaxRestarts, "max-restarts", 10, "automatic restarts allowed (0: no limit)")
 	f.StringVar(&replRate, "replication-rate", "", "limit each replica transfer to this many bytes/s, e.g. 50M (default: no limit)")
+	f.BoolVar(&job.LazyRestore, "lazy-restore", false, "on restarts, restore a rank whose node lacks its image lazily: it runs before all of its memory has arrived (docs/lazy.md)")
 	return cmd
 }
 
 // jobFlags are run's flags that only a job takes.
-var jobFlags = []string{"mpi", "export", "ranks", "per-node", "nodes", "checkpoint-every", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate"}
+var jobFlags = []string{"mpi", "export", "ranks", "per-node", "nodes", "checkpoint-every", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate", "lazy-restore"}
 
 // notWith refuses (usage error) any of the given flags that was set: they
 // do not apply to what cmd was asked to do.

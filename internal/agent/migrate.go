@@ -222,6 +222,13 @@ func (s *Server) failpoint(ctx context.Context, name string) {
 	if os.Getenv("CAIRN_FAILPOINT") != name {
 		return
 	}
+	// CAIRN_FAILPOINT_ARMED names a file: the failpoint holds only while
+	// it exists, so a test can arm it at the moment it wants.
+	if armed := os.Getenv("CAIRN_FAILPOINT_ARMED"); armed != "" {
+		if _, err := os.Stat(armed); err != nil {
+			return
+		}
+	}
 	s.log().Warn("failpoint reached: the request hangs here", "failpoint", name)
 	<-ctx.Done()
 }

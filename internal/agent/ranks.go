@@ -184,14 +184,26 @@ func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
 // with staged set, from an image staged there (a migration). A container
 // of that name left on this node (a rank that died here) is replaced, its
 // output kept as an earlier incarnation's.
-func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged string, rec *image.Record) (*container.Info, error) {
+func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged string, rec *image.Record) (_ *container.Info, err error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
 		return nil, badRequest(err)
 	}
 	name := RankName(req.Job, req.Rank.Rank)
+	var lz *container.Lazy
 	if staged == "" {
-		if _, err := s.Manager.Repo().Load(name, req.Seq); err != nil {
+		_, err = s.Manager.Repo().Load(name, req.Seq)
+		if errors.Is(err, image.ErrNotFound) && len(req.Lazy) > 0 {
+			var abandon func()
+			if lz, abandon, err = s.lazyRestore(ctx, name, req.Seq, req.Lazy); err != nil {
+				return nil, err
+			}
+			defer func() {
+				if err != nil {
+					abandon()
+				}
+			}()
+		} else if err != nil {
 			return nil, err
 		}
 	}
@@ -213,7 +225,7 @@ func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged str
 		return nil, err
 	}
 	in, err := s.Manager.Restore(ctx, name, container.RestoreOptions{
-		Seq: req.Seq, Paused: true, Staged: staged, Record: rec,
+		Seq: req.Seq, Paused: true, Staged: staged, Record: rec, Lazy: lz,
 		Net: &container.NetAttach{Netns: r.Path(), Addr: addr},
 	})
 	if err != nil {

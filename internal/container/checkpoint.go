@@ -485,6 +485,9 @@ type RestoreOptions struct {
 	// round trip through the store. The directory is used up.
 	Staged string
 	Record *image.Record
+	// Lazy restores from an image this node need not hold, its memory
+	// arriving while the processes run (lazy.go).
+	Lazy *Lazy
 }
 
 // Restore brings a container back from one of its checkpoints: the image is
@@ -511,7 +514,13 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		target = opts.As
 	}
 	seq := opts.Seq
-	if opts.Staged != "" {
+	if opts.Lazy != nil {
+		if opts.Staged != "" || opts.Lazy.Head == nil || opts.Lazy.Chunks == nil {
+			return nil, fmt.Errorf("restore %s: a lazy restore needs the image's head and chunks, and no staged image", name)
+		}
+		opts.Record = opts.Lazy.Head.Record
+		seq = opts.Record.Seq
+	} else if opts.Staged != "" {
 		if opts.Record == nil {
 			return nil, fmt.Errorf("restore %s: a staged image needs its record", name)
 		}
@@ -552,13 +561,15 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		if staging, err = os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-pid%d-", target, seq, os.Getpid())); err != nil {
 			return nil, err
 		}
-		if man, err = m.repo.Load(name, seq); err != nil {
-			os.RemoveAll(staging)
-			return nil, err
+		if opts.Lazy == nil {
+			if man, err = m.repo.Load(name, seq); err != nil {
+				os.RemoveAll(staging)
+				return nil, err
+			}
 		}
 		// The image kept in staging since its checkpoint, if it is this
 		// one: nothing to read from the store (kept.go).
-		if opts.As == "" && os.Remove(staging) == nil {
+		if opts.As == "" && opts.Lazy == nil && os.Remove(staging) == nil {
 			if staged = m.takeKept(name, man, staging); staged {
 				m.log.Info("restoring from the image kept in staging", "ckpt", man.Name())
 			} else if err := os.Mkdir(staging, 0o700); err != nil {
@@ -566,7 +577,14 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 			}
 		}
 	}
-	defer os.RemoveAll(staging)
+	// A lazy restore's staging stays until its daemon has every page.
+	var lz *lazyRun
+	lazyStarted := false
+	defer func() {
+		if lz == nil {
+			os.RemoveAll(staging)
+		}
+	}()
 	var cfg imageConfig
 	if err := json.Unmarshal(man.Config, &cfg); err != nil {
 		return nil, &image.CorruptError{Image: man.Name(), What: "record", Reason: "config: " + err.Error()}
@@ -580,11 +598,31 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	if err := os.Chmod(newUpper, 0o755); err != nil {
 		return nil, err
 	}
-	if staged {
+	workDir := filepath.Join(staging, "work")
+	switch {
+	case staged:
 		if err := image.UnpackDelta(ctx, filepath.Join(staging, image.DeltaName), newUpper); err != nil {
 			return nil, fmt.Errorf("restore %s from staged %s: %w", target, man.Name(), err)
 		}
-	} else {
+	case opts.Lazy != nil:
+		for _, d := range []string{criuDir, workDir} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				return nil, err
+			}
+		}
+		run, err := m.prepareLazy(ctx, opts.Lazy, criuDir, workDir, newUpper, filepath.Join(staging, image.LogName))
+		if err != nil {
+			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
+		}
+		lz = run
+		defer func() {
+			if lz != nil && !lazyStarted {
+				lz.stop()
+				lz = nil
+				os.RemoveAll(staging)
+			}
+		}()
+	default:
 		if err := os.Mkdir(criuDir, 0o700); err != nil {
 			return nil, err
 		}
@@ -645,7 +683,10 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	if err := os.Rename(newUpper, upper); err != nil {
 		return fail(err)
 	}
-	from := &restoreFrom{images: criuDir, work: filepath.Join(staging, "work"), owner: filepath.Join(staging, stagingOwner)}
+	from := &restoreFrom{images: criuDir, work: workDir, owner: filepath.Join(staging, stagingOwner)}
+	if lz != nil {
+		from.lazy = lz.daemon
+	}
 	if err := os.MkdirAll(from.work, 0o700); err != nil {
 		return fail(err)
 	}
@@ -667,7 +708,30 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 			return fail(fmt.Errorf("restore %s: set frozen=%v: %w", target, opts.Paused, err))
 		}
 	}
-	m.log.Info("restored", "container", target, "ckpt", man.Name())
+	if lz != nil {
+		lazyStarted = true
+		lz.startPrefetch(m.log, man.Name())
+		go func() {
+			st, err := lz.wait()
+			if err != nil {
+				if b, rerr := os.ReadFile(filepath.Join(workDir, lazyLog)); rerr == nil {
+					_ = os.WriteFile(filepath.Join(m.dir(target), lazyLog), b, 0o600)
+				}
+				err = fmt.Errorf("%w (CRIU's log: %s)", err, filepath.Join(m.dir(target), lazyLog))
+			}
+			os.RemoveAll(staging)
+			if err != nil {
+				m.log.Error("lazy restore failed: the container is killed", "container", target, "ckpt", man.Name(), "err", err)
+			} else {
+				m.log.Info("lazy restore complete: every page is here", "container", target, "ckpt", man.Name(),
+					"pages", st.Pages, "requests", st.Requests, "took", st.Took)
+			}
+			if opts.Lazy.Done != nil {
+				opts.Lazy.Done(st, err)
+			}
+		}()
+	}
+	m.log.Info("restored", "container", target, "ckpt", man.Name(), "lazy", lz != nil)
 	return m.Get(ctx, target)
 }
 

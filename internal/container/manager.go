@@ -386,7 +386,10 @@ func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
 
 // restoreFrom names a staged CRIU image and its work dir for start, and the
 // owner file of their staging dir (see cleanStaging).
-type restoreFrom struct{ images, work, owner string }
+type restoreFrom struct {
+	images, work, owner string
+	lazy                []string // argv of the lazy-pages daemon that serves the memory (lazy.go)
+}
 
 // start sets up the network and overlay of st (whose fs delta, if any, is
 // already in its upper dir) and starts it with a shim, fresh or from a
@@ -429,7 +432,11 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 	} else {
 		args = m.runc.argv(runcLog, "restore", "-d", "--tcp-established",
 			"--image-path", from.images, "--work-path", from.work,
-			"--bundle", dir, "--pid-file", pidFile, m.runcID(name))
+			"--bundle", dir, "--pid-file", pidFile)
+		if len(from.lazy) > 0 {
+			args = append(args, "--lazy-pages")
+		}
+		args = append(args, m.runcID(name))
 	}
 	watch := m.watchTarget(st)
 	var started func(int)
@@ -442,14 +449,18 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 			_ = os.WriteFile(from.owner, []byte(fmt.Sprintf("%d %d", os.Getpid(), pid)), 0o600)
 		}
 	}
-	shimPID, _, err := m.startShim(shimSpec{
+	spec := shimSpec{
 		Runc: args, Env: m.runc.env(), PidFile: pidFile, RuncLog: runcLog,
 		LogPath:     filepath.Join(dir, logName),
 		Control:     filepath.Join(dir, shimSocket),
 		ExitPath:    filepath.Join(dir, "exit.json"),
 		RemoveAfter: removeAfter,
 		Watch:       &watch,
-	}, started)
+	}
+	if from != nil {
+		spec.Lazy = from.lazy
+	}
+	shimPID, _, err := m.startShim(spec, started)
 	st.ShimPID = shimPID
 	if err != nil {
 		if from != nil {

@@ -39,6 +39,11 @@ type shimSpec struct {
 	// Watch, if set, makes the shim the container's watchdog: it releases
 	// the container when a checkpoint abandons it frozen (watchdog.go).
 	Watch *watchTarget `json:"watch,omitempty"`
+	// Lazy is the argv of a lazy restore's `criu lazy-pages` daemon
+	// (lazy.go), started before runc and watched: if it fails, the
+	// container is killed, since its memory that had not arrived would
+	// read as zeros.
+	Lazy []string `json:"lazy,omitempty"`
 }
 
 // ShimMain runs a shim from the spec in $CAIRN_SHIM_SPEC and returns the
@@ -86,10 +91,19 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 	}
 	defer logf.Close()
 
+	lazyPID := 0
+	if len(spec.Lazy) > 0 {
+		if lazyPID, err = startLazyDaemon(spec.Lazy); err != nil {
+			return err
+		}
+	}
 	cmd := exec.Command(spec.Runc[0], spec.Runc[1:]...)
 	cmd.Env = spec.Env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, outW
 	runErr := cmd.Run()
+	if runErr != nil && lazyPID != 0 {
+		_ = unix.Kill(lazyPID, unix.SIGKILL)
+	}
 	inR.Close()
 	outW.Close()
 	if spec.RemoveAfter != "" {
@@ -137,6 +151,20 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 		}
 		if err != nil { // ECHILD: the init was reaped before it became ours
 			break
+		}
+		if wpid == lazyPID && lazyPID != 0 {
+			if !ws.Exited() || ws.ExitStatus() != 0 {
+				// The pages that had not arrived would read as zeros.
+				exit.Reason = "its lazy restore failed: memory pages could not be fetched"
+				_ = unix.Kill(pid, unix.SIGKILL)
+				// A frozen task dies only once thawed.
+				if spec.Watch != nil {
+					if fz, err := freezerFor(spec.Watch.Cgroups); err == nil {
+						_ = fz.set(context.Background(), false)
+					}
+				}
+			}
+			continue
 		}
 		if wpid != pid {
 			continue

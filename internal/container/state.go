@@ -97,6 +97,8 @@ type Exit struct {
 	Code   int       `json:"code"`             // exit status, or 128+signal
 	Signal string    `json:"signal,omitempty"` // set if killed by a signal
 	Time   time.Time `json:"time"`
+	// Reason says why cairn ended the container, if it did.
+	Reason string `json:"reason,omitempty"`
 }
 
 func (m *Manager) dir(name string) string { return filepath.Join(m.opts.DataDir, "containers", name) }

@@ -150,8 +150,22 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 	for n, v := range live {
 		nodes[n] = v
 	}
+	lazy := j.LazyRestore
+	if req.Lazy != nil {
+		lazy = *req.Lazy
+	}
 	err = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
-		if !slices.Contains(copies[r], placement[r]) {
+		restore := agentv1.RankRestore{
+			Rank: agentv1.Rank{Job: name, Rank: r}, Net: jobNet(j, placement[r], underlays),
+			Addr: j.Addrs[r], Seq: ck.Seq,
+		}
+		if lazy && !slices.Contains(copies[r], placement[r]) {
+			// The node restores the rank from every live copy while it
+			// runs (agent: lazy.go).
+			for _, h := range copies[r] {
+				restore.Lazy = append(restore.Lazy, agentv1.Holder{Addr: nodes[h].Addr, Node: h})
+			}
+		} else if !slices.Contains(copies[r], placement[r]) {
 			// From every live copy at once: the receiver verifies every
 			// chunk, and a damaged or unreachable copy hands its share to
 			// the others.
@@ -174,10 +188,6 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 					_ = c.repairCopy(bg, name, ck.Seq, r, src, []string{placement[r]}, nodes, true)
 				}()
 			}
-		}
-		restore := agentv1.RankRestore{
-			Rank: agentv1.Rank{Job: name, Rank: r}, Net: jobNet(j, placement[r], underlays),
-			Addr: j.Addrs[r], Seq: ck.Seq,
 		}
 		_, err := cl.RankRestore(ctx, restore)
 		if isCorrupt(err) {

@@ -119,13 +119,9 @@ func (c *ChunkWriter) Close() error {
 // several holders asks them for, learnt from the manifest itself. Damage
 // or a stream for another checkpoint is a CorruptError.
 func CheckHead(r io.Reader, container string, seq int) (*Record, []store.ID, error) {
-	image := fmt.Sprintf("%s:%d", container, seq)
-	meta, ids, ms, err := store.ReadHead(r)
-	if err == nil {
-		var rec Record
-		if err = checkImported(meta, ids, ms, &imageRef{container, seq}, &rec); err == nil {
-			return &rec, ms[0].ChunkIDs(), nil
-		}
+	h, err := ReadHead(r, container, seq)
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil, nil, &CorruptError{Image: image, What: "export stream", Reason: err.Error(), Err: err}
+	return h.Record, h.Manifest.ChunkIDs(), nil
 }

@@ -31,6 +31,7 @@ var rules = []struct {
 	{"cairn/internal/launch", nil, []string{"cairn/"}},
 	{"cairn/internal/image", []string{"cairn/internal/store", "cairn/internal/chunker", "cairn/internal/durable", "cairn/internal/names"}, []string{"cairn/"}},
 	{"cairn/internal/criu", nil, []string{"cairn/"}},
+	{"cairn/internal/lazy", nil, []string{"cairn/"}},
 	{"cairn/internal/plan", nil, []string{"cairn/"}},
 	{"cairn/internal/pki", []string{"cairn/internal/durable"}, []string{"cairn/"}},
 	{"cairn/internal/netw", nil, []string{"cairn/"}},

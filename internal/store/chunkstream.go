@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/zeebo/blake3"
 
@@ -115,6 +116,27 @@ func (s *Store) ImportChunks(ctx context.Context, r io.Reader, want []ID) (int, 
 	}
 	s.gcLock.RLock()
 	defer s.gcLock.RUnlock()
+	return s.readChunks(ctx, r, want, nil)
+}
+
+// ReadChunks reads a chunk stream from r as ImportChunks does, verifying
+// every chunk, but hands each chunk's content to keep, in the order of
+// want, instead of storing it: how a lazy restore takes pages from a
+// holder, on a node that may have no store yet. An error from keep ends
+// the read and is returned.
+func ReadChunks(ctx context.Context, r io.Reader, want []ID, keep func(id ID, data []byte) error) (int, error) {
+	cd, err := streamCodec()
+	if err != nil {
+		return 0, err
+	}
+	return (&Store{codec: cd}).readChunks(ctx, r, want, keep)
+}
+
+// streamCodec decodes the chunks ReadChunks reads; zstd's DecodeAll may
+// run concurrently.
+var streamCodec = sync.OnceValues(func() (*codec, error) { return newCodec(CompressionOff) })
+
+func (s *Store) readChunks(ctx context.Context, r io.Reader, want []ID, keep func(ID, []byte) error) (int, error) {
 	ir := &importReader{r: bufio.NewReaderSize(r, 1<<20), h: blake3.New()}
 	if magic := ir.read(len(ChunkStreamMagic), len(ChunkStreamMagic)); ir.err == nil && string(magic) != ChunkStreamMagic {
 		ir.fail("chunk stream: magic %q", magic)
@@ -138,7 +160,7 @@ func (s *Store) ImportChunks(ctx context.Context, r io.Reader, want []ID) (int, 
 			if got != id {
 				ir.fail("chunk stream: chunk %s where %s was asked", got, id)
 			}
-		}); err != nil {
+		}, keep); err != nil {
 			return done, fmt.Errorf("import chunks: %w", err)
 		}
 		if ir.err == nil {

@@ -226,7 +226,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("import: %w", err)
 		}
-		if err := s.importChunk(ir, func(id ID) { order.admit(ir, id) }); err != nil {
+		if err := s.importChunk(ir, func(id ID) { order.admit(ir, id) }, nil); err != nil {
 			return nil, nil, fmt.Errorf("import: %w", err)
 		}
 		if opts.Progress != nil && ir.err == nil {
@@ -283,7 +283,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ma
 // come next (admit records in ir why not), verifies it and stores the
 // chunk unless the store has it. Format errors are recorded in ir; the
 // returned error is for failures of the store.
-func (s *Store) importChunk(ir *importReader, admit func(ID)) error {
+func (s *Store) importChunk(ir *importReader, admit func(ID), keep func(ID, []byte) error) error {
 	hdr := ir.read(exportChunkHeaderSize, exportChunkHeaderSize)
 	if ir.err != nil {
 		return nil
@@ -321,6 +321,9 @@ func (s *Store) importChunk(ir *importReader, admit func(ID)) error {
 	if got := Hash(data); got != id {
 		ir.fail("chunk %s: content hashes to %s", id, got)
 		return nil
+	}
+	if keep != nil {
+		return keep(id, data)
 	}
 	if s.Has(id) {
 		return nil

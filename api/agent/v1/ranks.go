@@ -104,6 +104,12 @@ type RankRestore struct {
 	Net  JobNet `json:"net"`
 	Addr string `json:"addr"`
 	Seq  int    `json:"seq"`
+	// Lazy, when the node does not hold the image, restores the rank
+	// lazily from these holders of it: the rank resumes before all of its
+	// memory is here, and CRIU's lazy-pages daemon takes the rest from
+	// them while it runs (docs/lazy.md). The reply comes once the rank is
+	// restored; the pages go on arriving after the resume.
+	Lazy []Holder `json:"lazy,omitempty"`
 }
 
 // RankResume unlocks and thaws restored ranks.

@@ -151,6 +151,12 @@ type RunJob struct {
 	// other nodes), HealthCheckpoint (take a checkpoint now) or
 	// HealthIgnore (the default).
 	OnHealthWarning string `json:"on_health_warning,omitempty"`
+	// LazyRestore restores a rank whose node lacks its image lazily, on
+	// restarts: the rank runs before all of its memory has arrived, and
+	// the rest comes from the image's holders while it runs
+	// (docs/lazy.md). Ranks on nodes that hold their image restore from
+	// it as usual.
+	LazyRestore bool `json:"lazy_restore,omitempty"`
 }
 
 // Health warning policies of a job.
@@ -263,6 +269,9 @@ type Restart struct {
 	Nodes []string `json:"nodes,omitempty"` // place ranks on these nodes
 	// Placement, if set, gives the node of every rank, by rank.
 	Placement []string `json:"placement,omitempty"`
+	// Lazy, if set, says whether ranks restored on nodes that lack their
+	// image restore lazily (RunJob.LazyRestore); nil: as the job says.
+	Lazy *bool `json:"lazy,omitempty"`
 }
 
 // Migrate moves one rank of a running job to another node (To; empty:

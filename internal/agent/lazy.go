@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "cairn/api/agent/v1"
+	"cairn/internal/container"
+	"cairn/internal/image"
+	"cairn/internal/store"
+)
+
+// lazySource prepares a lazy restore of checkpoint container:seq, which
+// this node does not hold, from its holders: the head first, from the
+// first holder that sends a good one, then chunks as the restore and the
+// page server ask for them (lazyChunks), which the caller closes.
+func (s *Server) lazySource(ctx context.Context, container string, seq int, holders []v1.Holder) (*image.Head, *lazyChunks, error) {
+	if len(holders) == 0 {
+		return nil, nil, badRequest(errors.New("a lazy restore needs at least one holder of the image"))
+	}
+	f := &fetcher{s: s, req: v1.Fetch{Container: container, Seq: seq}, image: fmt.Sprintf("%s:%d", container, seq)}
+	for _, h := range holders {
+		f.holders = append(f.holders, &holder{Holder: h, c: NewClient(h.Addr, h.Node, s.Creds)})
+	}
+	b, _, err := f.head(ctx)
+	if err != nil {
+		f.close()
+		return nil, nil, err
+	}
+	head, err := image.ReadHead(bytes.NewReader(b), container, seq)
+	if err != nil {
+		f.close()
+		return nil, nil, err
+	}
+	lc := &lazyChunks{f: f}
+	if st, err := s.Manager.Repo().OpenReader(); err == nil {
+		lc.local = st // chunks of earlier checkpoints of the rank
+	}
+	return head, lc, nil
+}
+
+// lazyChunks gets the chunks of an image a lazy restore asks for: from
+// this node's store if it has them, else from the image's holders. A
+// request is shared out among the holders still serving (lazyShare chunks
+// or more each, fetched at once); a holder that fails or serves damage is
+// given up and its share fetched from the next. Every chunk is verified
+// as it arrives.
+type lazyChunks struct {
+	f     *fetcher
+	local *store.Store // nil: no store here yet
+	next  atomic.Uint32
+	once  sync.Once
+}
+
+// lazyShare is the least a holder is asked for at once.
+const lazyShare = 64
+
+// lazyWindow bounds the chunks one GetSeq holds in memory at a time.
+const lazyWindow = 1024
+
+func (c *lazyChunks) close() {
+	c.once.Do(func() {
+		c.f.close()
+		if c.local != nil {
+			c.local.Close()
+		}
+	})
+}
+
+// holders reports what every holder sent, and why one was given up.
+func (c *lazyChunks) shares() []v1.HolderShare {
+	var out []v1.HolderShare
+	for _, h := range c.f.holders {
+		out = append(out, h.share())
+	}
+	return out
+}
+
+func (c *lazyChunks) GetSeq(ctx context.Context, ids []store.ID, fn func(data []byte) error) error {
+	for len(ids) > 0 {
+		w := ids[:min(len(ids), lazyWindow)]
+		ids = ids[len(w):]
+		data, err := c.get(ctx, w)
+		if err != nil {
+			return err
+		}
+		for _, d := range data {
+			if err := fn(d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// get returns the contents of ids, in order.
+func (c *lazyChunks) get(ctx context.Context, ids []store.ID) ([][]byte, error) {
+	data := make([][]byte, len(ids))
+	at := map[store.ID][]int{}
+	var remote []store.ID
+	for i, id := range ids {
+		if c.local != nil && c.local.Has(id) {
+			if b, err := c.local.Get(ctx, id); err == nil {
+				data[i] = b
+				continue
+			}
+		}
+		if at[id] == nil {
+			remote = append(remote, id)
+		}
+		at[id] = append(at[id], i)
+	}
+	if len(remote) == 0 {
+		return data, nil
+	}
+	var mu sync.Mutex
+	keep := func(id store.ID, b []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, i := range at[id] {
+			data[i] = b
+		}
+		return nil
+	}
+	live := 0
+	for _, h := range c.f.holders {
+		if h.failed() == nil {
+			live++
+		}
+	}
+	parts := max(1, min(live, len(remote)/lazyShare))
+	size := (len(remote) + parts - 1) / parts
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		part := remote[p*size : min(len(remote), (p+1)*size)]
+		first := int(c.next.Add(1))
+		wg.Go(func() { errs[p] = c.fetch(ctx, part, first, keep) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// fetch fetches part from the holders, starting with holder first (mod
+// their number) and going on to the next when one fails.
+func (c *lazyChunks) fetch(ctx context.Context, part []store.ID, first int, keep func(store.ID, []byte) error) error {
+	hs := c.f.holders
+	for k := range hs {
+		if len(part) == 0 {
+			return nil
+		}
+		h := hs[(first+k)%len(hs)]
+		if h.failed() != nil {
+			continue
+		}
+		req := v1.ChunkData{Container: c.f.req.Container, Seq: c.f.req.Seq, IDs: make([]string, len(part))}
+		for i, id := range part {
+			req.IDs[i] = id.String()
+		}
+		body, err := h.c.ChunkData(ctx, req)
+		n := 0
+		if err == nil {
+			cr := &countingReader{r: body}
+			n, err = store.ReadChunks(ctx, cr, part, keep)
+			body.Close()
+			h.add(n, cr.n)
+		}
+		part = part[n:]
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if h.failed() == nil {
+			c.f.s.log().Warn("lazy restore: holder given up; its pages come from the others", "ckpt", c.f.image, "holder", h.Node, "err", err)
+		}
+		h.giveUp(err)
+	}
+	if len(part) > 0 {
+		return fmt.Errorf("lazy restore of %s: %d chunks from no holder: %w", c.f.image, len(part), c.f.errs())
+	}
+	return nil
+}
+
+// lazyRestore is the container.Lazy of a rank restored from holders, and
+// what to call if the restore fails before it starts. Once every page is
+// here, a holder that served damage is repaired from one that did not.
+func (s *Server) lazyRestore(ctx context.Context, name string, seq int, holders []v1.Holder) (*container.Lazy, func(), error) {
+	head, lc, err := s.lazySource(ctx, name, seq, holders)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &container.Lazy{Head: head, Chunks: lc, Done: func(st container.LazyStats, err error) {
+		defer lc.close()
+		if err != nil {
+			s.log().Error("lazy restore failed", "ckpt", head.Record.Name(), "err", err)
+			return
+		}
+		s.log().Info("lazy restore: every page is here", "ckpt", head.Record.Name(), "pages", st.Pages, "took", st.Took)
+		lc.repairDamaged(head.Record.Name())
+	}}, lc.close, nil
+}
+
+// repairDamaged asks every holder that served damage to repair its copy
+// from a holder that served without fault.
+func (c *lazyChunks) repairDamaged(image string) {
+	var good *holder
+	var damaged []*holder
+	for _, h := range c.f.holders {
+		sh := h.share()
+		switch {
+		case sh.Damaged:
+			damaged = append(damaged, h)
+		case sh.Error == "" && good == nil:
+			good = h
+		}
+	}
+	if good == nil {
+		return
+	}
+	for _, h := range damaged {
+		req := v1.Fetch{Container: c.f.req.Container, Seq: c.f.req.Seq, From: good.Addr, FromNode: good.Node, Repair: true}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		img, err := h.c.Fetch(ctx, req)
+		cancel()
+		if err != nil {
+			c.f.s.log().Warn("lazy restore: repair of a damaged copy failed", "ckpt", image, "holder", h.Node, "from", good.Node, "err", err)
+			continue
+		}
+		c.f.s.log().Info("lazy restore: damaged copy repaired", "ckpt", image, "holder", h.Node, "from", good.Node, "chunks", img.Repaired)
+	}
+}

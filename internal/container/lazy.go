@@ -1,0 +1,316 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"cairn/internal/image"
+	"cairn/internal/lazy"
+	"cairn/internal/store"
+)
+
+// Lazy makes Restore restore lazily (see package lazy): the image comes
+// from Chunks rather than the store, and of its memory pages only those
+// CRIU itself reads at restore; the others are served to CRIU's
+// lazy-pages daemon as the restored processes touch them and then in the
+// background, while they run.
+type Lazy struct {
+	Head   *image.Head
+	Chunks image.Chunks
+	// Done, if set, is called once every page has arrived (err nil) or
+	// the daemon or the page server failed, which leaves the processes
+	// unable to run on.
+	Done func(LazyStats, error)
+}
+
+// LazyStats say what a lazy restore's page server served.
+type LazyStats struct {
+	Pages    int64         // pages served to the daemon
+	Requests int64         // requests answered
+	Took     time.Duration // from the restore to the last page
+}
+
+// lazyRun is a lazy restore's page server, and the argv of its
+// `criu lazy-pages` daemon, which the container's shim starts and watches
+// (shim.go).
+type lazyRun struct {
+	srv        *lazy.Server
+	src        *pagesSource
+	prefetched chan error // the prefetch's end
+	daemon     []string
+}
+
+// prepareLazy writes what a lazy restore needs of an image to staging:
+// every file but the pages, and of the pages files the pages the restore
+// itself reads, then starts the page server.
+func (m *Manager) prepareLazy(ctx context.Context, lz *Lazy, criuDir, workDir, upper, logDst string) (*lazyRun, error) {
+	if err := image.MaterializeLazy(ctx, lz.Head, lz.Chunks, criuDir, upper, logDst); err != nil {
+		return nil, err
+	}
+	pms, err := lazy.LoadPagemaps(criuDir)
+	if err != nil {
+		return nil, &image.CorruptError{Image: lz.Head.Record.Name(), What: "pagemap", Reason: err.Error(), Err: err}
+	}
+	files := lz.Head.PagesChunks()
+	for file, pages := range lazy.Eager(pms) {
+		if err := image.WritePages(ctx, lz.Chunks, filepath.Join(criuDir, file), files[file], pages); err != nil {
+			return nil, fmt.Errorf("%s: %w", lz.Head.Record.Name(), err)
+		}
+	}
+	src, err := newPagesSource(criuDir, files, pms, lz.Chunks)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := lazy.Listen(pms, src, m.log)
+	if err != nil {
+		src.close()
+		return nil, err
+	}
+	return &lazyRun{srv: srv, src: src, prefetched: make(chan error, 1), daemon: []string{m.runc.criu, "lazy-pages", "--images-dir", criuDir, "--work-dir", workDir,
+		"--page-server", "--address", "127.0.0.1", "--port", strconv.Itoa(srv.Port()),
+		"--status-fd", "3", "--log-file", lazyLog, "-v2"}}, nil
+}
+
+// lazyLog is the daemon's log, in the restore's work dir; kept in the
+// container's dir if the lazy restore fails.
+const lazyLog = "lazy-pages.log"
+
+// startLazyDaemon starts a `criu lazy-pages` daemon (argv, which takes
+// --status-fd 3) and waits until it listens for the restore, on
+// lazy-pages.socket in its work dir. The caller reaps it.
+func startLazyDaemon(argv []string) (int, error) {
+	ready, w, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer ready.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.ExtraFiles = []*os.File{w}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return 0, fmt.Errorf("criu lazy-pages: %w", err)
+	}
+	w.Close()
+	_ = ready.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := ready.Read(make([]byte, 1)); err != nil {
+		_ = cmd.Process.Kill()
+		return 0, fmt.Errorf("criu lazy-pages did not start: %v", err)
+	}
+	return cmd.Process.Pid, nil
+}
+
+// startPrefetch starts the prefetch, once the restore is done: before,
+// it would take the CPU the restore needs.
+func (r *lazyRun) startPrefetch(log *slog.Logger, image string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-r.srv.Done()
+		cancel()
+	}()
+	go func() {
+		start := time.Now()
+		err := r.src.prefetch(ctx)
+		if err == nil {
+			log.Info("lazy restore: every page prefetched", "ckpt", image, "took", time.Since(start))
+		}
+		r.prefetched <- err
+	}()
+}
+
+// stop ends the page server of a restore that failed; the shim ends the
+// daemon.
+func (r *lazyRun) stop() {
+	r.srv.Close()
+	r.src.close()
+}
+
+// wait waits until the daemon has every page, or the session failed, and
+// reports.
+func (r *lazyRun) wait() (LazyStats, error) {
+	// The prefetch only runs ahead of the daemon: what it failed to
+	// fetch, the page server fetched when asked, or the session failed.
+	err := r.srv.Err()
+	<-r.prefetched
+	r.src.close()
+	pages, reqs, took := r.srv.Stats()
+	return LazyStats{Pages: pages, Requests: reqs, Took: took}, err
+}
+
+// pagesSource serves the pages files of an image from its chunks (one
+// chunk per page): from the sparse pages files in staging as far as the
+// prefetch has filled them, else from the chunks straight away.
+type pagesSource struct {
+	chunks image.Chunks
+	files  map[string]*pagesFile
+}
+
+// pagesFile is one pages file of a lazy restore in staging.
+type pagesFile struct {
+	ids  []store.ID
+	f    *os.File
+	lazy []int64 // the pages the page server serves, in file order
+
+	mu   sync.Mutex
+	have []bool // the page is in f
+}
+
+// prefetchShare is the pages one prefetch request asks for;
+// prefetchStreams are the requests in flight.
+const (
+	prefetchShare   = 1024
+	prefetchStreams = 4
+)
+
+// newPagesSource opens the pages files MaterializeLazy made in criuDir:
+// every page in them but the lazy ones of pms, which are to come.
+func newPagesSource(criuDir string, files map[string][]store.ID, pms map[int]*lazy.Pagemap, chunks image.Chunks) (*pagesSource, error) {
+	p := &pagesSource{chunks: chunks, files: map[string]*pagesFile{}}
+	for name, ids := range files {
+		f, err := os.OpenFile(filepath.Join(criuDir, name), os.O_RDWR, 0)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		have := make([]bool, len(ids))
+		for i := range have {
+			have[i] = true
+		}
+		p.files[name] = &pagesFile{ids: ids, f: f, have: have}
+	}
+	for _, pm := range pms {
+		pf := p.files[pm.PagesFile()]
+		if pf == nil {
+			continue
+		}
+		for _, e := range pm.Entries {
+			if !e.Lazy() {
+				continue
+			}
+			for i := range int64(e.NrPages) {
+				if k := e.Off/lazy.PageSize + i; k < int64(len(pf.have)) {
+					pf.have[k] = false
+					pf.lazy = append(pf.lazy, k)
+				}
+			}
+		}
+	}
+	for _, pf := range p.files {
+		slices.Sort(pf.lazy)
+	}
+	return p, nil
+}
+
+func (p *pagesSource) close() {
+	for _, pf := range p.files {
+		pf.f.Close()
+	}
+}
+
+// prefetch fills the pages files with their lazy pages, in file order, a
+// few shares at once, ahead of the daemon's own background requests
+// (which ask for one range of each process at a time). Pages the page
+// server fetched first are skipped.
+func (p *pagesSource) prefetch(ctx context.Context) error {
+	type share struct {
+		pf    *pagesFile
+		pages []int64
+	}
+	shares := make(chan share)
+	var wg sync.WaitGroup
+	errs := make([]error, prefetchStreams)
+	for w := range prefetchStreams {
+		wg.Go(func() {
+			for sh := range shares {
+				if errs[w] == nil {
+					errs[w] = sh.pf.fill(ctx, p.chunks, sh.pages)
+				}
+			}
+		})
+	}
+	for _, pf := range p.files {
+		for i := 0; i < len(pf.lazy); i += prefetchShare {
+			select {
+			case shares <- share{pf, pf.lazy[i:min(len(pf.lazy), i+prefetchShare)]}:
+			case <-ctx.Done():
+			}
+		}
+	}
+	close(shares)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// fill fetches those of pages not in the file yet and writes them there.
+func (pf *pagesFile) fill(ctx context.Context, chunks image.Chunks, pages []int64) error {
+	var missing []int64
+	pf.mu.Lock()
+	for _, k := range pages {
+		if !pf.have[k] {
+			missing = append(missing, k)
+		}
+	}
+	pf.mu.Unlock()
+	ids := make([]store.ID, len(missing))
+	for i, k := range missing {
+		ids[i] = pf.ids[k]
+	}
+	i := 0
+	return chunks.GetSeq(ctx, ids, func(data []byte) error {
+		k := missing[i]
+		i++
+		return pf.put(k, data)
+	})
+}
+
+// put writes page k into the file, once.
+func (pf *pagesFile) put(k int64, data []byte) error {
+	if len(data) != lazy.PageSize {
+		return fmt.Errorf("a chunk of %d bytes where a page was expected", len(data))
+	}
+	pf.mu.Lock()
+	had := pf.have[k]
+	pf.mu.Unlock()
+	if had {
+		return nil
+	}
+	if _, err := pf.f.WriteAt(data, k*lazy.PageSize); err != nil {
+		return err
+	}
+	pf.mu.Lock()
+	pf.have[k] = true
+	pf.mu.Unlock()
+	return nil
+}
+
+func (p *pagesSource) ReadPages(ctx context.Context, file string, b []byte, off int64) error {
+	pf := p.files[file]
+	first, n := off/lazy.PageSize, int64(len(b))/lazy.PageSize
+	if pf == nil || off%lazy.PageSize != 0 || int64(len(b))%lazy.PageSize != 0 || first+n > int64(len(pf.ids)) {
+		return fmt.Errorf("%s: %d bytes at %d: not pages of the file", file, len(b), off)
+	}
+	pf.mu.Lock()
+	here := !slices.Contains(pf.have[first:first+n], false)
+	pf.mu.Unlock()
+	if here {
+		_, err := pf.f.ReadAt(b, off)
+		return err
+	}
+	i := int64(0)
+	return p.chunks.GetSeq(ctx, pf.ids[first:first+n], func(data []byte) error {
+		if err := pf.put(first+i, data); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		copy(b[i*lazy.PageSize:], data)
+		i++
+		return nil
+	})
+}
