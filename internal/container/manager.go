@@ -389,6 +389,9 @@ func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
 type restoreFrom struct {
 	images, work, owner string
 	lazy                []string // argv of the lazy-pages daemon that serves the memory (lazy.go)
+	// runc is set by start: how long the shim took to start runc
+	// restore and see it return (CRIU's restore within it).
+	runc time.Duration
 }
 
 // start sets up the network and overlay of st (whose fs delta, if any, is
@@ -460,7 +463,11 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 	if from != nil {
 		spec.Lazy = from.lazy
 	}
+	t := time.Now()
 	shimPID, _, err := m.startShim(spec, started)
+	if from != nil {
+		from.runc = time.Since(t)
+	}
 	st.ShimPID = shimPID
 	if err != nil {
 		if from != nil {
@@ -585,8 +592,10 @@ func (m *Manager) teardown(ctx context.Context, st *State) error {
 	var errs []error
 	name := st.Config.Name
 	m.killOrphans(name)
-	if _, err := m.runc.state(ctx, m.runcID(name)); err == nil {
-		_ = m.runc.run(ctx, "", "kill", m.runcID(name), "KILL")
+	if rs, err := m.runc.state(ctx, m.runcID(name)); err == nil {
+		if rs.Status != "stopped" {
+			_ = m.runc.run(ctx, "", "kill", m.runcID(name), "KILL")
+		}
 		m.waitShim(st, 10*time.Second)
 		if err := m.runc.run(ctx, "", "delete", "-f", m.runcID(name)); err != nil {
 			errs = append(errs, err)
@@ -767,6 +776,12 @@ func (m *Manager) Config(name string) (Config, error) {
 	return st.Config, nil
 }
 
+// info is what Info says of a container without its status.
+func (m *Manager) info(name string, st *State) *Info {
+	dir := m.dir(name)
+	return &Info{State: *st, Name: name, Dir: dir, RootFS: m.rootPath(st), Log: filepath.Join(dir, logName)}
+}
+
 // Get returns a container's current state.
 func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
 	st, err := m.loadState(name)
@@ -774,7 +789,7 @@ func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
 		return nil, err
 	}
 	dir := m.dir(name)
-	in := &Info{State: *st, Name: name, Dir: dir, RootFS: m.rootPath(st), Log: filepath.Join(dir, "container.log")}
+	in := m.info(name, st)
 	rs, err := m.runc.state(ctx, m.runcID(name))
 	if err == nil && rs.Status == "paused" {
 		m.recoverFreeze(ctx, st, rs.Pid)
