@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"cairn/internal/agent"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 	"cairn/internal/testutil"
 )
 
@@ -75,9 +75,9 @@ func rpcWave(b *testing.B, c *testutil.Cluster) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var clients []*agent.Client
+	var clients []*rpc.AgentClient
 	for _, n := range c.Nodes {
-		cl := agent.NewClient(net.JoinHostPort(nodeAddr(b, c, n), "7420"), n, creds)
+		cl := rpc.NewAgentClient(net.JoinHostPort(nodeAddr(b, c, n), "7420"), n, creds)
 		defer cl.Close()
 		clients = append(clients, cl)
 	}

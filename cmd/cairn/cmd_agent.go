@@ -18,10 +18,10 @@ import (
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/agent"
 	"cairn/internal/container"
-	"cairn/internal/coord"
 	"cairn/internal/launch"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -138,7 +138,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 					}
 					return out
 				}
-				go keepJoined(ctx, coord.NewClient(coordAddr, c), j, h.Warnings, quarantined, log)
+				go keepJoined(ctx, rpc.NewCoordClient(coordAddr, c), j, h.Warnings, quarantined, log)
 			}
 			return (&agent.Server{Manager: m, Creds: c, Logger: log, Node: node, Tools: tools}).Serve(ctx, ln)
 		},
@@ -185,7 +185,7 @@ func unlockRanks(ctx context.Context, m *container.Manager, log *slog.Logger) {
 
 // keepJoined joins the cluster and sends heartbeats until ctx ends; it
 // joins again whenever the coordinator no longer knows the node.
-func keepJoined(ctx context.Context, cl *coord.Client, j coordv1.Join, health, quarantined func() []string, log *slog.Logger) {
+func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, health, quarantined func() []string, log *slog.Logger) {
 	defer cl.Close()
 	every := time.Second
 	joined := false

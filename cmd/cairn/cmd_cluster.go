@@ -24,6 +24,7 @@ import (
 	"cairn/internal/events"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 )
 
 func newCoordinatorCmd() *cobra.Command {
@@ -237,7 +238,7 @@ var errNoCluster = errors.New("no cluster: start one with `cairn up`, or give --
 // coordClient returns a client of the configured coordinator: the one of
 // --coordinator ($CAIRN_COORDINATOR) with --creds ($CAIRN_CREDS), or the
 // local cluster `cairn up` made.
-func coordClient() (*coord.Client, error) {
+func coordClient() (*rpc.CoordClient, error) {
 	addr, creds := coordFlags.addr, coordFlags.creds
 	if addr == "" {
 		lc, err := loadLocalCluster()
@@ -259,7 +260,7 @@ func coordClient() (*coord.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return coord.NewClient(addr, c), nil
+	return rpc.NewCoordClient(addr, c), nil
 }
 
 func newUpCmd() *cobra.Command {
@@ -386,7 +387,7 @@ func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, un
 		}
 		return c.Write(to)
 	}
-	if err := issue(coord.ServerName, pki.Coordinator, filepath.Join(dir, "coordinator", "creds"), net.IP(cl.Underlay.Gateway().AsSlice())); err != nil {
+	if err := issue(rpc.CoordServerName, pki.Coordinator, filepath.Join(dir, "coordinator", "creds"), net.IP(cl.Underlay.Gateway().AsSlice())); err != nil {
 		return err
 	}
 	if err := issue("client", pki.Client, filepath.Join(dir, "client")); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	evv1 "cairn/api/events/v1"
-	"cairn/internal/coord"
+	"cairn/internal/rpc"
 )
 
 func newEventsCmd() *cobra.Command {
@@ -40,7 +40,7 @@ the last 10m) or an RFC 3339 time. --type takes a type
   cairn events --since 120 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			q := coord.EventsQuery{Job: job, Type: typ, Follow: follow}
+			q := rpc.EventsQuery{Job: job, Type: typ, Follow: follow}
 			if since != "" {
 				if n, err := strconv.ParseUint(since, 10, 64); err == nil {
 					q.After = n

@@ -12,14 +12,14 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/coord"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 )
 
 // asJob returns a client of the cluster's coordinator when name is a job
 // there and not a container on this node: commands such as wait, kill, rm
 // and checkpoint then act on the job.
-func asJob(ctx context.Context, name string) (*coord.Client, bool) {
+func asJob(ctx context.Context, name string) (*rpc.CoordClient, bool) {
 	if strings.Contains(name, ":") || strings.Contains(name, "/") {
 		return nil, false
 	}
@@ -198,7 +198,7 @@ func clientCreds() (*pki.Credentials, error) {
 }
 
 // jobWait waits until every rank of a job has exited.
-func jobWait(cmd *cobra.Command, c *coord.Client, name string) error {
+func jobWait(cmd *cobra.Command, c *rpc.CoordClient, name string) error {
 	ctx := cmd.Context()
 	for {
 		st, err := c.Status(ctx, name)
@@ -234,7 +234,7 @@ func jobWait(cmd *cobra.Command, c *coord.Client, name string) error {
 	}
 }
 
-func jobCheckpoint(cmd *cobra.Command, c *coord.Client, name string, asJSON bool) error {
+func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON bool) error {
 	ck, err := c.Checkpoint(cmd.Context(), name)
 	var we *agentv1.Error
 	aborted := errors.As(err, &we) && we.Code == coordv1.CodeAborted
@@ -255,7 +255,7 @@ func jobCheckpoint(cmd *cobra.Command, c *coord.Client, name string, asJSON bool
 	return nil
 }
 
-func jobCheckpoints(cmd *cobra.Command, c *coord.Client, name string, asJSON bool) error {
+func jobCheckpoints(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON bool) error {
 	cks, err := c.Checkpoints(cmd.Context(), name)
 	if err != nil {
 		return err

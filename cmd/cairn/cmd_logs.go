@@ -17,8 +17,8 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
-	"cairn/internal/coord"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 )
 
 func newLogsCmd() *cobra.Command {
@@ -188,7 +188,7 @@ type rankNodes struct {
 	creds     *pki.Credentials
 }
 
-func findRanks(ctx context.Context, c *coord.Client, job string) (*rankNodes, error) {
+func findRanks(ctx context.Context, c *rpc.CoordClient, job string) (*rankNodes, error) {
 	st, err := c.Status(ctx, job)
 	if err != nil {
 		return nil, err
@@ -209,9 +209,9 @@ func findRanks(ctx context.Context, c *coord.Client, job string) (*rankNodes, er
 }
 
 // agent returns a client of the agent of rank r's node.
-func (rn *rankNodes) agent(r int) *agent.Client {
+func (rn *rankNodes) agent(r int) *rpc.AgentClient {
 	node := rn.placement[r]
-	return agent.NewClient(rn.addrs[node], node, rn.creds)
+	return rpc.NewAgentClient(rn.addrs[node], node, rn.creds)
 }
 
 // rankLogs prints a rank's output, fetched from its node's agent.
@@ -239,7 +239,7 @@ func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 	}
 	ac := rn.agent(rank)
 	defer ac.Close()
-	name := agent.RankName(job, rank)
+	name := agentv1.RankName(job, rank)
 	if o.list {
 		incs, err := ac.Incarnations(ctx, name)
 		if err != nil {
@@ -261,7 +261,7 @@ func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 
 // allRankLogs prints every rank's output, each line labelled "RANK: ":
 // rank after rank, or with follow every rank's lines as they come.
-func allRankLogs(cmd *cobra.Command, c *coord.Client, job string, follow bool) error {
+func allRankLogs(cmd *cobra.Command, c *rpc.CoordClient, job string, follow bool) error {
 	ctx := cmd.Context()
 	rn, err := findRanks(ctx, c, job)
 	if err != nil {
@@ -271,7 +271,7 @@ func allRankLogs(cmd *cobra.Command, c *coord.Client, job string, follow bool) e
 	copyRank := func(r int) error {
 		ac := rn.agent(r)
 		defer ac.Close()
-		body, err := ac.Logs(ctx, agent.RankName(job, r), follow)
+		body, err := ac.Logs(ctx, agentv1.RankName(job, r), follow)
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", r, err)
 		}

@@ -15,6 +15,7 @@ import (
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 	"cairn/internal/testutil"
 )
 
@@ -81,7 +82,7 @@ func apiErr(t *testing.T, err error, code string) {
 func TestAgentAPI(t *testing.T) {
 	cl, _ := startAgent(t)
 	ctx := context.Background()
-	c := agent.NewClient(cl.addr, "n1", issue(t, cl.ca, "coord", pki.Coordinator))
+	c := rpc.NewAgentClient(cl.addr, "n1", issue(t, cl.ca, "coord", pki.Coordinator))
 	defer c.Close()
 
 	h, err := c.Health(ctx)
@@ -135,14 +136,14 @@ func TestAgentRefusesStrangers(t *testing.T) {
 	defer cancel()
 
 	// A CLI client of this cluster may call.
-	ok := agent.NewClient(cl.addr, "n1", issue(t, cl.ca, "cli", pki.Client))
+	ok := rpc.NewAgentClient(cl.addr, "n1", issue(t, cl.ca, "cli", pki.Client))
 	defer ok.Close()
 	if _, err := ok.Health(ctx); err != nil {
 		t.Fatalf("client of the cluster: %v", err)
 	}
 
 	// Another agent may not.
-	peer := agent.NewClient(cl.addr, "n1", issue(t, cl.ca, "n2", pki.Agent))
+	peer := rpc.NewAgentClient(cl.addr, "n1", issue(t, cl.ca, "n2", pki.Agent))
 	defer peer.Close()
 	_, err := peer.Health(ctx)
 	apiErr(t, err, v1.CodeForbidden)
@@ -152,7 +153,7 @@ func TestAgentRefusesStrangers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stranger := agent.NewClient(cl.addr, "n1", issue(t, other, "coord", pki.Coordinator))
+	stranger := rpc.NewAgentClient(cl.addr, "n1", issue(t, other, "coord", pki.Coordinator))
 	defer stranger.Close()
 	if _, err := stranger.Health(ctx); err == nil {
 		t.Fatal("a coordinator of another cluster was let in")
@@ -178,7 +179,7 @@ func TestAgentRefusesStrangers(t *testing.T) {
 func TestAgentRefusesHostileNames(t *testing.T) {
 	cl, env := startAgent(t)
 	ctx := context.Background()
-	c := agent.NewClient(cl.addr, "n1", issue(t, cl.ca, "coord", pki.Coordinator))
+	c := rpc.NewAgentClient(cl.addr, "n1", issue(t, cl.ca, "coord", pki.Coordinator))
 	defer c.Close()
 	for _, bad := range []string{"../../x", "/abs", "..", "a/b"} {
 		calls := map[string]func() error{

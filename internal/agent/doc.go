@@ -5,6 +5,6 @@
 // without credentials of the same cluster cannot connect; a connected
 // caller must have the coordinator or client role.
 //
-// Server is the http.Handler and the listener; Client is the typed client
-// the coordinator and the CLI use.
+// Server is the http.Handler and the listener; the typed client the
+// coordinator, the CLI and other agents use is rpc.AgentClient.
 package agent

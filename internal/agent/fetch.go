@@ -93,7 +93,7 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 		defer done()
 	}
 	for _, h := range holders {
-		f.holders = append(f.holders, &holder{Holder: h, c: NewClient(h.Addr, h.Node, s.Creds)})
+		f.holders = append(f.holders, &holder{Holder: h, c: rpc.NewAgentClient(h.Addr, h.Node, s.Creds)})
 	}
 	defer f.close()
 	rec, err := f.run(ctx)
@@ -162,7 +162,7 @@ func (fs *fetches) begin(f *fetcher) (other *fetcher, done func()) {
 // holder is one holder of the image, and what it has sent.
 type holder struct {
 	v1.Holder
-	c *Client
+	c *rpc.AgentClient
 
 	mu      sync.Mutex
 	chunks  int

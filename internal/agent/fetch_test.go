@@ -13,9 +13,9 @@ import (
 	"testing"
 
 	v1 "cairn/api/agent/v1"
-	"cairn/internal/agent"
 	"cairn/internal/image"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 	"cairn/internal/store"
 )
 
@@ -121,7 +121,7 @@ func hostilePeer(t *testing.T, cl *cluster, stream []byte, ids []string) string 
 func TestFetchRefusesHostilePeer(t *testing.T) {
 	cl, env := startAgent(t)
 	ctx := context.Background()
-	c := agent.NewClient(cl.addr, "n1", issue(t, cl.ca, "coord", pki.Coordinator))
+	c := rpc.NewAgentClient(cl.addr, "n1", issue(t, cl.ca, "coord", pki.Coordinator))
 	defer c.Close()
 	repo := env.Manager.Repo()
 	outside := filepath.Join(repo.Dir, "..", "..", "x")

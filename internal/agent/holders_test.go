@@ -15,9 +15,9 @@ import (
 	"time"
 
 	v1 "cairn/api/agent/v1"
-	"cairn/internal/agent"
 	"cairn/internal/image"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 	"cairn/internal/testutil"
 )
 
@@ -54,7 +54,7 @@ func holders(t *testing.T, mib int) (ca *pki.CA, addrs map[string]string, envs m
 // fetchOnN1 has n1 fetch c:1 from from, and from also at once.
 func fetchOnN1(t *testing.T, ca *pki.CA, addrs map[string]string, from string, also ...string) (v1.Image, error) {
 	t.Helper()
-	c := agent.NewClient(addrs["n1"], "n1", issue(t, ca, "coord", pki.Coordinator))
+	c := rpc.NewAgentClient(addrs["n1"], "n1", issue(t, ca, "coord", pki.Coordinator))
 	defer c.Close()
 	req := v1.Fetch{Container: "c", Seq: 1, From: addrs[from], FromNode: from}
 	for _, n := range also {
@@ -258,7 +258,7 @@ func cutAfter(t *testing.T, addr string, limit int64) string {
 // fetch and lifts its limit, rather than waiting behind it at 1 MiB/s.
 func TestFetchPromoted(t *testing.T) {
 	ca, addrs, envs := holders(t, 16)
-	c := agent.NewClient(addrs["n1"], "n1", issue(t, ca, "coord", pki.Coordinator))
+	c := rpc.NewAgentClient(addrs["n1"], "n1", issue(t, ca, "coord", pki.Coordinator))
 	defer c.Close()
 	ctx := context.Background()
 	bg := make(chan error, 1)

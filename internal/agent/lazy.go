@@ -12,6 +12,7 @@ import (
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/image"
+	"cairn/internal/rpc"
 	"cairn/internal/store"
 )
 
@@ -25,7 +26,7 @@ func (s *Server) lazySource(ctx context.Context, container string, seq int, hold
 	}
 	f := &fetcher{s: s, req: v1.Fetch{Container: container, Seq: seq}, image: fmt.Sprintf("%s:%d", container, seq)}
 	for _, h := range holders {
-		f.holders = append(f.holders, &holder{Holder: h, c: NewClient(h.Addr, h.Node, s.Creds)})
+		f.holders = append(f.holders, &holder{Holder: h, c: rpc.NewAgentClient(h.Addr, h.Node, s.Creds)})
 	}
 	b, _, err := f.head(ctx)
 	if err != nil {

@@ -2,10 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"time"
@@ -13,6 +12,7 @@ import (
 	v1 "cairn/api/agent/v1"
 	"cairn/internal/image"
 	"cairn/internal/netw"
+	"cairn/internal/rpc"
 )
 
 // A migration moves one rank while the rest of its job waits: the ranks
@@ -72,7 +72,7 @@ func (s *Server) rankStall(ctx context.Context, req v1.RankStall) error {
 		_ = s.rankResume(context.WithoutCancel(ctx), v1.RankResume{Ranks: stalled})
 	}
 	for _, r := range req.Ranks {
-		name := RankName(r.Job, r.Rank)
+		name := v1.RankName(r.Job, r.Rank)
 		cfg, err := s.Manager.Config(name)
 		if err != nil {
 			undo()
@@ -130,30 +130,18 @@ func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Staged opens the staged-image stream of a rank prepared on the agent
-// and returns it with the size the agent announced for it.
-func (c *Client) Staged(ctx context.Context, container string, seq int) (io.ReadCloser, int64, error) {
-	body, h, err := c.rpc.StreamHeader(ctx, v1.PathStaged+"?container="+url.QueryEscape(container)+"&seq="+strconv.Itoa(seq), nil)
-	if err != nil {
-		return nil, 0, err
-	}
-	size, err := strconv.ParseInt(h.Get(v1.HeaderStagedSize), 10, 64)
-	if err != nil {
-		body.Close()
-		return nil, 0, &image.CorruptError{Image: fmt.Sprintf("%s:%d", container, seq), What: "staged image stream", Reason: "no size announced: " + err.Error()}
-	}
-	return body, size, nil
-}
-
 // migrateIn receives a rank prepared on another node, stores its image
 // and restores it frozen with its network locked; see v1.MigrateIn.
 func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn, error) {
 	var out v1.MigratedIn
-	name := RankName(req.Job, req.Rank.Rank)
+	name := v1.RankName(req.Job, req.Rank.Rank)
 	start := time.Now()
-	c := NewClient(req.From, req.FromNode, s.Creds)
+	c := rpc.NewAgentClient(req.From, req.FromNode, s.Creds)
 	defer c.Close()
 	body, size, err := c.Staged(ctx, name, req.Seq)
+	if errors.Is(err, rpc.ErrNoStagedSize) {
+		err = &image.CorruptError{Image: fmt.Sprintf("%s:%d", name, req.Seq), What: "staged image stream", Reason: err.Error(), Err: err}
+	}
 	if err != nil {
 		return out, fmt.Errorf("migrate %s from %s: %w", name, req.FromNode, err)
 	}
@@ -202,7 +190,7 @@ func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 // network namespace go.
 func (s *Server) migrateOut(ctx context.Context, req v1.MigrateOut) error {
 	ctx = context.WithoutCancel(ctx)
-	name := RankName(req.Job, req.Rank.Rank)
+	name := v1.RankName(req.Job, req.Rank.Rank)
 	if p := s.takePending(pendingKey{name, req.Seq}); p != nil {
 		p.timer.Stop()
 		p.expire.Stop()

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,9 +22,6 @@ import (
 	"cairn/internal/rpc"
 	"cairn/internal/store"
 )
-
-// RankName is the name of a job rank's container on its node.
-func RankName(job string, rank int) string { return fmt.Sprintf("%s.%d", job, rank) }
 
 // Node is what an agent knows of the node it runs on, for job networks.
 type Node struct {
@@ -121,7 +117,7 @@ func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, 
 	if err != nil {
 		return nil, err
 	}
-	name := RankName(req.Job, req.Rank.Rank)
+	name := v1.RankName(req.Job, req.Rank.Rank)
 	args, tools := req.Args, ""
 	if req.MPI != "" {
 		if err := launch.CheckKind(req.MPI); err != nil {
@@ -158,7 +154,7 @@ func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, 
 }
 
 func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
-	name := RankName(req.Job, req.Rank.Rank)
+	name := v1.RankName(req.Job, req.Rank.Rank)
 	s.dropPending(ctx, name)
 	var errs []error
 	remove := func() error { return s.Manager.Remove(ctx, name, true) }
@@ -189,7 +185,7 @@ func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged str
 	if err != nil {
 		return nil, badRequest(err)
 	}
-	name := RankName(req.Job, req.Rank.Rank)
+	name := v1.RankName(req.Job, req.Rank.Rank)
 	var lz *container.Lazy
 	if staged == "" {
 		_, err = s.Manager.Repo().Load(name, req.Seq)
@@ -238,7 +234,7 @@ func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged str
 func (s *Server) rankResume(ctx context.Context, req v1.RankResume) error {
 	var errs []error
 	for _, r := range req.Ranks {
-		name := RankName(r.Job, r.Rank)
+		name := v1.RankName(r.Job, r.Rank)
 		s.release(name)
 		in, err := s.Manager.Get(ctx, name)
 		if err != nil {
@@ -261,7 +257,7 @@ func (s *Server) rankResume(ctx context.Context, req v1.RankResume) error {
 // Abort or the end of the hold.
 func (s *Server) prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, error) {
 	start := time.Now()
-	name := RankName(req.Job, req.Rank.Rank)
+	name := v1.RankName(req.Job, req.Rank.Rank)
 	key := pendingKey{name, req.Seq}
 	s.ranks.mu.Lock()
 	if _, ok := s.ranks.pending[key]; ok {
@@ -640,38 +636,6 @@ func isFile(f *os.File, path string) bool {
 
 func badRequest(err error) error { return &v1.Error{Code: v1.CodeBadRequest, Message: err.Error()} }
 
-// Export opens the export stream of a checkpoint on the agent; with
-// background, the agent streams it at the lowest priority.
-func (c *Client) Export(ctx context.Context, container string, seq int, background bool) (io.ReadCloser, error) {
-	q := "?container=" + url.QueryEscape(container) + "&seq=" + strconv.Itoa(seq)
-	if background {
-		q += "&background=1"
-	}
-	return c.stream(ctx, v1.PathExport+q)
-}
-
-// Logs opens a container's output; with follow until it exits.
-func (c *Client) Logs(ctx context.Context, name string, follow bool) (io.ReadCloser, error) {
-	return c.IncarnationLog(ctx, name, 0, follow)
-}
-
-// IncarnationLog opens the output of a container's incarnation n (0: the
-// current one); with follow, the current one's until it exits.
-func (c *Client) IncarnationLog(ctx context.Context, name string, n int, follow bool) (io.ReadCloser, error) {
-	q := url.Values{}
-	if follow {
-		q.Set("follow", "1")
-	}
-	if n > 0 {
-		q.Set("incarnation", strconv.Itoa(n))
-	}
-	p := v1.PathLogs + url.PathEscape(name)
-	if len(q) > 0 {
-		p += "?" + q.Encode()
-	}
-	return c.stream(ctx, p)
-}
-
 // incarnations lists a container's incarnations on this node.
 func (s *Server) incarnations(w http.ResponseWriter, name string) {
 	incs, err := s.Manager.Incarnations(name)
@@ -697,14 +661,6 @@ func IncarnationWire(inc container.Incarnation) v1.Incarnation {
 		out.Ended, out.ExitCode, out.Signal = e.Time, &code, e.Signal
 	}
 	return out
-}
-
-// Incarnations lists a container's incarnations on the agent's node,
-// oldest first.
-func (c *Client) Incarnations(ctx context.Context, name string) ([]v1.Incarnation, error) {
-	var out []v1.Incarnation
-	err := c.do(ctx, http.MethodGet, v1.PathIncarnations+url.PathEscape(name), nil, &out)
-	return out, err
 }
 
 // dropImages removes every checkpoint image of the given containers from

@@ -314,7 +314,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		commit := r.URL.Path == v1.PathCommit
-		out, err := s.finish(ctx, pendingKey{RankName(req.Job, req.Rank.Rank), req.Seq}, commit)
+		out, err := s.finish(ctx, pendingKey{v1.RankName(req.Job, req.Rank.Rank), req.Seq}, commit)
 		if err != nil {
 			failErr(w, err)
 			return

@@ -15,6 +15,7 @@ import (
 	"cairn/internal/catalog"
 	"cairn/internal/coord"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 )
 
 type testCoord struct {
@@ -52,7 +53,7 @@ func startCoordinator(t *testing.T, opts coord.Options) *testCoord {
 	if err != nil {
 		t.Fatal(err)
 	}
-	co := coord.New(cat, issue(t, ca, coord.ServerName, pki.Coordinator), nil, opts)
+	co := coord.New(cat, issue(t, ca, rpc.CoordServerName, pki.Coordinator), nil, opts)
 	done := make(chan error, 1)
 	go func() { done <- co.Run(ctx, ln) }()
 	t.Cleanup(func() {
@@ -85,7 +86,7 @@ func TestSecurity(t *testing.T) {
 	tc := startCoordinator(t, coord.Options{})
 	ctx := context.Background()
 
-	good := coord.NewClient(tc.addr, issue(t, tc.ca, "n1", pki.Agent))
+	good := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, "n1", pki.Agent))
 	defer good.Close()
 	if _, err := good.Join(ctx, join("n1")); err != nil {
 		t.Fatalf("agent n1 joining as itself: %v", err)
@@ -101,7 +102,7 @@ func TestSecurity(t *testing.T) {
 	_, err = good.RunJob(ctx, v1.RunJob{Name: "x", Ranks: 1, Args: []string{"true"}})
 	wantCode(t, err, agentv1.CodeForbidden)
 
-	client := coord.NewClient(tc.addr, issue(t, tc.ca, "alice", pki.Client))
+	client := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, "alice", pki.Client))
 	defer client.Close()
 	_, err = client.Join(ctx, join("alice"))
 	wantCode(t, err, agentv1.CodeForbidden)
@@ -115,7 +116,7 @@ func TestSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign := coord.NewClient(tc.addr, issue(t, other, "n1", pki.Agent))
+	foreign := rpc.NewCoordClient(tc.addr, issue(t, other, "n1", pki.Agent))
 	defer foreign.Close()
 	_, err = foreign.Join(ctx, join("n1"))
 	var api *v1.Error
@@ -145,9 +146,9 @@ func TestMembership(t *testing.T) {
 	ttl := 2 * time.Second
 	tc := startCoordinator(t, coord.Options{NodeTTL: ttl})
 	ctx := context.Background()
-	a := coord.NewClient(tc.addr, issue(t, tc.ca, "n1", pki.Agent))
+	a := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, "n1", pki.Agent))
 	defer a.Close()
-	client := coord.NewClient(tc.addr, issue(t, tc.ca, "cli", pki.Client))
+	client := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, "cli", pki.Client))
 	defer client.Close()
 	reply, err := a.Join(ctx, join("n1"))
 	if err != nil || reply.TTL != ttl || reply.Heartbeat <= 0 || reply.Heartbeat >= ttl {
@@ -190,7 +191,7 @@ func TestMembership(t *testing.T) {
 func TestJobRequests(t *testing.T) {
 	tc := startCoordinator(t, coord.Options{})
 	ctx := context.Background()
-	client := coord.NewClient(tc.addr, issue(t, tc.ca, "cli", pki.Client))
+	client := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, "cli", pki.Client))
 	defer client.Close()
 	_, err := client.RunJob(ctx, v1.RunJob{Name: "Bad.Name", Ranks: 1, Args: []string{"true"}})
 	wantCode(t, err, agentv1.CodeBadRequest)

@@ -18,7 +18,6 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
-	"cairn/internal/agent"
 	"cairn/internal/catalog"
 	"cairn/internal/events"
 	"cairn/internal/names"
@@ -66,7 +65,7 @@ type Coordinator struct {
 	opts  Options
 
 	mu      sync.Mutex
-	clients map[string]*agent.Client // by node name
+	clients map[string]*rpc.AgentClient // by node name
 	members map[string]*catalog.Membership
 	jobMu   map[string]*jobMutex
 	lastRun map[string]time.Time // start of each job's last round
@@ -103,7 +102,7 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 	}
 	return &Coordinator{
 		cat: cat, creds: creds, log: log, opts: opts,
-		clients: map[string]*agent.Client{},
+		clients: map[string]*rpc.AgentClient{},
 		members: map[string]*catalog.Membership{}, jobMu: map[string]*jobMutex{},
 		lastRun: map[string]time.Time{},
 	}
@@ -179,7 +178,7 @@ type jobMutex struct {
 }
 
 // client returns a client for the named node's agent.
-func (c *Coordinator) client(ctx context.Context, node string) (*agent.Client, error) {
+func (c *Coordinator) client(ctx context.Context, node string) (*rpc.AgentClient, error) {
 	// Cached: every RPC of a round goes through here, and a node's address
 	// changes only when it joins again (which drops the cached client).
 	c.mu.Lock()
@@ -197,7 +196,7 @@ func (c *Coordinator) client(ctx context.Context, node string) (*agent.Client, e
 	if cl := c.clients[node]; cl != nil {
 		return cl, nil
 	}
-	cl = agent.NewClient(n.Addr, node, c.creds)
+	cl = rpc.NewAgentClient(n.Addr, node, c.creds)
 	c.clients[node] = cl
 	return cl, nil
 }

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	v1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/coord"
 	"cairn/internal/events"
 	"cairn/internal/pki"
-
-	v1 "cairn/api/coord/v1"
+	"cairn/internal/rpc"
 )
 
 // stallConn is a connection whose reads stop for good once stall is
@@ -40,9 +40,9 @@ func (c *stallConn) Read(b []byte) (int, error) {
 // events --follow` does, and reads nothing of it.
 func follow(t *testing.T, tc *testCoord) {
 	t.Helper()
-	c := coord.NewClient(tc.addr, issue(t, tc.ca, "cli", pki.Client))
+	c := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, "cli", pki.Client))
 	ctx, cancel := context.WithCancel(context.Background())
-	body, err := c.Events(ctx, coord.EventsQuery{Follow: true})
+	body, err := c.Events(ctx, rpc.EventsQuery{Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func followAndStall(t *testing.T, tc *testCoord) {
 	t.Helper()
 	stalled, done := make(chan struct{}), make(chan struct{})
 	tr := &http.Transport{
-		TLSClientConfig:   pki.ClientConfig(issue(t, tc.ca, "cli", pki.Client), coord.ServerName),
+		TLSClientConfig:   pki.ClientConfig(issue(t, tc.ca, "cli", pki.Client), rpc.CoordServerName),
 		ForceAttemptHTTP2: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -169,11 +169,11 @@ func TestFollowerIdleStays(t *testing.T) {
 	}
 	defer x.Close()
 	tc := startCoordinator(t, coord.Options{Events: x, WriteTimeout: writeTimeout})
-	c := coord.NewClient(tc.addr, issue(t, tc.ca, "cli", pki.Client))
+	c := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, "cli", pki.Client))
 	defer c.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	body, err := c.Events(ctx, coord.EventsQuery{Follow: true})
+	body, err := c.Events(ctx, rpc.EventsQuery{Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}

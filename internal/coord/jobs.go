@@ -21,10 +21,10 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
-	"cairn/internal/agent"
 	"cairn/internal/catalog"
 	"cairn/internal/launch"
 	"cairn/internal/names"
+	"cairn/internal/rpc"
 )
 
 // validJobName accepts names that make valid container names as JOB.RANK.
@@ -257,7 +257,7 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 			"CAIRN_PEERS=" + strings.Join(j.Addrs, ","),
 		}, launchEnv...), req.Env...)
 	}
-	err = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
+	err = c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
 		_, err := cl.RankRun(ctx, agentv1.RankRun{
 			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: jobNet(j, placement[r], c.underlays(ctx)),
 			Addr: j.Addrs[r], Args: req.Args, Env: env(r), RootFS: req.RootFS, MPI: req.MPI,
@@ -305,7 +305,7 @@ func jobNet(j *v1.Job, node string, underlays map[string]string) agentv1.JobNet 
 
 // forRanks runs fn for every rank of j, in parallel, on the agent of the
 // rank's node, and joins the errors.
-func (c *Coordinator) forRanks(ctx context.Context, j *v1.Job, fn func(context.Context, *agent.Client, int) error) error {
+func (c *Coordinator) forRanks(ctx context.Context, j *v1.Job, fn func(context.Context, *rpc.AgentClient, int) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(j.Placement))
 	for r, node := range j.Placement {
@@ -330,7 +330,7 @@ func (c *Coordinator) forRanks(ctx context.Context, j *v1.Job, fn func(context.C
 // best effort.
 func (c *Coordinator) teardown(ctx context.Context, j *v1.Job, extra []string) {
 	live, _ := c.liveNodes(ctx)
-	_ = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
+	_ = c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
 		if _, ok := live[j.Placement[r]]; !ok {
 			return nil
 		}
@@ -376,7 +376,7 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*v1.JobStatus, e
 				rs.Error = err.Error()
 				return
 			}
-			in, err := cl.Get(ctx, agent.RankName(j.Name, r))
+			in, err := cl.Get(ctx, agentv1.RankName(j.Name, r))
 			switch {
 			case hasCode(err, agentv1.CodeNotFound):
 				rs.Status = "missing"
@@ -426,11 +426,11 @@ func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Sign
 		return nil, err
 	}
 	live, _ := c.liveNodes(ctx)
-	err = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
+	err = c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
 		if _, ok := live[j.Placement[r]]; !ok {
 			return nil
 		}
-		name := agent.RankName(j.Name, r)
+		name := agentv1.RankName(j.Name, r)
 		err := cl.Kill(ctx, name, int(sig))
 		if err == nil {
 			return nil
@@ -491,7 +491,7 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 	// drops the job's.
 	var ranks []string
 	for r := range j.Placement {
-		ranks = append(ranks, agent.RankName(name, r))
+		ranks = append(ranks, agentv1.RankName(name, r))
 	}
 	if live, err := c.liveNodes(ctx); err == nil {
 		var wg sync.WaitGroup

@@ -13,8 +13,8 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
-	"cairn/internal/agent"
 	"cairn/internal/catalog"
+	"cairn/internal/rpc"
 )
 
 // replicaTargets picks up to want nodes for new copies of an image whose
@@ -187,11 +187,11 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 // fetchImage has cl fetch a rank's image from all of holders at once (f
 // gives the rest of the request) and returns what it got and the holders
 // that served damage.
-func fetchImage(ctx context.Context, cl *agent.Client, job string, seq, rank int, holders []string, live map[string]v1.Node, f agentv1.Fetch) (agentv1.Image, []string, error) {
+func fetchImage(ctx context.Context, cl *rpc.AgentClient, job string, seq, rank int, holders []string, live map[string]v1.Node, f agentv1.Fetch) (agentv1.Image, []string, error) {
 	if len(holders) == 0 {
 		return agentv1.Image{}, nil, fmt.Errorf("no live copy of %s:%d rank %d", job, seq, rank)
 	}
-	f.Container, f.Seq = agent.RankName(job, rank), seq
+	f.Container, f.Seq = agentv1.RankName(job, rank), seq
 	f.From, f.FromNode = live[holders[0]].Addr, holders[0]
 	for _, h := range holders[1:] {
 		f.Also = append(f.Also, agentv1.Holder{Addr: live[h].Addr, Node: h})
@@ -241,7 +241,7 @@ func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int,
 		if from == node {
 			continue
 		}
-		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agent.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Repair: true, Background: background})
+		img, err := cl.Fetch(ctx, agentv1.Fetch{Container: agentv1.RankName(job, rank), Seq: seq, From: live[from].Addr, FromNode: from, Repair: true, Background: background})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("repair %s:%d rank %d on %s from %s: %w", job, seq, rank, node, from, err))
 			continue

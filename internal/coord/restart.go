@@ -12,7 +12,7 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
-	"cairn/internal/agent"
+	"cairn/internal/rpc"
 )
 
 // restorable picks the checkpoint to restart from: number from, or the
@@ -154,7 +154,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 	if req.Lazy != nil {
 		lazy = *req.Lazy
 	}
-	err = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
+	err = c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
 		restore := agentv1.RankRestore{
 			Rank: agentv1.Rank{Job: name, Rank: r}, Net: jobNet(j, placement[r], underlays),
 			Addr: j.Addrs[r], Seq: ck.Seq,
@@ -278,7 +278,7 @@ func (c *Coordinator) resumeRanks(ctx context.Context, byNode map[string][]agent
 // incarnation's.
 func (c *Coordinator) teardownRanks(ctx context.Context, j *v1.Job, next []string) {
 	live, _ := c.liveNodes(ctx)
-	_ = c.forRanks(ctx, j, func(ctx context.Context, cl *agent.Client, r int) error {
+	_ = c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
 		if _, ok := live[j.Placement[r]]; !ok {
 			return nil
 		}

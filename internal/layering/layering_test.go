@@ -2,8 +2,10 @@ package layering_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os/exec"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -44,24 +46,99 @@ var rules = []struct {
 	// containers, images or the store directly.
 	// The event stream knows nothing of what publishes to it.
 	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable", "cairn/internal/proc"}, []string{"cairn/"}},
-	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/agent", "cairn/internal/catalog", "cairn/internal/coord/round", "cairn/internal/launch", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/coord/round", "cairn/internal/launch", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+}
+
+// reach are rules on everything a package depends on, directly or not.
+// The coordinator reaches nodes only through the agent API (rpc): nothing
+// of the node stack is linked into it. The agent knows nothing of the
+// coordinator's catalog (etcd).
+var reach = []struct {
+	pkg  string
+	deny []string
+}{
+	{"cairn/internal/coord", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy"}},
+	{"cairn/internal/agent", []string{"cairn/internal/coord", "cairn/internal/catalog", "go.etcd.io/"}},
+	{"cairn/internal/rpc", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/container", "cairn/internal/store", "go.etcd.io/"}},
+}
+
+// TestReach checks the reach rules on the module's whole dependency graph.
+func TestReach(t *testing.T) {
+	graph := map[string][]string{}
+	for _, p := range listPackages(t, "-deps", "cairn/...") {
+		graph[p.ImportPath] = p.Imports
+	}
+	if len(graph) < 50 {
+		t.Fatalf("go list found only %d packages", len(graph))
+	}
+	for _, v := range reachViolations(graph) {
+		t.Error(v)
+	}
+}
+
+// TestReachFindsViolations: a deliberate violation two imports deep is
+// found, with the path that makes it.
+func TestReachFindsViolations(t *testing.T) {
+	graph := map[string][]string{
+		"cairn/internal/coord":      {"cairn/internal/rpc", "fmt"},
+		"cairn/internal/rpc":        {"cairn/internal/helper"},
+		"cairn/internal/helper":     {"cairn/internal/store/pack"},
+		"cairn/internal/store/pack": nil,
+		"cairn/internal/agent":      {"go.etcd.io/etcd/client/v3"},
+	}
+	got := reachViolations(graph)
+	want := []string{
+		"cairn/internal/agent reaches go.etcd.io/etcd/client/v3, which it must not: cairn/internal/agent -> go.etcd.io/etcd/client/v3",
+		"cairn/internal/coord reaches cairn/internal/store/pack, which it must not: cairn/internal/coord -> cairn/internal/rpc -> cairn/internal/helper -> cairn/internal/store/pack",
+		"cairn/internal/rpc reaches cairn/internal/store/pack, which it must not: cairn/internal/rpc -> cairn/internal/helper -> cairn/internal/store/pack",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// reachViolations lists, sorted, every package of graph (import path ->
+// imports) that reaches one its reach rule denies, with the import path
+// that does it (the first found, breadth first).
+func reachViolations(graph map[string][]string) []string {
+	var out []string
+	for _, r := range reach {
+		if _, ok := graph[r.pkg]; !ok {
+			continue
+		}
+		from := map[string]string{r.pkg: ""}
+		queue := []string{r.pkg}
+		for len(queue) > 0 {
+			p := queue[0]
+			queue = queue[1:]
+			for _, imp := range graph[p] {
+				if _, seen := from[imp]; seen {
+					continue
+				}
+				from[imp] = p
+				queue = append(queue, imp)
+			}
+		}
+		for dep := range from {
+			for _, d := range r.deny {
+				if dep == d || strings.HasPrefix(dep, strings.TrimSuffix(d, "/")+"/") {
+					path := []string{dep}
+					for p := from[dep]; p != ""; p = from[p] {
+						path = append([]string{p}, path...)
+					}
+					out = append(out, fmt.Sprintf("%s reaches %s, which it must not: %s", r.pkg, dep, strings.Join(path, " -> ")))
+					break
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func TestLayering(t *testing.T) {
-	out, err := exec.Command("go", "list", "-json", "cairn/...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(out)))
-	var n int
-	for {
-		var p pkg
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		n++
+	pkgs := listPackages(t, "cairn/...")
+	for _, p := range pkgs {
 		for _, r := range rules {
 			if p.ImportPath != r.pkg && !strings.HasPrefix(p.ImportPath, strings.TrimSuffix(r.pkg, "/")+"/") {
 				continue
@@ -91,8 +168,28 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	}
-	if n < 10 {
-		t.Fatalf("go list found only %d packages", n)
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+}
+
+// listPackages runs go list -json with args.
+func listPackages(t *testing.T, args ...string) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list", "-json"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			return pkgs
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
 	}
 }
 

@@ -1,6 +1,10 @@
-// Package rpc is the client side shared by cairn's two wire APIs (the
-// agent's, api/agent/v1, and the coordinator's, api/coord/v1): JSON over
-// HTTPS with mutual TLS from package pki, errors as a v1.Error body.
+// Package rpc is the client side of cairn's two wire APIs: AgentClient
+// calls an agent (api/agent/v1), CoordClient the coordinator
+// (api/coord/v1), both JSON over HTTPS with mutual TLS from package pki,
+// errors as a v1.Error body. The clients live beside the wire rather than
+// beside their servers, so that calling a node does not link the node's
+// stack (containers, CRIU, the store) into the caller, nor calling the
+// coordinator its etcd.
 package rpc
 
 import (

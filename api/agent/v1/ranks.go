@@ -1,6 +1,9 @@
 package v1
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Paths of the job-rank part of the agent API, used by the coordinator.
 // A rank's container is named JOB.RANK on its node.
@@ -73,6 +76,12 @@ type Rank struct {
 	Job  string `json:"job"`
 	Rank int    `json:"rank"`
 }
+
+// Name is the name of the rank's container on its node: JOB.RANK.
+func (r Rank) Name() string { return RankName(r.Job, r.Rank) }
+
+// RankName is the name of rank rank of job's container on its node.
+func RankName(job string, rank int) string { return fmt.Sprintf("%s.%d", job, rank) }
 
 // RankRun starts a rank.
 type RankRun struct {

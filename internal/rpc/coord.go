@@ -1,4 +1,4 @@
-package coord
+package rpc
 
 import (
 	"context"
@@ -10,69 +10,68 @@ import (
 
 	v1 "cairn/api/coord/v1"
 	"cairn/internal/pki"
-	"cairn/internal/rpc"
 )
 
-// ServerName is the name in the coordinator's certificate.
-const ServerName = "coordinator"
+// CoordServerName is the name in the coordinator's certificate.
+const CoordServerName = "coordinator"
 
-// Client calls the coordinator. Errors it returns are *v1.Error.
-type Client struct{ rpc *rpc.Client }
+// CoordClient calls the coordinator. Errors it returns are *v1.Error.
+type CoordClient struct{ rpc *Client }
 
-// NewClient returns a client for the coordinator at addr.
-func NewClient(addr string, creds *pki.Credentials) *Client {
-	return &Client{rpc.New(addr, ServerName, creds, time.Hour)}
+// NewCoordClient returns a client for the coordinator at addr.
+func NewCoordClient(addr string, creds *pki.Credentials) *CoordClient {
+	return &CoordClient{New(addr, CoordServerName, creds, time.Hour)}
 }
 
 // Close releases idle connections.
-func (c *Client) Close() { c.rpc.Close() }
+func (c *CoordClient) Close() { c.rpc.Close() }
 
 func jobPath(name, suffix string) string { return v1.PathJob + url.PathEscape(name) + suffix }
 
 // Health asks who the coordinator is.
-func (c *Client) Health(ctx context.Context) (v1.Health, error) {
+func (c *CoordClient) Health(ctx context.Context) (v1.Health, error) {
 	var h v1.Health
 	return h, c.rpc.Do(ctx, http.MethodGet, v1.PathHealth, nil, &h)
 }
 
 // Join registers the caller's node (agents only).
-func (c *Client) Join(ctx context.Context, j v1.Join) (v1.JoinReply, error) {
+func (c *CoordClient) Join(ctx context.Context, j v1.Join) (v1.JoinReply, error) {
 	var out v1.JoinReply
 	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathJoin, j, &out)
 }
 
 // Heartbeat keeps the caller's node alive (agents only).
-func (c *Client) Heartbeat(ctx context.Context, hb v1.Heartbeat) error {
+func (c *CoordClient) Heartbeat(ctx context.Context, hb v1.Heartbeat) error {
 	return c.rpc.Do(ctx, http.MethodPost, v1.PathHeartbeat, hb, nil)
 }
 
 // Nodes lists the cluster's nodes.
-func (c *Client) Nodes(ctx context.Context) ([]v1.Node, error) {
+func (c *CoordClient) Nodes(ctx context.Context) ([]v1.Node, error) {
 	var out []v1.Node
 	return out, c.rpc.Do(ctx, http.MethodGet, v1.PathNodes, nil, &out)
 }
 
 // Jobs lists the jobs.
-func (c *Client) Jobs(ctx context.Context) ([]v1.Job, error) {
+func (c *CoordClient) Jobs(ctx context.Context) ([]v1.Job, error) {
 	var out []v1.Job
 	return out, c.rpc.Do(ctx, http.MethodGet, v1.PathJobs, nil, &out)
 }
 
 // RunJob starts a job.
-func (c *Client) RunJob(ctx context.Context, req v1.RunJob) (v1.Job, error) {
+func (c *CoordClient) RunJob(ctx context.Context, req v1.RunJob) (v1.Job, error) {
 	var out v1.Job
 	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathJobs, req, &out)
 }
 
 // Status returns a job with the live state of its ranks.
-func (c *Client) Status(ctx context.Context, name string) (v1.JobStatus, error) {
+func (c *CoordClient) Status(ctx context.Context, name string) (v1.JobStatus, error) {
 	var out v1.JobStatus
 	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(name, ""), nil, &out)
 }
 
 // RemoveJob removes a job; without force, only one that has no
 // checkpoints and no running ranks.
-func (c *Client) RemoveJob(ctx context.Context, name string, force bool) (v1.Removed, error) {
+func (c *CoordClient) RemoveJob(ctx context.Context, name string, force bool) (v1.Removed, error) {
 	var out v1.Removed
 	q := ""
 	if force {
@@ -82,7 +81,7 @@ func (c *Client) RemoveJob(ctx context.Context, name string, force bool) (v1.Rem
 }
 
 // KillJob sends sig (0: SIGKILL) to every rank of a job.
-func (c *Client) KillJob(ctx context.Context, name string, sig int) (v1.Job, error) {
+func (c *CoordClient) KillJob(ctx context.Context, name string, sig int) (v1.Job, error) {
 	var out v1.Job
 	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixKill), v1.Kill{Signal: sig}, &out)
 }
@@ -90,25 +89,25 @@ func (c *Client) KillJob(ctx context.Context, name string, sig int) (v1.Job, err
 // Checkpoint runs a global checkpoint round and returns its outcome. An
 // aborted round returns the checkpoint record and an error of code
 // aborted.
-func (c *Client) Checkpoint(ctx context.Context, name string) (v1.Ckpt, error) {
+func (c *CoordClient) Checkpoint(ctx context.Context, name string) (v1.Ckpt, error) {
 	var out v1.Ckpt
 	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixCheckpoint), nil, &out)
 }
 
 // Checkpoints lists a job's checkpoints.
-func (c *Client) Checkpoints(ctx context.Context, name string) ([]v1.Ckpt, error) {
+func (c *CoordClient) Checkpoints(ctx context.Context, name string) ([]v1.Ckpt, error) {
 	var out []v1.Ckpt
 	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(name, v1.SuffixCheckpoints), nil, &out)
 }
 
 // Restart restarts a job from a checkpoint.
-func (c *Client) Restart(ctx context.Context, name string, req v1.Restart) (v1.Job, error) {
+func (c *CoordClient) Restart(ctx context.Context, name string, req v1.Restart) (v1.Job, error) {
 	var out v1.Job
 	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixRestart), req, &out)
 }
 
 // SetSpare marks a node as a spare or not.
-func (c *Client) SetSpare(ctx context.Context, node string, spare bool) (v1.Node, error) {
+func (c *CoordClient) SetSpare(ctx context.Context, node string, spare bool) (v1.Node, error) {
 	var out v1.Node
 	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathNode+url.PathEscape(node)+v1.SuffixSpare, v1.Spare{Spare: spare}, &out)
 }
@@ -125,7 +124,7 @@ type EventsQuery struct {
 }
 
 // Events opens the event stream: one JSON api/events/v1.Event per line.
-func (c *Client) Events(ctx context.Context, q EventsQuery) (io.ReadCloser, error) {
+func (c *CoordClient) Events(ctx context.Context, q EventsQuery) (io.ReadCloser, error) {
 	v := url.Values{}
 	if q.After > 0 {
 		v.Set("after", strconv.FormatUint(q.After, 10))
@@ -147,20 +146,20 @@ func (c *Client) Events(ctx context.Context, q EventsQuery) (io.ReadCloser, erro
 
 // Migrate moves a rank of a job to another node (to empty: the
 // coordinator's choice) and returns once the migration has ended.
-func (c *Client) Migrate(ctx context.Context, job string, rank int, to string) (v1.Migration, error) {
+func (c *CoordClient) Migrate(ctx context.Context, job string, rank int, to string) (v1.Migration, error) {
 	var out v1.Migration
 	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(job, v1.SuffixMigrate), v1.Migrate{Rank: rank, To: to}, &out)
 }
 
 // Migrations lists a job's migrations.
-func (c *Client) Migrations(ctx context.Context, job string) ([]v1.Migration, error) {
+func (c *CoordClient) Migrations(ctx context.Context, job string) ([]v1.Migration, error) {
 	var out []v1.Migration
 	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(job, v1.SuffixMigrations), nil, &out)
 }
 
 // Drain moves every rank off a node and keeps new ones away; with
 // undrain, lets them come again.
-func (c *Client) Drain(ctx context.Context, node string, undrain bool) (v1.DrainResult, error) {
+func (c *CoordClient) Drain(ctx context.Context, node string, undrain bool) (v1.DrainResult, error) {
 	var out v1.DrainResult
 	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathNode+url.PathEscape(node)+v1.SuffixDrain, v1.Drain{Undrain: undrain}, &out)
 }
