@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"cairn/internal/failpoint"
 	"cairn/internal/ringapp"
 	"cairn/internal/testutil"
 )
@@ -27,7 +28,7 @@ func TestLazyRestartHolderDies(t *testing.T) {
 	sc := newHolderScenario(t, c, 2, messages, 192)
 	place, next, victim := sc.place, sc.next, sc.victim
 	armed := filepath.Join(t.TempDir(), "armed")
-	restartAgent(t, c, victim, "CAIRN_FAILPOINT=chunk-data", "CAIRN_FAILPOINT_ARMED="+armed)
+	restartAgent(t, c, victim, failpoint.Env+"=chunk-data", failpoint.ArmedEnv+"="+armed)
 	c.OK("kill", "ring")
 	c.KillNodes([]string{place[1]}, true)
 	c.WaitNodes(4, time.Minute)

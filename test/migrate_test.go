@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"cairn/internal/failpoint"
 	"cairn/internal/ringapp"
 	"cairn/internal/testutil"
 )
@@ -343,11 +344,13 @@ func migrationState(t *testing.T, c *testutil.Cluster, seq int, want string) Mig
 
 // TestCoordinatorDiesMidMigration: the coordinator dies (1) in the last
 // phase of a migration, after the source was removed and the rank's new
-// node recorded, before anything resumed; (2) in its move phase, while the
-// target receives the image. The next coordinator finishes the first (every
-// rank resumes, the rank on its target) and undoes the second (the job
-// resumes where it was), without waiting for the agents' holds, and the
-// ring still finishes with the result of an uninterrupted run.
+// node recorded, before anything resumed; (3) in that phase between
+// recording the new node and removing the source; (2) in its move phase,
+// while the target receives the image. The next coordinator finishes the
+// first two (the source's copy removed, every rank resumed, the rank on its
+// target: never both copies running) and undoes the last (the job resumes
+// where it was), without waiting for the agents' holds, and the ring still
+// finishes with the result of an uninterrupted run.
 func TestCoordinatorDiesMidMigration(t *testing.T) {
 	const messages = 2_000_000
 	c, place, free := ringWithFreeNode(t, messages)
@@ -363,7 +366,7 @@ func TestCoordinatorDiesMidMigration(t *testing.T) {
 	}
 
 	// 1. Dies in phase 4.
-	c.KillCoordinator()("CAIRN_FAILPOINT=migration-before-resume")
+	c.KillCoordinator()(failpoint.Env + "=migration-before-resume")
 	c.WaitNodes(4, 30*time.Second)
 	migrateAsync("ring/1", "--to", free)
 	c.WaitFailpoint("migration-before-resume", 60*time.Second)
@@ -378,13 +381,26 @@ func TestCoordinatorDiesMidMigration(t *testing.T) {
 	}
 	progresses("a migration finished by a new coordinator")
 
-	// 2. Dies in phase 2, the target receiving.
-	c.KillAgent(place[1])("CAIRN_FAILPOINT=migrate-in")
+	// 3. Dies in phase 4 between recording the rank's new node and
+	// removing the source's copy (place[1] is free since 1).
+	c.KillCoordinator()(failpoint.Env + "=migration-before-remove")
 	c.WaitNodes(4, 30*time.Second)
-	migrateAsync("ring/2", "--to", place[1])
-	c.WaitAgentLog(place[1], "failpoint=migrate-in", 60*time.Second)
+	migrateAsync("ring/0", "--to", place[1])
+	c.WaitFailpoint("migration-before-remove", 60*time.Second)
 	c.KillCoordinator()()
-	m = migrationState(t, c, 2, "failed")
+	m = migrationState(t, c, 2, "done")
+	if p := c.Status("ring").Placement; p[0] != place[1] {
+		t.Fatalf("after recovery rank 0 is on %s, want %s", p[0], place[1])
+	}
+	progresses("a migration finished by a new coordinator after its record")
+
+	// 2. Dies in phase 2, the target receiving (place[0] is free since 3).
+	c.KillAgent(place[0])("CAIRN_FAILPOINT=migrate-in")
+	c.WaitNodes(4, 30*time.Second)
+	migrateAsync("ring/2", "--to", place[0])
+	c.WaitAgentLog(place[0], "failpoint=migrate-in", 60*time.Second)
+	c.KillCoordinator()()
+	m = migrationState(t, c, 3, "failed")
 	if p := c.Status("ring").Placement; p[2] != place[2] {
 		t.Fatalf("after the undo rank 2 is on %s, want %s", p[2], place[2])
 	}

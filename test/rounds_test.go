@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"cairn/internal/failpoint"
 	"cairn/internal/netw"
 	"cairn/internal/ringapp"
 	"cairn/internal/testutil"
@@ -114,7 +116,7 @@ func TestCoordinatorDeath(t *testing.T) {
 
 	for _, fp := range []string{"before-decision", "after-decision"} {
 		restart := c.KillCoordinator()
-		restart(coordFailpointEnv + "=" + fp)
+		restart(failpoint.Env + "=" + fp)
 		c.WaitNodes(3, 30*time.Second)
 		done := c.CheckpointAsync("ring")
 		c.WaitFailpoint(fp, 30*time.Second)
@@ -178,4 +180,46 @@ func TestCoordinatorDeath(t *testing.T) {
 	}
 }
 
-const coordFailpointEnv = "CAIRN_FAILPOINT"
+// TestCoordinatorDiesMidRestart kills the coordinator once every rank of a
+// restart is restored, frozen with its network locked, and before any
+// resumes: left there, the ranks would stay frozen and the job
+// "restarting" for good. The next coordinator finishes the restart from
+// the same checkpoint: the job runs again, restored from checkpoint 1
+// rather than started afresh, and finishes with the exact result.
+func TestCoordinatorDiesMidRestart(t *testing.T) {
+	const messages = 1_500_000
+	c := testutil.NewCluster(t, 3)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--on-failure", "stop"}, ringArgs(c, messages)...)...)
+	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+	restart := c.KillCoordinator()
+	restart(failpoint.Env + "=restart-before-resume")
+	c.WaitNodes(3, 30*time.Second)
+	c.OK("kill", "ring")
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run("restart", "ring")
+		done <- err
+	}()
+	c.WaitFailpoint("restart-before-resume", 90*time.Second)
+	restart = c.KillCoordinator()
+	if err := <-done; err == nil {
+		t.Fatal("cairn restart succeeded though its coordinator died")
+	}
+	restart()
+	testutil.WaitUntil(t, 2*time.Minute, func() (bool, string) {
+		out, err := c.Run("jobs", "--json")
+		if err != nil {
+			return false, "cairn jobs: " + out
+		}
+		var jobs []testutil.Job
+		if err := json.Unmarshal([]byte(out), &jobs); err != nil || len(jobs) != 1 {
+			return false, "cairn jobs: " + out
+		}
+		j := jobs[0]
+		return j.State == "running" && j.RestoredFrom == 1 && j.Restarts == 1, fmt.Sprintf("job %+v", j)
+	})
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}

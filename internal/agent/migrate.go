@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "cairn/api/agent/v1"
+	"cairn/internal/failpoint"
 	"cairn/internal/image"
 	"cairn/internal/netw"
 	"cairn/internal/rpc"
@@ -206,17 +207,4 @@ func (s *Server) migrateOut(ctx context.Context, req v1.MigrateOut) error {
 // names it (migrate-in: the image received, before it is stored and
 // restored; chunk-data: a holder asked for its second share of an image
 // fetch), for end-to-end tests that kill the agent there.
-func (s *Server) failpoint(ctx context.Context, name string) {
-	if os.Getenv("CAIRN_FAILPOINT") != name {
-		return
-	}
-	// CAIRN_FAILPOINT_ARMED names a file: the failpoint holds only while
-	// it exists, so a test can arm it at the moment it wants.
-	if armed := os.Getenv("CAIRN_FAILPOINT_ARMED"); armed != "" {
-		if _, err := os.Stat(armed); err != nil {
-			return
-		}
-	}
-	s.log().Warn("failpoint reached: the request hangs here", "failpoint", name)
-	<-ctx.Done()
-}
+func (s *Server) failpoint(ctx context.Context, name string) { failpoint.Hold(ctx, name, s.log()) }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -16,6 +14,7 @@ import (
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
 	"cairn/internal/coord/round"
+	"cairn/internal/failpoint"
 )
 
 // Checkpoints lists a job's global checkpoints, oldest first.
@@ -203,7 +202,7 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 					c.publish(evv1.Event{Type: evv1.CkptPrepared, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(start),
 						Message: fmt.Sprintf("%d ranks dumped", len(cfg.Participants))})
 				}
-				failpoint(wctx, "before-decision")
+				failpoint.Hold(wctx, "before-decision", c.log)
 				for {
 					err := c.setCkptState(wctx, ck, a.State, a.Reason, true)
 					if err == nil {
@@ -220,7 +219,7 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 				} else {
 					c.publish(evv1.Event{Type: evv1.CkptAborted, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(start), Message: a.Reason})
 				}
-				failpoint(wctx, "after-decision")
+				failpoint.Hold(wctx, "after-decision", c.log)
 				queue = append(queue, round.DecisionPersisted{})
 			case round.PersistState:
 				if err := c.setCkptState(wctx, ck, a.State, a.Reason, false); err != nil {
@@ -435,21 +434,4 @@ func (c *Coordinator) noteExited(ctx context.Context, name string) {
 	if err == nil {
 		c.log.Info("every rank of the job has exited; no more periodic checkpoints", "job", name, "failed", st.Failed)
 	}
-}
-
-// FailpointEnv names the environment variable that stops the coordinator
-// at a point of a round for end-to-end tests of its death there: with
-// CAIRN_FAILPOINT=before-decision (every rank prepared, no decision
-// written) or after-decision (the decision written, no rank told), the
-// round hangs at that point until the coordinator is killed; with
-// migration-before-resume a migration hangs after its source is removed
-// and the rank's new node recorded, before any rank resumes.
-const FailpointEnv = "CAIRN_FAILPOINT"
-
-func failpoint(ctx context.Context, name string) {
-	if os.Getenv(FailpointEnv) != name {
-		return
-	}
-	slog.Warn("failpoint reached: the round hangs here", "failpoint", name)
-	<-ctx.Done()
 }

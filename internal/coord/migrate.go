@@ -12,6 +12,7 @@ import (
 	v1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
+	"cairn/internal/failpoint"
 )
 
 func migPrefix(job string) string       { return "migrations/" + job + "/" }
@@ -93,8 +94,18 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 	start := time.Now()
 
 	stay := ranksByNode(name, j.Placement, rank) // the ranks that stay, by node
+	recorded := false                            // the rank's new node is in the catalog
 	fail := func(phase string, err error) (*v1.Migration, error) {
 		log.Warn("migration failed; resuming the job where it was", "phase", phase, "err", err)
+		if recorded {
+			if _, err := c.updateJob(context.WithoutCancel(ctx), name, func(jj *v1.Job) error {
+				jj.Placement[rank] = from
+				jj.Migrations--
+				return nil
+			}); err != nil {
+				log.Warn("migration: record the rank back on its node", "err", err)
+			}
+		}
 		c.undoMigration(context.WithoutCancel(ctx), j, rank, seq, to, stay)
 		if isDamaged(err) {
 			// The rank cannot run on where it was: the job restarts from
@@ -172,10 +183,24 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 	c.publish(evv1.Event{Type: evv1.MigrationRestored, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: to,
 		Duration: in.Restore})
 
-	// 4. Resume. From here on the rank lives on the target: the source's
-	// copy goes before anything runs, so that the two never run together,
+	// 4. Resume. From here on the rank lives on the target, and the
+	// catalog says so first: a coordinator that dies from now on is
+	// followed by one that finishes the migration (recoverMigration
+	// removes the source, then resumes). Recorded after the source's
+	// removal, a death between the two would have the next coordinator
+	// undo the migration onto a source that is gone. The source's copy
+	// goes before anything runs, so that the two never run together,
 	// while every node's job network is pointed at the rank's new node.
 	resumeStart := time.Now()
+	if _, err := c.updateJob(context.WithoutCancel(ctx), name, func(jj *v1.Job) error {
+		jj.Placement[rank] = to
+		jj.Migrations++
+		return nil
+	}); err != nil {
+		return fail("record the new placement", err)
+	}
+	recorded = true
+	failpoint.Hold(ctx, "migration-before-remove", c.log)
 	nodes := map[string][]agentv1.Rank{}
 	for n, ranks := range stay {
 		nodes[n] = ranks
@@ -209,14 +234,7 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 	if outErr != nil {
 		return fail("remove the source", outErr)
 	}
-	if _, err := c.updateJob(context.WithoutCancel(ctx), name, func(jj *v1.Job) error {
-		jj.Placement[rank] = to
-		jj.Migrations++
-		return nil
-	}); err != nil {
-		log.Warn("migration: record the new placement", "err", err)
-	}
-	failpoint(ctx, "migration-before-resume")
+	failpoint.Hold(ctx, "migration-before-resume", c.log)
 	ctx = context.WithoutCancel(ctx)
 	if err := c.resumeRanks(ctx, nodes); err != nil {
 		note(err)
@@ -398,7 +416,26 @@ func (c *Coordinator) recoverMigration(ctx context.Context, m *v1.Migration) {
 	}
 	log := c.log.With("job", m.Job, "rank", m.Rank, "seq", m.Seq)
 	if j.Placement[m.Rank] == m.To {
-		err := c.resumeRanks(ctx, ranksByNode(m.Job, j.Placement, -1))
+		// The source may still hold its stalled copy: it goes first, so
+		// that the two never run together (a dead source has none).
+		if cl, err := c.client(ctx, m.From); err == nil {
+			if err := cl.MigrateOut(ctx, agentv1.MigrateOut{Rank: agentv1.Rank{Job: m.Job, Rank: m.Rank}, Seq: m.Seq, VNI: j.VNI, Addr: j.Addrs[m.Rank]}); err != nil {
+				log.Warn("finishing a migration: the source's copy could not be removed; not resuming", "node", m.From, "err", err)
+				return
+			}
+		}
+		// Every node's job network points at the rank's new node (the
+		// earlier coordinator may have died before it said so).
+		underlays := c.underlays(ctx)
+		var errs []error
+		for _, n := range slices.Compact(slices.Sorted(slices.Values(j.Placement))) {
+			cl, err := c.client(ctx, n)
+			if err == nil {
+				err = cl.JobNet(ctx, jobNet(j, n, underlays))
+			}
+			errs = append(errs, err)
+		}
+		err := errors.Join(append(errs, c.resumeRanks(ctx, ranksByNode(m.Job, j.Placement, -1)))...)
 		log.Info("finished a migration an earlier coordinator left in its last phase", "err", err)
 		m.State, m.Reason = v1.MigrationDone, "finished by a restarted coordinator"
 		c.publish(evv1.Event{Type: evv1.MigrationDone, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: m.To, Peer: m.From, Message: m.Reason})

@@ -381,12 +381,18 @@ func (c *Coordinator) recoverJob(ctx context.Context, name string) {
 	// Nodes that die together are seen dead one lease apart: a restart
 	// that picked a node dying too fails, and is tried again once that
 	// node is known dead.
+	c.restartRetrying(ctx, name, func() v1.Restart { return v1.Restart{} }, true, "automatic restart failed")
+}
+
+// restartRetrying restarts job name, req giving each attempt's request,
+// until a restart succeeds: five attempts, a node lease apart.
+func (c *Coordinator) restartRetrying(ctx context.Context, name string, req func() v1.Restart, ifLost bool, failed string) {
 	for attempt := 1; ; attempt++ {
-		_, err := c.restart(ctx, name, v1.Restart{}, true)
+		_, err := c.restart(ctx, name, req(), ifLost)
 		if err == nil {
 			return
 		}
-		c.log.Warn("automatic restart failed", "job", name, "attempt", attempt, "err", err)
+		c.log.Warn(failed, "job", name, "attempt", attempt, "err", err)
 		if attempt == 5 {
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	v1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
+	"cairn/internal/failpoint"
 	"cairn/internal/rpc"
 )
 
@@ -136,7 +137,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 	old := *j
 	c.teardownRanks(ctx, &old, placement)
 	j, err = c.updateJob(ctx, name, func(j *v1.Job) error {
-		j.Placement, j.State, j.Reason = placement, v1.JobRestarting, ""
+		j.Placement, j.State, j.Reason, j.RestartFrom = placement, v1.JobRestarting, "", ck.Seq
 		return nil
 	})
 	if err != nil {
@@ -211,6 +212,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 		c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Ckpt: ck.Seq, Message: reason})
 		return nil, fmt.Errorf("restart %s from checkpoint %d: %w", name, ck.Seq, err)
 	}
+	failpoint.Hold(ctx, "restart-before-resume", c.log)
 	// Every rank is restored, frozen: resume them all, one call per node.
 	if err := c.resumeRanks(ctx, ranksByNode(name, placement, -1)); err != nil {
 		return nil, err
@@ -229,7 +231,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req v1.Restart, 
 	c.log.Info("job restarted", "job", name, "ckpt", ck.Seq, "placement", placement, "took", time.Since(start))
 	c.publish(evv1.Event{Type: evv1.JobRestarted, Job: name, Ckpt: ck.Seq, Duration: time.Since(start), Message: "on " + strings.Join(placement, ",")})
 	return c.updateJob(ctx, name, func(j *v1.Job) error {
-		j.State, j.Restarts, j.RestoredFrom = v1.JobRunning, j.Restarts+1, ck.Seq
+		j.State, j.Restarts, j.RestoredFrom, j.RestartFrom = v1.JobRunning, j.Restarts+1, ck.Seq, 0
 		return nil
 	})
 }
@@ -285,4 +287,40 @@ func (c *Coordinator) teardownRanks(ctx context.Context, j *v1.Job, next []strin
 		keep := r < len(next) && next[r] == j.Placement[r]
 		return cl.RankRemove(ctx, agentv1.RankRemove{Rank: agentv1.Rank{Job: j.Name, Rank: r}, VNI: j.VNI, Addr: j.Addrs[r], Keep: keep})
 	})
+}
+
+// recoverRestarts finishes the restarts an earlier coordinator left: a job
+// still restarting (its ranks maybe restored and frozen, maybe not all)
+// is restarted again from the same checkpoint, onto the same nodes if they
+// are all alive. Its nodes may not have joined this coordinator yet, so a
+// failed attempt is tried again a node lease later, five times.
+func (c *Coordinator) recoverRestarts(ctx context.Context) {
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
+		c.log.Warn("recover restarts", "err", err)
+		return
+	}
+	for _, j := range jobs {
+		if j.State != v1.JobRestarting {
+			continue
+		}
+		c.log.Info("finishing a restart an earlier coordinator left", "job", j.Name, "ckpt", j.RestartFrom, "placement", j.Placement)
+		c.restartRetrying(ctx, j.Name, func() v1.Restart {
+			req := v1.Restart{From: j.RestartFrom}
+			if live, err := c.liveNodes(ctx); err == nil && allIn(j.Placement, live) {
+				req.Placement = j.Placement
+			}
+			return req
+		}, false, "finishing a restart failed")
+	}
+}
+
+// allIn tells whether every node of names is in live.
+func allIn(names []string, live map[string]v1.Node) bool {
+	for _, n := range names {
+		if _, ok := live[n]; !ok {
+			return false
+		}
+	}
+	return len(names) > 0
 }

@@ -34,6 +34,7 @@ var rules = []struct {
 	{"cairn/internal/image", []string{"cairn/internal/store", "cairn/internal/chunker", "cairn/internal/durable", "cairn/internal/names"}, []string{"cairn/"}},
 	{"cairn/internal/criu", nil, []string{"cairn/"}},
 	{"cairn/internal/lazy", nil, []string{"cairn/"}},
+	{"cairn/internal/failpoint", nil, []string{"cairn/"}},
 	{"cairn/internal/plan", nil, []string{"cairn/"}},
 	{"cairn/internal/pki", []string{"cairn/internal/durable"}, []string{"cairn/"}},
 	{"cairn/internal/netw", nil, []string{"cairn/"}},
@@ -46,7 +47,7 @@ var rules = []struct {
 	// containers, images or the store directly.
 	// The event stream knows nothing of what publishes to it.
 	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable", "cairn/internal/proc"}, []string{"cairn/"}},
-	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/coord/round", "cairn/internal/launch", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/launch", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
 }
 
 // reach are rules on everything a package depends on, directly or not.

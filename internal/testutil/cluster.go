@@ -609,6 +609,8 @@ type Job struct {
 	Reason    string   `json:"reason"`
 	Placement []string `json:"placement"`
 	Restarts  int      `json:"restarts"`
+	// RestoredFrom is the checkpoint the job last restarted from.
+	RestoredFrom int `json:"restored_from"`
 }
 
 // Job returns a job as the coordinator records it.

@@ -197,7 +197,10 @@ type Job struct {
 	NextCkpt     int       `json:"next_ckpt"` // number of the next checkpoint round
 	LastCkpt     int       `json:"last_ckpt"` // newest durable checkpoint; 0: none
 	RestoredFrom int       `json:"restored_from,omitempty"`
-	Migrations   int       `json:"migrations,omitempty"` // ranks moved so far
+	// RestartFrom is the checkpoint a restart under way restores, so that
+	// a coordinator that died during it finishes the same restart.
+	RestartFrom int `json:"restart_from,omitempty"`
+	Migrations  int `json:"migrations,omitempty"` // ranks moved so far
 }
 
 // Rank is the live state of one rank.

@@ -1,0 +1,137 @@
+package coord
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	v1 "cairn/api/coord/v1"
+)
+
+func nodes(names ...string) []v1.Node {
+	var out []v1.Node
+	for _, n := range names {
+		out = append(out, v1.Node{Name: n, Alive: true})
+	}
+	return out
+}
+
+func codeOf(err error) string {
+	var e *v1.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// TestPlace: ranks go to the least loaded candidates, at most perNode on
+// each (evenly when 0), a spare wins a tie, a preferred node is kept when
+// it is a candidate with room, and what cannot fit is refused.
+func TestPlace(t *testing.T) {
+	loaded := nodes("a", "b", "c")
+	loaded[0].Ranks = 2
+	spare := nodes("a", "b")
+	spare[1].Spare = true
+	for _, tc := range []struct {
+		name    string
+		n, per  int
+		cands   []v1.Node
+		prefer  []string
+		want    []string
+		errCode string
+	}{
+		{"evenly", 4, 0, nodes("a", "b"), nil, []string{"a", "b", "a", "b"}, ""},
+		{"per node", 3, 3, nodes("a", "b"), nil, []string{"a", "b", "a"}, ""},
+		{"least loaded first", 2, 0, loaded, nil, []string{"b", "c"}, ""},
+		{"a spare wins a tie", 1, 0, spare, nil, []string{"b"}, ""},
+		{"preferred kept", 2, 1, nodes("a", "b", "c"), []string{"c", "nosuch"}, []string{"c", "a"}, ""},
+		{"preferred full", 2, 1, nodes("a", "b"), []string{"a", "a"}, []string{"a", "b"}, ""},
+		{"does not fit", 5, 2, nodes("a", "b"), nil, nil, v1.CodeNoNodes},
+		{"no node", 1, 0, nil, nil, nil, v1.CodeNoNodes},
+	} {
+		got, err := place(tc.n, tc.per, tc.cands, tc.prefer)
+		if tc.errCode != "" {
+			if codeOf(err) != tc.errCode {
+				t.Errorf("%s: %v, %v; want error %s", tc.name, got, err, tc.errCode)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// TestReplicaTargets: new copies go around the ring of node names after
+// the first holder, never to a holder, other racks first.
+func TestReplicaTargets(t *testing.T) {
+	racked := nodes("a", "b", "c", "d")
+	for i, r := range []string{"r1", "r1", "r2", "r2"} {
+		racked[i].Labels = map[string]string{"rack": r}
+	}
+	for _, tc := range []struct {
+		name string
+		have []string
+		want int
+		live []v1.Node
+		out  []string
+	}{
+		{"after the holder", []string{"b"}, 2, nodes("d", "a", "c", "b"), []string{"c", "d"}},
+		{"around the ring", []string{"d"}, 2, nodes("a", "b", "c", "d"), []string{"a", "b"}},
+		{"never a holder", []string{"a", "b"}, 5, nodes("a", "b", "c"), []string{"c"}},
+		{"other rack first", []string{"a"}, 2, racked, []string{"c", "b"}},
+		{"none wanted", []string{"a"}, 0, nodes("a", "b"), nil},
+		{"no holder", nil, 1, nodes("a", "b"), nil},
+	} {
+		if got := replicaTargets(tc.have, tc.want, tc.live); !slices.Equal(got, tc.out) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.out)
+		}
+	}
+}
+
+// TestRestorable: the newest durable or protected checkpoint whose every
+// rank image has a live copy; a named one must be that, or it is refused
+// with the reason.
+func TestRestorable(t *testing.T) {
+	live := map[string]v1.Node{"a": {Name: "a"}, "b": {Name: "b"}}
+	ck := func(seq int, state string, copies ...[]string) v1.Ckpt {
+		c := v1.Ckpt{Job: "j", Seq: seq, State: state}
+		for r, cs := range copies {
+			c.Ranks = append(c.Ranks, v1.CkptRank{Rank: r, Node: cs[0], Copies: cs})
+		}
+		return c
+	}
+	cks := []v1.Ckpt{
+		ck(1, v1.CkptProtected, []string{"a", "b"}, []string{"b", "a"}),
+		ck(2, v1.CkptDurable, []string{"a"}, []string{"b"}),
+		ck(3, v1.CkptDurable, []string{"a"}, []string{"dead"}),      // rank 1 lost
+		ck(4, v1.CkptAborted, []string{"a"}, []string{"b"}),         // never durable
+		ck(5, v1.CkptDurable, []string{"dead", "b"}, []string{"a"}), // a replica lives
+	}
+	for _, tc := range []struct {
+		name    string
+		from    int
+		cks     []v1.Ckpt
+		want    int
+		errCode string
+	}{
+		{"newest restorable", 0, cks, 5, ""},
+		{"skips lost and aborted", 0, cks[:4], 2, ""},
+		{"named", 1, cks, 1, ""},
+		{"named, lost", 3, cks, 0, v1.CodeNoCkpt},
+		{"named, aborted", 4, cks, 0, v1.CodeNoCkpt},
+		{"named, unknown", 9, cks, 0, v1.CodeNoCkpt},
+		{"none", 0, cks[2:4], 0, v1.CodeNoCkpt},
+	} {
+		got, err := restorable(tc.cks, tc.from, live)
+		if tc.errCode != "" {
+			if codeOf(err) != tc.errCode {
+				t.Errorf("%s: %v, %v; want error %s", tc.name, got, err, tc.errCode)
+			}
+			continue
+		}
+		if err != nil || got.Seq != tc.want {
+			t.Errorf("%s: %v, %v; want checkpoint %d", tc.name, got, err, tc.want)
+		}
+	}
+}
