@@ -207,6 +207,46 @@ func TestCoordinatorDiesMidRestart(t *testing.T) {
 		t.Fatal("cairn restart succeeded though its coordinator died")
 	}
 	restart()
+	waitJob(t, c, func(j testutil.Job) bool { return j.State == "running" && j.RestoredFrom == 1 && j.Restarts == 1 })
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}
+
+// TestCoordinatorDiesMidJobStart kills the coordinator once every rank of
+// a new job runs, before the job is recorded running: left there, the job
+// would stay "starting" for good, with no periodic checkpoint, restart or
+// migration. The next coordinator sees every rank running and records the
+// job running; the ring finishes with the exact result, and a checkpoint
+// of it commits.
+func TestCoordinatorDiesMidJobStart(t *testing.T) {
+	const messages = 1_500_000
+	c := testutil.NewCluster(t, 3)
+	c.KillCoordinator()(failpoint.Env + "=job-before-running")
+	c.WaitNodes(3, 30*time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run(append([]string{"run", "--job", "ring", "--ranks", "3"}, ringArgs(c, messages)...)...)
+		done <- err
+	}()
+	c.WaitFailpoint("job-before-running", 90*time.Second)
+	restart := c.KillCoordinator()
+	if err := <-done; err == nil {
+		t.Fatal("cairn run succeeded though its coordinator died")
+	}
+	restart()
+	waitJob(t, c, func(j testutil.Job) bool { return j.State == "running" })
+	c.WaitProgress("ring", 3, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}
+
+// waitJob waits, through a coordinator that may still be starting, until
+// the cluster's one job is as ok wants.
+func waitJob(t *testing.T, c *testutil.Cluster, ok func(testutil.Job) bool) {
+	t.Helper()
 	testutil.WaitUntil(t, 2*time.Minute, func() (bool, string) {
 		out, err := c.Run("jobs", "--json")
 		if err != nil {
@@ -216,10 +256,6 @@ func TestCoordinatorDiesMidRestart(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &jobs); err != nil || len(jobs) != 1 {
 			return false, "cairn jobs: " + out
 		}
-		j := jobs[0]
-		return j.State == "running" && j.RestoredFrom == 1 && j.Restarts == 1, fmt.Sprintf("job %+v", j)
+		return ok(jobs[0]), fmt.Sprintf("job %+v", jobs[0])
 	})
-	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
-		t.Fatalf("result %s, want %s", got, want)
-	}
 }

@@ -109,13 +109,14 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 }
 
 // Run serves the API on ln and runs the background work (recovery of
-// unfinished rounds, migrations and restarts, periodic checkpoints) until
-// ctx is done.
+// unfinished job starts, rounds, migrations and restarts, periodic
+// checkpoints) until ctx is done.
 func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.runCtx = ctx
-	c.wg.Add(5)
+	c.wg.Add(6)
+	go func() { defer c.wg.Done(); c.recoverStarts(ctx) }()
 	go func() { defer c.wg.Done(); c.recoverRounds(ctx) }()
 	go func() { defer c.wg.Done(); c.recoverMigrations(ctx) }()
 	go func() { defer c.wg.Done(); c.recoverRestarts(ctx) }()

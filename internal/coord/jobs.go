@@ -22,6 +22,7 @@ import (
 	v1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
+	"cairn/internal/failpoint"
 	"cairn/internal/launch"
 	"cairn/internal/names"
 	"cairn/internal/rpc"
@@ -247,10 +248,28 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 		}
 		return nil, err
 	}
-	launchEnv, err := launchEnv(req, subnet)
+	out, err := c.startRanks(ctx, j)
+	if err != nil {
+		c.log.Warn("job start failed; removing it", "job", j.Name, "err", err)
+		c.teardown(context.WithoutCancel(ctx), j, nil)
+		_ = c.cat.Delete(context.WithoutCancel(ctx), jobKey(j.Name))
+		return nil, fmt.Errorf("start job %s: %w", j.Name, err)
+	}
+	return out, nil
+}
+
+// startRanks starts every rank of j, which the catalog holds as starting,
+// on its node, and records the job running.
+func (c *Coordinator) startRanks(ctx context.Context, j *v1.Job) (*v1.Job, error) {
+	subnet, err := netip.ParsePrefix(j.Subnet)
 	if err != nil {
 		return nil, err
 	}
+	launchEnv, err := launchEnv(j.RunJob, subnet)
+	if err != nil {
+		return nil, err
+	}
+	req := j.RunJob
 	env := func(r int) []string {
 		return append(append([]string{
 			"CAIRN_JOB=" + j.Name, "CAIRN_RANK=" + strconv.Itoa(r), "CAIRN_SIZE=" + strconv.Itoa(req.Ranks),
@@ -259,24 +278,83 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 	}
 	err = c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
 		_, err := cl.RankRun(ctx, agentv1.RankRun{
-			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: jobNet(j, placement[r], c.underlays(ctx)),
+			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: jobNet(j, j.Placement[r], c.underlays(ctx)),
 			Addr: j.Addrs[r], Args: req.Args, Env: env(r), RootFS: req.RootFS, MPI: req.MPI,
 			Cwd: req.Cwd, Volumes: req.Volumes, CPUs: req.CPUs, Memory: req.Memory,
 		})
 		return err
 	})
 	if err != nil {
-		c.log.Warn("job start failed; removing it", "job", j.Name, "err", err)
-		c.teardown(context.WithoutCancel(ctx), j, nil)
-		_ = c.cat.Delete(context.WithoutCancel(ctx), jobKey(j.Name))
-		return nil, fmt.Errorf("start job %s: %w", j.Name, err)
+		return nil, err
 	}
+	failpoint.Hold(ctx, "job-before-running", c.log)
+	return c.markStarted(ctx, j)
+}
+
+// markStarted records a job whose every rank runs as running.
+func (c *Coordinator) markStarted(ctx context.Context, j *v1.Job) (*v1.Job, error) {
 	c.mu.Lock()
 	c.lastRun[j.Name] = time.Now()
 	c.mu.Unlock()
-	c.log.Info("job started", "job", j.Name, "ranks", req.Ranks, "placement", placement)
-	c.publish(evv1.Event{Type: evv1.JobStarted, Job: j.Name, Message: fmt.Sprintf("%d ranks on %s", req.Ranks, strings.Join(placement, ","))})
+	c.log.Info("job started", "job", j.Name, "ranks", j.Ranks, "placement", j.Placement)
+	c.publish(evv1.Event{Type: evv1.JobStarted, Job: j.Name, Message: fmt.Sprintf("%d ranks on %s", j.Ranks, strings.Join(j.Placement, ","))})
 	return c.updateJob(ctx, j.Name, func(j *v1.Job) error { j.State = v1.JobRunning; return nil })
+}
+
+// recoverStarts finishes the job starts an earlier coordinator left: a job
+// still starting whose every rank runs is recorded running; any other has
+// what it started removed and is started again, as asked (it has no
+// checkpoint to lose). Its nodes may not have joined this coordinator
+// yet: five attempts, a node lease apart; then the job is failed.
+func (c *Coordinator) recoverStarts(ctx context.Context) {
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
+		c.log.Warn("recover job starts", "err", err)
+		return
+	}
+	for _, j := range jobs {
+		if j.State != v1.JobStarting {
+			continue
+		}
+		c.log.Info("finishing a job start an earlier coordinator left", "job", j.Name)
+		var err error
+		for attempt := 1; attempt <= 5; attempt++ {
+			if err = c.finishStart(ctx, &j); err == nil {
+				break
+			}
+			c.log.Warn("finishing a job start failed", "job", j.Name, "attempt", attempt, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(c.opts.NodeTTL):
+			}
+		}
+		if err != nil {
+			_, _ = c.updateJob(ctx, j.Name, func(j *v1.Job) error {
+				j.State, j.Reason = v1.JobFailed, "its start was cut short and could not be finished: "+err.Error()
+				return nil
+			})
+		}
+	}
+}
+
+func (c *Coordinator) finishStart(ctx context.Context, j *v1.Job) error {
+	defer c.lockJob(j.Name)()
+	running := c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
+		in, err := cl.Get(ctx, agentv1.RankName(j.Name, r))
+		if err == nil && in.Status != "running" {
+			err = fmt.Errorf("rank %d is %s", r, in.Status)
+		}
+		return err
+	})
+	if running == nil {
+		_, err := c.markStarted(ctx, j)
+		return err
+	}
+	c.log.Info("job start: not every rank runs; starting them all again", "job", j.Name, "why", running)
+	c.teardown(ctx, j, nil)
+	_, err := c.startRanks(ctx, j)
+	return err
 }
 
 // underlays maps node names to their underlay addresses.

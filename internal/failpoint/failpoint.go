@@ -5,7 +5,9 @@
 // CAIRN_FAILPOINT_ARMED=FILE as well, the point holds only while FILE
 // exists, so that a test can arm it at the moment it wants.
 //
-// The points: before-decision and after-decision (a checkpoint round, in
+// The points: job-before-running (a job start, in the coordinator, once
+// every rank runs and before the job is recorded running);
+// before-decision and after-decision (a checkpoint round, in
 // the coordinator); migration-before-remove and migration-before-resume (a
 // migration, in the coordinator, once the rank's new node is recorded,
 // before and after the source's copy is removed); restart-before-resume
