@@ -226,10 +226,11 @@ func (f *fetcher) errs() error {
 }
 
 func (f *fetcher) run(ctx context.Context) (*image.Record, error) {
-	head, ids, err := f.head(ctx)
+	head, h, err := f.head(ctx)
 	if err != nil {
 		return nil, err
 	}
+	ids := h.Manifest.ChunkIDs()
 	// Twice at most: a gc here between the fetch and the Receive (which
 	// checks every chunk is here) may have taken chunks back.
 	for try := 0; ; try++ {
@@ -262,10 +263,10 @@ func (f *fetcher) run(ctx context.Context) (*image.Record, error) {
 
 // head fetches the image's record and manifest, as a delta stream that
 // leaves out every chunk, from the first holder that sends a good one,
-// and checks it (image.CheckHead) before any chunk is asked for. It
-// returns the stream, for Receive once the chunks are here, and the
-// image's chunk list.
-func (f *fetcher) head(ctx context.Context) ([]byte, []store.ID, error) {
+// and checks it (image.ReadHead) before any chunk is asked for. It
+// returns the stream, for Receive once the chunks are here, and what it
+// says.
+func (f *fetcher) head(ctx context.Context) ([]byte, *image.Head, error) {
 	for _, h := range f.holders {
 		body, err := h.c.ExportDelta(ctx, v1.ExportDelta{Container: f.req.Container, Seq: f.req.Seq, Missing: []string{}, Background: f.background.Load()})
 		if err != nil {
@@ -277,9 +278,9 @@ func (f *fetcher) head(ctx context.Context) ([]byte, []store.ID, error) {
 		body.Close()
 		h.add(0, int64(buf.Len()))
 		if err == nil {
-			var ids []store.ID
-			if _, ids, err = image.CheckHead(bytes.NewReader(buf.Bytes()), f.req.Container, f.req.Seq); err == nil {
-				return buf.Bytes(), ids, nil
+			var head *image.Head
+			if head, err = image.ReadHead(bytes.NewReader(buf.Bytes()), f.req.Container, f.req.Seq); err == nil {
+				return buf.Bytes(), head, nil
 			}
 		}
 		h.giveUp(err)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,12 +27,7 @@ func (s *Server) lazySource(ctx context.Context, container string, seq int, hold
 	for _, h := range holders {
 		f.holders = append(f.holders, &holder{Holder: h, c: rpc.NewAgentClient(h.Addr, h.Node, s.Creds)})
 	}
-	b, _, err := f.head(ctx)
-	if err != nil {
-		f.close()
-		return nil, nil, err
-	}
-	head, err := image.ReadHead(bytes.NewReader(b), container, seq)
+	_, head, err := f.head(ctx)
 	if err != nil {
 		f.close()
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,17 +87,25 @@ var ErrDamaged = errors.New("container processes damaged by an interrupted dump"
 // dump that died half-way leaves it there, and the process then runs the
 // parasite's code instead of its own.
 func parasiteIn(f freezer) int {
-	procs := filepath.Join(filepath.Dir(f.state), "cgroup.procs")
-	if f.events == "" {
-		procs = filepath.Join(filepath.Dir(f.state), "tasks")
+	return f.find(false, "maps", func(maps []byte) bool { return bytes.Contains(maps, []byte("memfd:CRIUMFD")) })
+}
+
+// find returns the first process of the cgroup (with threads, the first
+// task) whose /proc file file satisfies match, 0 if none.
+func (f freezer) find(threads bool, file string, match func([]byte) bool) int {
+	list := "cgroup.procs"
+	switch {
+	case f.events == "": // v1 lists every task in tasks
+		list = "tasks"
+	case threads:
+		list = "cgroup.threads"
 	}
-	b, err := os.ReadFile(procs)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(f.state), list))
 	if err != nil {
 		return 0
 	}
 	for _, s := range strings.Fields(string(b)) {
-		maps, err := os.ReadFile("/proc/" + s + "/maps")
-		if err == nil && bytes.Contains(maps, []byte("memfd:CRIUMFD")) {
+		if c, err := os.ReadFile("/proc/" + s + "/" + file); err == nil && match(c) {
 			pid, _ := strconv.Atoi(s)
 			return pid
 		}
@@ -114,27 +123,7 @@ var vforkWaits = []string{"wait_for_vfork_done", "kernel_clone", "_do_fork", "do
 // its exec, the parent never reaches a ptrace stop, and the dump fails
 // after CRIU's timeout (10 s). Shells start commands with vfork.
 func (f freezer) inVfork() int {
-	tasks := filepath.Join(filepath.Dir(f.state), "cgroup.threads")
-	if f.events == "" {
-		tasks = filepath.Join(filepath.Dir(f.state), "tasks")
-	}
-	b, err := os.ReadFile(tasks)
-	if err != nil {
-		return 0
-	}
-	for _, s := range strings.Fields(string(b)) {
-		w, err := os.ReadFile("/proc/" + s + "/wchan")
-		if err != nil {
-			continue
-		}
-		for _, v := range vforkWaits {
-			if string(w) == v {
-				pid, _ := strconv.Atoi(s)
-				return pid
-			}
-		}
-	}
-	return 0
+	return f.find(true, "wchan", func(w []byte) bool { return slices.Contains(vforkWaits, string(w)) })
 }
 
 // settleVfork lets a frozen cgroup run for a moment and freezes it again

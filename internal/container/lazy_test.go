@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -13,19 +14,33 @@ import (
 	"time"
 
 	"cairn/internal/container"
+	"cairn/internal/image"
 	"cairn/internal/store"
 	"cairn/internal/testutil"
 )
 
-// countingChunks counts the chunks a lazy restore takes from the store.
-type countingChunks struct {
-	st *store.Store
-	n  chan int
-}
-
-func (c countingChunks) GetSeq(ctx context.Context, ids []store.ID, fn func([]byte) error) error {
-	c.n <- len(ids)
-	return c.st.GetSeq(ctx, ids, fn)
+// checkpointedApp runs stateapp holding mib MiB of random memory (with
+// streaming, until it has streamed 300 messages), stops it with a
+// checkpoint, and returns the head of that checkpoint and the
+// store to take its chunks from, as a lazy restore needs them.
+func checkpointedApp(t *testing.T, env *testutil.Env, mib int, streaming bool) (*image.Head, *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	in := runStateApp(t, env, "app", "-mem", strconv.Itoa(mib), "-dirty-every", "0")
+	ready := fmt.Sprintf("mem=%dMiB ready", mib)
+	waitLog(t, in.Log, 0, "memory", func(b []byte) bool { return bytes.Contains(b, []byte(ready)) })
+	if streaming {
+		waitStreaming(t, in.Log, 0, 300)
+	}
+	if _, err := env.Manager.Checkpoint(ctx, "app", container.CheckpointOptions{Stop: true}); err != nil {
+		t.Fatal(err)
+	}
+	head, st, err := env.Manager.Repo().Head(ctx, "app", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return head, st
 }
 
 // TestLazyRestore restores a copy of a process holding 64 MiB of random
@@ -36,17 +51,7 @@ func (c countingChunks) GetSeq(ctx context.Context, ids []store.ID, fn func([]by
 func TestLazyRestore(t *testing.T) {
 	env := testutil.NewEnv(t)
 	ctx := context.Background()
-	in := runStateApp(t, env, "app", "-mem", "64", "-dirty-every", "0")
-	waitLog(t, in.Log, 0, "memory", func(b []byte) bool { return bytes.Contains(b, []byte("mem=64MiB ready")) })
-	waitStreaming(t, in.Log, 0, 300)
-	if _, err := env.Manager.Checkpoint(ctx, "app", container.CheckpointOptions{Stop: true}); err != nil {
-		t.Fatal(err)
-	}
-	head, st, err := env.Manager.Repo().Head(ctx, "app", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	head, st := checkpointedApp(t, env, 64, true)
 	// The checksum at the checkpoint: from a copy restored as usual.
 	ref, err := env.Manager.Restore(ctx, "app", container.RestoreOptions{Seq: 1, As: "ref"})
 	if err != nil {
@@ -57,9 +62,8 @@ func TestLazyRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	counted := make(chan int, 1<<16)
 	done := make(chan container.LazyStats, 1)
-	lz := &container.Lazy{Head: head, Chunks: countingChunks{st, counted}, Done: func(s container.LazyStats, err error) {
+	lz := &container.Lazy{Head: head, Chunks: st, Done: func(s container.LazyStats, err error) {
 		if err != nil {
 			t.Errorf("lazy restore: %v", err)
 		}
@@ -106,16 +110,7 @@ func (c failingChunks) GetSeq(ctx context.Context, ids []store.ID, fn func([]byt
 func TestLazyRestoreLosesItsPages(t *testing.T) {
 	env := testutil.NewEnv(t)
 	ctx := context.Background()
-	in := runStateApp(t, env, "app", "-mem", "256", "-dirty-every", "0")
-	waitLog(t, in.Log, 0, "memory", func(b []byte) bool { return bytes.Contains(b, []byte("mem=256MiB ready")) })
-	if _, err := env.Manager.Checkpoint(ctx, "app", container.CheckpointOptions{Stop: true}); err != nil {
-		t.Fatal(err)
-	}
-	head, st, err := env.Manager.Repo().Head(ctx, "app", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	head, st := checkpointedApp(t, env, 256, false)
 	var fail atomic.Bool
 	done := make(chan error, 1)
 	lz := &container.Lazy{Head: head, Chunks: failingChunks{st, &fail}, Done: func(_ container.LazyStats, err error) { done <- err }}

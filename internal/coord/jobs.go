@@ -317,17 +317,9 @@ func (c *Coordinator) recoverStarts(ctx context.Context) {
 			continue
 		}
 		c.log.Info("finishing a job start an earlier coordinator left", "job", j.Name)
-		var err error
-		for attempt := 1; attempt <= 5; attempt++ {
-			if err = c.finishStart(ctx, &j); err == nil {
-				break
-			}
-			c.log.Warn("finishing a job start failed", "job", j.Name, "attempt", attempt, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(c.opts.NodeTTL):
-			}
+		err := c.retry(ctx, j.Name, "finishing a job start failed", func() error { return c.finishStart(ctx, &j) })
+		if ctx.Err() != nil {
+			return
 		}
 		if err != nil {
 			_, _ = c.updateJob(ctx, j.Name, func(j *v1.Job) error {

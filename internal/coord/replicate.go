@@ -381,24 +381,29 @@ func (c *Coordinator) recoverJob(ctx context.Context, name string) {
 	// Nodes that die together are seen dead one lease apart: a restart
 	// that picked a node dying too fails, and is tried again once that
 	// node is known dead.
-	c.restartRetrying(ctx, name, func() v1.Restart { return v1.Restart{} }, true, "automatic restart failed")
+	_ = c.retry(ctx, name, "automatic restart failed", func() error {
+		_, err := c.restart(ctx, name, v1.Restart{}, true)
+		return err
+	})
 }
 
-// restartRetrying restarts job name, req giving each attempt's request,
-// until a restart succeeds: five attempts, a node lease apart.
-func (c *Coordinator) restartRetrying(ctx context.Context, name string, req func() v1.Restart, ifLost bool, failed string) {
+// retry runs fn for job until it succeeds: five attempts, a node lease
+// apart (nodes that die together are seen dead one lease apart; the nodes
+// of a restarted coordinator join it one by one). It logs each failure as
+// failed and returns the last error, or ctx's.
+func (c *Coordinator) retry(ctx context.Context, job, failed string, fn func() error) error {
 	for attempt := 1; ; attempt++ {
-		_, err := c.restart(ctx, name, req(), ifLost)
+		err := fn()
 		if err == nil {
-			return
+			return nil
 		}
-		c.log.Warn(failed, "job", name, "attempt", attempt, "err", err)
+		c.log.Warn(failed, "job", job, "attempt", attempt, "err", err)
 		if attempt == 5 {
-			return
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-time.After(c.opts.NodeTTL):
 		}
 	}

@@ -305,13 +305,14 @@ func (c *Coordinator) recoverRestarts(ctx context.Context) {
 			continue
 		}
 		c.log.Info("finishing a restart an earlier coordinator left", "job", j.Name, "ckpt", j.RestartFrom, "placement", j.Placement)
-		c.restartRetrying(ctx, j.Name, func() v1.Restart {
+		_ = c.retry(ctx, j.Name, "finishing a restart failed", func() error {
 			req := v1.Restart{From: j.RestartFrom}
 			if live, err := c.liveNodes(ctx); err == nil && allIn(j.Placement, live) {
 				req.Placement = j.Placement
 			}
-			return req
-		}, false, "finishing a restart failed")
+			_, err := c.restart(ctx, j.Name, req, false)
+			return err
+		})
 	}
 }
 

@@ -110,18 +110,3 @@ func (c *ChunkWriter) Close() error {
 	err := c.st.Flush(context.Background())
 	return errors.Join(err, c.st.Close())
 }
-
-// CheckHead reads the head of an export stream of checkpoint
-// container:seq (ExportDelta with every chunk left out is the cheapest)
-// and checks it as Receive would: one manifest, a record naming exactly
-// container:seq, an image's shape. It returns the record and the image's
-// chunks in order of first use: what a node fetching the image from
-// several holders asks them for, learnt from the manifest itself. Damage
-// or a stream for another checkpoint is a CorruptError.
-func CheckHead(r io.Reader, container string, seq int) (*Record, []store.ID, error) {
-	h, err := ReadHead(r, container, seq)
-	if err != nil {
-		return nil, nil, err
-	}
-	return h.Record, h.Manifest.ChunkIDs(), nil
-}

@@ -28,8 +28,13 @@ type Head struct {
 	Manifest *store.Manifest
 }
 
-// ReadHead reads and checks the head of an export stream of checkpoint
-// container:seq, as CheckHead, and returns it whole.
+// ReadHead reads the head of an export stream of checkpoint container:seq
+// (ExportDelta with every chunk left out is the cheapest) and checks it as
+// Receive would: one manifest, a record naming exactly container:seq, an
+// image's shape. Head.Manifest.ChunkIDs are then the image's chunks in
+// order of first use: what a node fetching the image from several holders
+// asks them for, learnt from the manifest itself. Damage or a stream for
+// another checkpoint is a CorruptError.
 func ReadHead(r io.Reader, container string, seq int) (*Head, error) {
 	image := fmt.Sprintf("%s:%d", container, seq)
 	meta, ids, ms, err := store.ReadHead(r)
@@ -149,12 +154,7 @@ func writeFrom(ctx context.Context, src Chunks, rec *Record, n store.Node, dst s
 		return err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	var k int64
-	err = src.GetSeq(ctx, n.Chunks, func(data []byte) error {
-		w, err := bw.Write(data)
-		k += int64(w)
-		return err
-	})
+	k, err := writeChunks(ctx, src, n.Chunks, bw, nil)
 	if err == nil {
 		err = bw.Flush()
 	}

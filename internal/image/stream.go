@@ -122,7 +122,7 @@ func putStream(ctx context.Context, st *store.Store, r io.Reader, p chunker.Para
 
 // writeChunks writes the chunks ids to w in order, each verified against
 // its id (store.GetSeq reads neighbouring chunks together, on every core).
-func writeChunks(ctx context.Context, st *store.Store, ids []store.ID, w io.Writer, done *atomic.Int64) (int64, error) {
+func writeChunks(ctx context.Context, st Chunks, ids []store.ID, w io.Writer, done *atomic.Int64) (int64, error) {
 	var n int64
 	err := st.GetSeq(ctx, ids, func(data []byte) error {
 		k, err := w.Write(data)
