@@ -5,28 +5,28 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
 	"cairn/internal/coord/round"
-	"cairn/internal/failpoint"
 )
 
 // Checkpoints lists a job's global checkpoints, oldest first.
-func (c *Coordinator) Checkpoints(ctx context.Context, job string) ([]v1.Ckpt, error) {
+func (c *Coordinator) Checkpoints(ctx context.Context, job string) ([]coordv1.Ckpt, error) {
 	if _, err := c.job(ctx, job); err != nil {
 		return nil, err
 	}
 	return c.ckpts(ctx, job)
 }
 
-func (c *Coordinator) ckpts(ctx context.Context, job string) ([]v1.Ckpt, error) {
-	return listBySeq(ctx, c, ckptPrefix(job), func(ck v1.Ckpt) int { return ck.Seq })
+func (c *Coordinator) ckpts(ctx context.Context, job string) ([]coordv1.Ckpt, error) {
+	return listBySeq(ctx, c, ckptPrefix(job), func(ck coordv1.Ckpt) int { return ck.Seq })
 }
 
 // listBySeq reads the records under prefix, ordered by their number.
@@ -49,23 +49,23 @@ func listBySeq[T any](ctx context.Context, c *Coordinator, prefix string, seq fu
 // aborted (then with an error of code aborted). A periodic round is
 // skipped, with an error of code conflict, while anything else runs on
 // the job.
-func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool) (*v1.Ckpt, error) {
+func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool) (*coordv1.Ckpt, error) {
 	if !periodic {
 		defer c.lockJob(name)()
 	} else if unlock, ok := c.tryLockJob(name); ok {
 		defer unlock()
 	} else {
-		return nil, apiErr(v1.CodeConflict, "job %s is busy", name)
+		return nil, apiErr(coordv1.CodeConflict, "job %s is busy", name)
 	}
 	j, err := c.job(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if j.State != v1.JobRunning {
-		return nil, apiErr(v1.CodeConflict, "job %s is %s: only a running job can be checkpointed", name, j.State)
+	if j.State != coordv1.JobRunning {
+		return nil, apiErr(coordv1.CodeConflict, "job %s is %s: only a running job can be checkpointed", name, j.State)
 	}
 	seq := 0
-	j, err = c.updateJob(ctx, name, func(j *v1.Job) error {
+	j, err = c.updateJob(ctx, name, func(j *coordv1.Job) error {
 		seq = j.NextCkpt
 		j.NextCkpt++
 		return nil
@@ -73,9 +73,9 @@ func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool
 	if err != nil {
 		return nil, err
 	}
-	ck := &v1.Ckpt{Job: name, Seq: seq, State: v1.CkptPreparing, Created: time.Now().UTC(), Periodic: periodic}
+	ck := &coordv1.Ckpt{Job: name, Seq: seq, State: coordv1.CkptPreparing, Created: time.Now().UTC(), Periodic: periodic}
 	for r, node := range j.Placement {
-		ck.Ranks = append(ck.Ranks, v1.CkptRank{Rank: r, Node: node, State: "preparing"})
+		ck.Ranks = append(ck.Ranks, coordv1.CkptRank{Rank: r, Node: node, State: "preparing"})
 	}
 	if err := c.cat.Create(ctx, ckptKey(name, seq), ck); err != nil {
 		return nil, err
@@ -83,13 +83,13 @@ func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool
 	c.mu.Lock()
 	c.lastRun[name] = time.Now()
 	c.mu.Unlock()
-	return c.drive(ctx, ck, nil)
+	return c.driveRound(ctx, ck, nil)
 }
 
-// drive runs a round to its end: it performs the round's actions and steps
-// back what comes of them. recovered, if set, is the state the catalog
-// holds for a round an earlier coordinator left unfinished.
-func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.State) (*v1.Ckpt, error) {
+// driveRound runs a round to its end (package round decides, roundRun
+// performs) and records its outcome. recovered, if set, is the state the
+// catalog holds for a round an earlier coordinator left unfinished.
+func (c *Coordinator) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovered *round.State) (*coordv1.Ckpt, error) {
 	cfg := round.Config{Job: ck.Job, Ckpt: uint64(ck.Seq), Deadline: time.Now().Add(c.opts.Deadline)}
 	for _, r := range ck.Ranks {
 		cfg.Participants = append(cfg.Participants, round.Participant{Rank: r.Rank, Node: r.Node})
@@ -104,175 +104,181 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 	if err != nil {
 		return nil, err
 	}
-	log := c.log.With("job", ck.Job, "ckpt", ck.Seq)
-	start := time.Now()
-	events := make(chan round.Event, 4*len(cfg.Participants)+4)
+	rr := &roundRun{c: c, ck: ck, log: c.log.With("job", ck.Job, "ckpt", ck.Seq), start: time.Now(), criu: map[int]time.Duration{}}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	send := func(ev round.Event) {
-		select {
-		case events <- ev:
-		case <-wctx.Done():
-		}
+	end, err := drive(wctx, machineRun[round.Event, round.Action]{
+		step:    r.Step,
+		kind:    roundActionKind,
+		perform: rr.perform,
+		tick:    round.Tick{},
+		every:   100 * time.Millisecond,
+		inputs:  c.lostParticipants(wctx, cfg.Participants),
+		log:     rr.log,
+	}, round.Event(round.Start{}))
+	if err != nil {
+		return nil, err
 	}
-	// A node that dies takes its ranks out of the round.
+	return rr.finish(context.WithoutCancel(ctx), end.(round.Done))
+}
+
+// roundActionKind says how the driver performs a round's action: the
+// decision and the final state are written before anything else happens;
+// aborts must reach their agents before the round ends (its ranks then
+// run).
+func roundActionKind(a round.Action) actionKind {
+	switch a.(type) {
+	case round.Done:
+		return final
+	case round.PersistDecision, round.PersistState:
+		return inline
+	case round.SendAbort:
+		return awaited
+	}
+	return concurrent
+}
+
+// lostParticipants reports as Lost the participants whose node's lease
+// expires, until ctx ends.
+func (c *Coordinator) lostParticipants(ctx context.Context, ps []round.Participant) <-chan round.Event {
+	out := make(chan round.Event)
 	go func() {
-		for ev := range c.cat.WatchAlive(wctx) {
+		for ev := range c.cat.WatchAlive(ctx) {
 			if ev.Change != catalog.MemberLost {
 				continue
 			}
-			for _, p := range cfg.Participants {
-				if p.Node == ev.Name {
-					send(round.Lost{Rank: p.Rank, Reason: "node " + p.Node + " lost"})
+			for _, p := range ps {
+				if p.Node != ev.Name {
+					continue
+				}
+				select {
+				case out <- round.Lost{Rank: p.Rank, Reason: "node " + p.Node + " lost"}:
+				case <-ctx.Done():
+					return
 				}
 			}
 		}
 	}()
-	// rpcEvent turns an agent's error into Failed (the agent answered) or
-	// Lost (it did not).
-	rpcEvent := func(rank int, err error) round.Event {
-		var we *agentv1.Error
-		if errors.As(err, &we) {
-			return round.Failed{Rank: rank, Reason: err.Error()}
-		}
-		return round.Lost{Rank: rank, Reason: err.Error()}
-	}
-	var criuMu sync.Mutex
-	criuTime := map[int]time.Duration{}
-	var aborts sync.WaitGroup // a round ends once its aborts are delivered: its ranks then run
-	var done *round.Done
-	var queue []round.Event
-	perform := func(acts []round.Action) {
-		for _, a := range acts {
-			log.Debug("round", "action", a.String())
-			switch a := a.(type) {
-			case round.SendPrepare:
-				go func() {
-					cl, err := c.client(wctx, a.Node)
-					if err != nil {
-						send(round.Lost{Rank: a.Rank, Reason: err.Error()})
-						return
-					}
-					rctx, rcancel := context.WithTimeout(wctx, c.opts.Deadline)
-					defer rcancel()
-					out, err := cl.Prepare(rctx, agentv1.Prepare{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq, Hold: c.opts.Hold})
-					if err != nil {
-						if isDamaged(err) {
-							c.rankDamaged(ck.Job, err.Error())
-						}
-						send(rpcEvent(a.Rank, err))
-						return
-					}
-					criuMu.Lock()
-					criuTime[a.Rank] = out.CRIU
-					criuMu.Unlock()
-					send(round.Prepared{Rank: a.Rank, ImageSize: out.Size, Dump: out.Dump})
-				}()
-			case round.SendCommit:
-				go func() {
-					cl, err := c.client(wctx, a.Node)
-					if err != nil {
-						send(round.Lost{Rank: a.Rank, Reason: err.Error()})
-						return
-					}
-					out, err := cl.Commit(wctx, agentv1.Finish{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq})
-					if err != nil {
-						send(rpcEvent(a.Rank, err))
-						return
-					}
-					_ = out
-					send(round.Durable{Rank: a.Rank})
-				}()
-			case round.SendAbort:
-				aborts.Add(1)
-				go func() {
-					defer aborts.Done()
-					cl, err := c.client(wctx, a.Node)
-					if err == nil {
-						actx, acancel := context.WithTimeout(wctx, 30*time.Second)
-						err = cl.Abort(actx, agentv1.Finish{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq})
-						acancel()
-					}
-					if err != nil {
-						log.Warn("abort not delivered; the agent drops the rank's prepare by itself", "rank", a.Rank, "node", a.Node, "err", err)
-					}
-				}()
-			case round.PersistDecision:
-				if a.State == round.StateCommitted {
-					c.publish(evv1.Event{Type: evv1.CkptPrepared, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(start),
-						Message: fmt.Sprintf("%d ranks dumped", len(cfg.Participants))})
-				}
-				failpoint.Hold(wctx, "before-decision", c.log)
-				for {
-					err := c.setCkptState(wctx, ck, a.State, a.Reason, true)
-					if err == nil {
-						break
-					}
-					if wctx.Err() != nil {
-						return
-					}
-					log.Warn("persist decision", "err", err)
-					time.Sleep(200 * time.Millisecond)
-				}
-				if a.State == round.StateCommitted {
-					c.publish(evv1.Event{Type: evv1.CkptCommitted, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(start)})
-				} else {
-					c.publish(evv1.Event{Type: evv1.CkptAborted, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(start), Message: a.Reason})
-				}
-				failpoint.Hold(wctx, "after-decision", c.log)
-				queue = append(queue, round.DecisionPersisted{})
-			case round.PersistState:
-				if err := c.setCkptState(wctx, ck, a.State, a.Reason, false); err != nil {
-					log.Warn("persist round state", "err", err)
-				}
-			case round.Done:
-				done = &a
-			}
-		}
-	}
-	step := func(ev round.Event) {
-		acts, err := r.Step(time.Now(), ev)
+	return out
+}
+
+// roundRun performs the actions of one round.
+type roundRun struct {
+	c     *Coordinator
+	ck    *coordv1.Ckpt
+	log   *slog.Logger
+	start time.Time
+
+	mu   sync.Mutex
+	criu map[int]time.Duration // each rank's dump by CRIU, as its agent measured it
+}
+
+func (rr *roundRun) finishReq(rank int) agentv1.Finish {
+	return agentv1.Finish{Rank: agentv1.Rank{Job: rr.ck.Job, Rank: rank}, Seq: rr.ck.Seq}
+}
+
+func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, bool) {
+	rr.log.Debug("round", "action", a.String())
+	c, ck := rr.c, rr.ck
+	switch a := a.(type) {
+	case round.SendPrepare:
+		cl, err := c.client(ctx, a.Node)
 		if err != nil {
-			log.Debug("round ignored an event", "err", err)
+			return round.Lost{Rank: a.Rank, Reason: err.Error()}, true
 		}
-		perform(acts)
-		for len(queue) > 0 {
-			ev := queue[0]
-			queue = queue[1:]
-			acts, err := r.Step(time.Now(), ev)
-			if err != nil {
-				log.Debug("round ignored an event", "err", err)
+		pctx, cancel := context.WithTimeout(ctx, c.opts.Deadline)
+		defer cancel()
+		out, err := cl.Prepare(pctx, agentv1.Prepare{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq, Hold: c.opts.Hold})
+		if err != nil {
+			if isDamaged(err) {
+				c.rankDamaged(ck.Job, err.Error())
 			}
-			perform(acts)
+			return agentEvent(a.Rank, err), true
+		}
+		rr.mu.Lock()
+		rr.criu[a.Rank] = out.CRIU
+		rr.mu.Unlock()
+		return round.Prepared{Rank: a.Rank, ImageSize: out.Size, Dump: out.Dump}, true
+	case round.SendCommit:
+		cl, err := c.client(ctx, a.Node)
+		if err == nil {
+			_, err = cl.Commit(ctx, rr.finishReq(a.Rank))
+		}
+		if err != nil {
+			return agentEvent(a.Rank, err), true
+		}
+		return round.Durable{Rank: a.Rank}, true
+	case round.SendAbort:
+		cl, err := c.client(ctx, a.Node)
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = cl.Abort(actx, rr.finishReq(a.Rank))
+			cancel()
+		}
+		if err != nil {
+			rr.log.Warn("abort not delivered; the agent drops the rank's prepare by itself", "rank", a.Rank, "node", a.Node, "err", err)
+		}
+		return nil, false
+	case round.PersistDecision:
+		if a.State == round.StateCommitted {
+			c.publish(evv1.Event{Type: evv1.CkptPrepared, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(rr.start),
+				Message: fmt.Sprintf("%d ranks dumped", len(ck.Ranks))})
+		}
+		c.trace(ck.Job, a.String())
+		c.hold(ctx, "before-decision")
+		for {
+			err := c.setCkptState(ctx, ck, a.State, a.Reason, true)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil, false
+			}
+			rr.log.Warn("persist decision", "err", err)
+			time.Sleep(200 * time.Millisecond)
+		}
+		typ := evv1.CkptCommitted
+		if a.State != round.StateCommitted {
+			typ = evv1.CkptAborted
+		}
+		c.publish(evv1.Event{Type: typ, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(rr.start), Message: a.Reason})
+		c.hold(ctx, "after-decision")
+		return round.DecisionPersisted{}, true
+	case round.PersistState:
+		c.trace(ck.Job, a.String())
+		if err := c.setCkptState(ctx, ck, a.State, a.Reason, false); err != nil {
+			rr.log.Warn("persist round state", "err", err)
 		}
 	}
-	step(round.Start{})
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for done == nil {
-		select {
-		case ev := <-events:
-			step(ev)
-		case <-tick.C:
-			step(round.Tick{})
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	return nil, false
+}
+
+// agentEvent turns an agent's error into Failed (the agent answered) or
+// Lost (it did not).
+func agentEvent(rank int, err error) round.Event {
+	var we *agentv1.Error
+	if errors.As(err, &we) {
+		return round.Failed{Rank: rank, Reason: err.Error()}
 	}
-	aborts.Wait()
-	// Record the outcome with the round's statistics.
-	var final v1.Ckpt
-	err = c.cat.Update(context.WithoutCancel(ctx), ckptKey(ck.Job, ck.Seq), &final, func() error {
+	return round.Lost{Rank: rank, Reason: err.Error()}
+}
+
+// finish records the outcome of the round with its statistics, and starts
+// the replication of a durable checkpoint.
+func (rr *roundRun) finish(ctx context.Context, done round.Done) (*coordv1.Ckpt, error) {
+	c, ck := rr.c, rr.ck
+	var final coordv1.Ckpt
+	err := c.cat.Update(ctx, ckptKey(ck.Job, ck.Seq), &final, func() error {
 		st := done.Stats
 		final.Finished = time.Now().UTC()
 		final.Stall, final.Coord, final.MaxDump, final.Persist, final.Ingest, final.Bytes = st.Stall, st.Coord, st.MaxDump, st.Persist, st.Ingest, st.Bytes
-		criuMu.Lock()
-		defer criuMu.Unlock()
+		rr.mu.Lock()
+		defer rr.mu.Unlock()
 		var slowest round.RankStats
 		for i, rs := range st.Ranks {
 			if i < len(final.Ranks) {
 				final.Ranks[i].State, final.Ranks[i].Reason = rs.State.String(), rs.Reason
-				final.Ranks[i].Size, final.Ranks[i].Dump, final.Ranks[i].CRIU = rs.Size, rs.Dump, criuTime[rs.Rank]
+				final.Ranks[i].Size, final.Ranks[i].Dump, final.Ranks[i].CRIU = rs.Size, rs.Dump, rr.criu[rs.Rank]
 				if rs.State == round.RankDurable {
 					final.Ranks[i].Copies = []string{rs.Node}
 				}
@@ -281,7 +287,7 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 				slowest = rs
 			}
 		}
-		if c, ok := criuTime[slowest.Rank]; ok && slowest.Dump > c {
+		if c, ok := rr.criu[slowest.Rank]; ok && slowest.Dump > c {
 			final.Cont = slowest.Dump - c
 		}
 		return nil
@@ -289,28 +295,28 @@ func (c *Coordinator) drive(ctx context.Context, ck *v1.Ckpt, recovered *round.S
 	if err != nil {
 		return nil, err
 	}
-	log.Info("round ended", "state", done.State.String(), "reason", done.Reason, "stall", done.Stats.Stall, "coord", done.Stats.Coord, "bytes", done.Stats.Bytes)
-	if done.State == round.StateDurable {
-		c.publish(evv1.Event{Type: evv1.CkptDurable, Job: ck.Job, Ckpt: ck.Seq, Duration: done.Stats.Stall, Bytes: done.Stats.Bytes,
-			Message: fmt.Sprintf("ranks frozen %s, coordination %s", done.Stats.Stall.Round(time.Millisecond), done.Stats.Coord.Round(time.Millisecond))})
-		_, _ = c.updateJob(context.WithoutCancel(ctx), ck.Job, func(j *v1.Job) error {
-			if ck.Seq > j.LastCkpt {
-				j.LastCkpt = ck.Seq
-			}
-			return nil
-		})
-		c.replicateLater(context.WithoutCancel(ctx), ck.Job, ck.Seq)
-		return &final, nil
+	rr.log.Info("round ended", "state", done.State.String(), "reason", done.Reason, "stall", done.Stats.Stall, "coord", done.Stats.Coord, "bytes", done.Stats.Bytes)
+	if done.State != round.StateDurable {
+		return &final, apiErr(coordv1.CodeAborted, "checkpoint %s:%d aborted: %s", ck.Job, ck.Seq, done.Reason)
 	}
-	return &final, apiErr(v1.CodeAborted, "checkpoint %s:%d aborted: %s", ck.Job, ck.Seq, done.Reason)
+	c.publish(evv1.Event{Type: evv1.CkptDurable, Job: ck.Job, Ckpt: ck.Seq, Duration: done.Stats.Stall, Bytes: done.Stats.Bytes,
+		Message: fmt.Sprintf("ranks frozen %s, coordination %s", done.Stats.Stall.Round(time.Millisecond), done.Stats.Coord.Round(time.Millisecond))})
+	_, _ = c.updateJob(ctx, ck.Job, func(j *coordv1.Job) error {
+		if ck.Seq > j.LastCkpt {
+			j.LastCkpt = ck.Seq
+		}
+		return nil
+	})
+	c.replicateLater(ctx, ck.Job, ck.Seq)
+	return &final, nil
 }
 
 // setCkptState moves a checkpoint record to state s. A decision moves it
 // only from preparing, in one compare-and-swap: the commit point.
-func (c *Coordinator) setCkptState(ctx context.Context, ck *v1.Ckpt, s round.State, reason string, decision bool) error {
-	var cur v1.Ckpt
+func (c *Coordinator) setCkptState(ctx context.Context, ck *coordv1.Ckpt, s round.State, reason string, decision bool) error {
+	var cur coordv1.Ckpt
 	return c.cat.Update(ctx, ckptKey(ck.Job, ck.Seq), &cur, func() error {
-		if decision && cur.State != v1.CkptPreparing {
+		if decision && cur.State != coordv1.CkptPreparing {
 			return fmt.Errorf("checkpoint %s:%d is %s, not preparing", ck.Job, ck.Seq, cur.State)
 		}
 		cur.State, cur.Reason = s.String(), reason
@@ -339,23 +345,23 @@ func (c *Coordinator) recoverRounds(ctx context.Context) {
 		for _, ck := range cks {
 			var s round.State
 			switch {
-			case ck.State == v1.CkptPreparing:
+			case ck.State == coordv1.CkptPreparing:
 				s = round.StatePreparing
-			case ck.State == v1.CkptCommitted:
+			case ck.State == coordv1.CkptCommitted:
 				s = round.StateCommitted
-			case ck.State == v1.CkptDurable:
+			case ck.State == coordv1.CkptDurable:
 				// Durable but maybe not yet replicated when the last
 				// coordinator stopped.
 				c.replicateLater(ctx, j.Name, ck.Seq)
 				continue
-			case ck.State == v1.CkptAborted && ck.Finished.IsZero():
+			case ck.State == coordv1.CkptAborted && ck.Finished.IsZero():
 				s = round.StateAborted
 			default:
 				continue
 			}
 			c.log.Info("recovering an unfinished round", "job", j.Name, "ckpt", ck.Seq, "state", ck.State)
 			unlock := c.lockJob(j.Name)
-			_, err := c.drive(ctx, &ck, &s)
+			_, err := c.driveRound(ctx, &ck, &s)
 			unlock()
 			if err != nil {
 				c.log.Info("recovered round", "job", j.Name, "ckpt", ck.Seq, "result", err)
@@ -381,7 +387,7 @@ func (c *Coordinator) periodic(ctx context.Context) {
 			continue
 		}
 		for _, j := range jobs {
-			if j.CheckpointEvery <= 0 || j.State != v1.JobRunning {
+			if j.CheckpointEvery <= 0 || j.State != coordv1.JobRunning {
 				continue
 			}
 			c.mu.Lock()
@@ -410,7 +416,7 @@ func (c *Coordinator) periodic(ctx context.Context) {
 // that its periodic rounds stop.
 func (c *Coordinator) noteExited(ctx context.Context, name string) {
 	st, err := c.Status(ctx, name)
-	if err != nil || st.State != v1.JobRunning {
+	if err != nil || st.State != coordv1.JobRunning {
 		return
 	}
 	for _, r := range st.RankStates {
@@ -425,9 +431,9 @@ func (c *Coordinator) noteExited(ctx context.Context, name string) {
 		return // something else runs on the job: the next round looks again
 	}
 	defer unlock()
-	_, err = c.updateJob(ctx, name, func(j *v1.Job) error {
-		if j.State == v1.JobRunning {
-			j.State = v1.JobExited
+	_, err = c.updateJob(ctx, name, func(j *coordv1.Job) error {
+		if j.State == coordv1.JobRunning {
+			j.State = coordv1.JobExited
 		}
 		return nil
 	})

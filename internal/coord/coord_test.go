@@ -11,7 +11,7 @@ import (
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/catalog"
 	"cairn/internal/coord"
 	"cairn/internal/pki"
@@ -69,14 +69,14 @@ func startCoordinator(t *testing.T, opts coord.Options) *testCoord {
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	var e *v1.Error
+	var e *coordv1.Error
 	if !errors.As(err, &e) || e.Code != code {
 		t.Fatalf("error %v, want API error %s", err, code)
 	}
 }
 
-func join(name string) v1.Join {
-	return v1.Join{Name: name, Addr: "127.0.0.1:1", Underlay: "127.0.0.1"}
+func join(name string) coordv1.Join {
+	return coordv1.Join{Name: name, Addr: "127.0.0.1:1", Underlay: "127.0.0.1"}
 }
 
 // TestSecurity: only agents of this cluster join, each only as the node its
@@ -91,15 +91,15 @@ func TestSecurity(t *testing.T) {
 	if _, err := good.Join(ctx, join("n1")); err != nil {
 		t.Fatalf("agent n1 joining as itself: %v", err)
 	}
-	if err := good.Heartbeat(ctx, v1.Heartbeat{Name: "n1"}); err != nil {
+	if err := good.Heartbeat(ctx, coordv1.Heartbeat{Name: "n1"}); err != nil {
 		t.Fatalf("heartbeat: %v", err)
 	}
 	_, err := good.Join(ctx, join("n2"))
 	wantCode(t, err, agentv1.CodeForbidden)
-	wantCode(t, good.Heartbeat(ctx, v1.Heartbeat{Name: "n2"}), agentv1.CodeForbidden)
+	wantCode(t, good.Heartbeat(ctx, coordv1.Heartbeat{Name: "n2"}), agentv1.CodeForbidden)
 	_, err = good.Jobs(ctx)
 	wantCode(t, err, agentv1.CodeForbidden)
-	_, err = good.RunJob(ctx, v1.RunJob{Name: "x", Ranks: 1, Args: []string{"true"}})
+	_, err = good.RunJob(ctx, coordv1.RunJob{Name: "x", Ranks: 1, Args: []string{"true"}})
 	wantCode(t, err, agentv1.CodeForbidden)
 
 	client := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, "alice", pki.Client))
@@ -119,13 +119,13 @@ func TestSecurity(t *testing.T) {
 	foreign := rpc.NewCoordClient(tc.addr, issue(t, other, "n1", pki.Agent))
 	defer foreign.Close()
 	_, err = foreign.Join(ctx, join("n1"))
-	var api *v1.Error
+	var api *coordv1.Error
 	if err == nil || errors.As(err, &api) {
 		t.Fatalf("agent of another cluster: %v, want a TLS failure", err)
 	}
 	// No certificate at all.
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
-	resp, err := hc.Get("https://" + tc.addr + v1.PathNodes)
+	resp, err := hc.Get("https://" + tc.addr + coordv1.PathNodes)
 	if err == nil {
 		resp.Body.Close()
 		t.Fatalf("a caller without a certificate got HTTP %d", resp.StatusCode)
@@ -164,7 +164,7 @@ func TestMembership(t *testing.T) {
 	// Heartbeats keep it alive well past the TTL.
 	for i := 0; i < 8; i++ {
 		time.Sleep(reply.Heartbeat)
-		if err := a.Heartbeat(ctx, v1.Heartbeat{Name: "n1"}); err != nil {
+		if err := a.Heartbeat(ctx, coordv1.Heartbeat{Name: "n1"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -179,7 +179,7 @@ func TestMembership(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("silent node dead after %s (TTL %s)", time.Since(start).Round(10*time.Millisecond), ttl)
-	if err := a.Heartbeat(ctx, v1.Heartbeat{Name: "n1"}); err != nil {
+	if err := a.Heartbeat(ctx, coordv1.Heartbeat{Name: "n1"}); err != nil {
 		t.Fatal(err)
 	}
 	if !alive() {
@@ -193,16 +193,16 @@ func TestJobRequests(t *testing.T) {
 	ctx := context.Background()
 	client := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, "cli", pki.Client))
 	defer client.Close()
-	_, err := client.RunJob(ctx, v1.RunJob{Name: "Bad.Name", Ranks: 1, Args: []string{"true"}})
+	_, err := client.RunJob(ctx, coordv1.RunJob{Name: "Bad.Name", Ranks: 1, Args: []string{"true"}})
 	wantCode(t, err, agentv1.CodeBadRequest)
-	_, err = client.RunJob(ctx, v1.RunJob{Name: "j", Ranks: 0, Args: []string{"true"}})
+	_, err = client.RunJob(ctx, coordv1.RunJob{Name: "j", Ranks: 0, Args: []string{"true"}})
 	wantCode(t, err, agentv1.CodeBadRequest)
-	_, err = client.RunJob(ctx, v1.RunJob{Name: "j", Ranks: 2, Args: []string{"true"}})
-	wantCode(t, err, v1.CodeNoNodes)
+	_, err = client.RunJob(ctx, coordv1.RunJob{Name: "j", Ranks: 2, Args: []string{"true"}})
+	wantCode(t, err, coordv1.CodeNoNodes)
 	_, err = client.Status(ctx, "nope")
 	wantCode(t, err, agentv1.CodeNotFound)
 	_, err = client.Checkpoint(ctx, "nope")
 	wantCode(t, err, agentv1.CodeNotFound)
-	_, err = client.Restart(ctx, "nope", v1.Restart{})
+	_, err = client.Restart(ctx, "nope", coordv1.Restart{})
 	wantCode(t, err, agentv1.CodeNotFound)
 }

@@ -10,17 +10,14 @@ import (
 	"net/http"
 	"net/netip"
 	"sort"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
 	"cairn/internal/events"
-	"cairn/internal/names"
+	"cairn/internal/failpoint"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 )
@@ -44,6 +41,14 @@ type Options struct {
 	// sends it unread: a connection, or a stream of events, that takes
 	// nothing for that long is cut off.
 	WriteTimeout time.Duration
+	// Dial makes the client of a node's agent; nil dials it over the
+	// wire (api/agent/v1) with the coordinator's credentials.
+	Dial Dialer
+	// Trace, if set, is told every phase a protocol records and every
+	// failpoint it passes, as it happens, with the job's name: the steps
+	// that order a protocol's calls to agents (tests print traces with
+	// it).
+	Trace func(job, step string)
 }
 
 // Defaults for Options.
@@ -65,7 +70,7 @@ type Coordinator struct {
 	opts  Options
 
 	mu      sync.Mutex
-	clients map[string]*rpc.AgentClient // by node name
+	clients map[string]Agent // by node name
 	members map[string]*catalog.Membership
 	jobMu   map[string]*jobMutex
 	lastRun map[string]time.Time // start of each job's last round
@@ -74,7 +79,10 @@ type Coordinator struct {
 	quarantined map[string][]string
 
 	wg     sync.WaitGroup
-	runCtx context.Context // Run's; background work ends with it
+	runCtx context.Context // Start's; background work ends with it
+
+	httpOnce sync.Once
+	http     http.Handler // the API, made at the first request
 }
 
 // New returns a coordinator over cat, calling agents with creds.
@@ -100,37 +108,76 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 	if opts.Events == nil {
 		opts.Events, _ = events.New(events.Options{Logger: log})
 	}
+	if opts.Dial == nil {
+		opts.Dial = rpcDialer(creds)
+	}
 	return &Coordinator{
 		cat: cat, creds: creds, log: log, opts: opts,
-		clients: map[string]*rpc.AgentClient{},
+		clients: map[string]Agent{},
 		members: map[string]*catalog.Membership{}, jobMu: map[string]*jobMutex{},
 		lastRun: map[string]time.Time{},
 	}
 }
 
-// Run serves the API on ln and runs the background work (recovery of
-// unfinished job starts, rounds, migrations and restarts, periodic
-// checkpoints) until ctx is done.
+// Run serves the API on ln and does the coordinator's own work (Start)
+// until ctx is done.
 func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c.runCtx = ctx
-	c.wg.Add(6)
-	go func() { defer c.wg.Done(); c.recoverStarts(ctx) }()
-	go func() { defer c.wg.Done(); c.recoverRounds(ctx) }()
-	go func() { defer c.wg.Done(); c.recoverMigrations(ctx) }()
-	go func() { defer c.wg.Done(); c.recoverRestarts(ctx) }()
-	go func() { defer c.wg.Done(); c.periodic(ctx) }()
-	go func() { defer c.wg.Done(); c.watchNodes(ctx) }()
+	wait := c.Start(ctx)
 	err := rpc.Serve(ctx, ln, c, c.creds, c.log)
 	cancel()
-	c.wg.Wait()
-	c.mu.Lock()
-	for _, cl := range c.clients {
-		cl.Close()
-	}
-	c.mu.Unlock()
+	wait()
 	return err
+}
+
+// Start begins the coordinator's own work, until ctx is done: it
+// finishes what an earlier coordinator left unfinished (job starts,
+// rounds, migrations, restarts), takes periodic checkpoints and watches
+// the nodes. wait returns once all of it has ended, and closes the
+// agents' clients.
+func (c *Coordinator) Start(ctx context.Context) (wait func()) {
+	c.runCtx = ctx
+	for _, work := range []func(context.Context){
+		c.recoverStarts, c.recoverRounds, c.recoverMigrations, c.recoverRestarts, c.periodic, c.watchNodes,
+	} {
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); work(ctx) }()
+	}
+	return func() {
+		c.wg.Wait()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, cl := range c.clients {
+			cl.Close()
+		}
+		c.clients = map[string]Agent{}
+	}
+}
+
+// background runs fn on its own, with the coordinator's context if it
+// has started (fn outlives the request that caused it), and Start's wait
+// waits for it.
+func (c *Coordinator) background(fn func(ctx context.Context)) {
+	ctx := context.Background()
+	if c.runCtx != nil {
+		ctx = c.runCtx
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn(ctx)
+	}()
+}
+
+// hold holds at the failpoint name if it is set (failpoint.Hold).
+func (c *Coordinator) hold(ctx context.Context, name string) { failpoint.Hold(ctx, name, c.log) }
+
+// trace tells Options.Trace of a step of a protocol on job.
+func (c *Coordinator) trace(job, step string) {
+	if c.opts.Trace != nil {
+		c.opts.Trace(job, step)
+	}
 }
 
 // lockJob takes the lock that serializes the work on a job (rounds,
@@ -181,7 +228,7 @@ type jobMutex struct {
 }
 
 // client returns a client for the named node's agent.
-func (c *Coordinator) client(ctx context.Context, node string) (*rpc.AgentClient, error) {
+func (c *Coordinator) client(ctx context.Context, node string) (Agent, error) {
 	// Cached: every RPC of a round goes through here, and a node's address
 	// changes only when it joins again (which drops the cached client).
 	c.mu.Lock()
@@ -190,7 +237,7 @@ func (c *Coordinator) client(ctx context.Context, node string) (*rpc.AgentClient
 	if cl != nil {
 		return cl, nil
 	}
-	var n v1.Node
+	var n coordv1.Node
 	if _, err := c.cat.Get(ctx, nodeKey(node), &n); err != nil {
 		return nil, fmt.Errorf("node %s: %w", node, err)
 	}
@@ -199,7 +246,7 @@ func (c *Coordinator) client(ctx context.Context, node string) (*rpc.AgentClient
 	if cl := c.clients[node]; cl != nil {
 		return cl, nil
 	}
-	cl = rpc.NewAgentClient(n.Addr, node, c.creds)
+	cl = c.opts.Dial(n)
 	c.clients[node] = cl
 	return cl, nil
 }
@@ -226,190 +273,6 @@ func jobKey(name string) string          { return "jobs/" + name }
 func ckptPrefix(job string) string       { return "ckpts/" + job + "/" }
 func ckptKey(job string, seq int) string { return fmt.Sprintf("ckpts/%s/%08d", job, seq) }
 
-// ServeHTTP authenticates the caller and routes the request.
-func (c *Coordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id, ok := rpc.Caller(w, r)
-	if !ok {
-		return
-	}
-	ctx := r.Context()
-	p := r.URL.Path
-	switch {
-	case p == v1.PathHealth && r.Method == http.MethodGet:
-		writeJSON(w, http.StatusOK, v1.Health{Cluster: c.creds.ClusterID, Version: "v1", Etcd: c.opts.EtcdDesc})
-		return
-	case p == v1.PathJoin || p == v1.PathHeartbeat:
-		if id.Role != pki.Agent {
-			fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("only agents join; %s %s is not one", id.Role, id.Name))
-			return
-		}
-		c.serveNode(w, r, id.Name)
-		return
-	}
-	if id.Role != pki.Client && id.Role != pki.Coordinator {
-		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("%s %s may not call %s", id.Role, id.Name, p))
-		return
-	}
-	switch {
-	case p == v1.PathEvents && r.Method == http.MethodGet:
-		c.serveEvents(w, r)
-	case p == v1.PathNodes && r.Method == http.MethodGet:
-		nodes, err := c.Nodes(ctx)
-		reply(w, http.StatusOK, nodes, err)
-	case strings.HasPrefix(p, v1.PathNode) && strings.HasSuffix(p, v1.SuffixSpare) && r.Method == http.MethodPost:
-		var req v1.Spare
-		node := strings.TrimSuffix(strings.TrimPrefix(p, v1.PathNode), v1.SuffixSpare)
-		if err := names.Node(node); err != nil {
-			failErr(w, err)
-			return
-		}
-		if !decode(w, r, &req) {
-			return
-		}
-		n, err := c.SetSpare(ctx, node, req.Spare)
-		reply(w, http.StatusOK, n, err)
-	case strings.HasPrefix(p, v1.PathNode) && strings.HasSuffix(p, v1.SuffixDrain) && r.Method == http.MethodPost:
-		var req v1.Drain
-		node := strings.TrimSuffix(strings.TrimPrefix(p, v1.PathNode), v1.SuffixDrain)
-		if err := names.Node(node); err != nil {
-			failErr(w, err)
-			return
-		}
-		if !decode(w, r, &req) {
-			return
-		}
-		out, err := c.Drain(context.WithoutCancel(ctx), node, req.Undrain)
-		reply(w, http.StatusOK, out, err)
-	case p == v1.PathJobs && r.Method == http.MethodGet:
-		jobs, err := c.Jobs(ctx)
-		reply(w, http.StatusOK, jobs, err)
-	case p == v1.PathJobs && r.Method == http.MethodPost:
-		var req v1.RunJob
-		if !decode(w, r, &req) {
-			return
-		}
-		j, err := c.RunJob(ctx, req)
-		reply(w, http.StatusCreated, j, err)
-	case strings.HasPrefix(p, v1.PathJob):
-		rest := strings.TrimPrefix(p, v1.PathJob)
-		name, suffix, _ := strings.Cut(rest, "/")
-		if suffix != "" {
-			suffix = "/" + suffix
-		}
-		if err := validJobName(name); err != nil {
-			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
-			return
-		}
-		switch {
-		case suffix == "" && r.Method == http.MethodGet:
-			st, err := c.Status(ctx, name)
-			reply(w, http.StatusOK, st, err)
-		case suffix == "" && r.Method == http.MethodDelete:
-			out, err := c.RemoveJob(ctx, name, r.URL.Query().Get("force") == "1")
-			reply(w, http.StatusOK, out, err)
-		case suffix == v1.SuffixKill && r.Method == http.MethodPost:
-			var req v1.Kill
-			if r.ContentLength != 0 && !decode(w, r, &req) {
-				return
-			}
-			if req.Signal < 0 || req.Signal > 64 {
-				fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, fmt.Sprintf("signal %d: not a signal", req.Signal))
-				return
-			}
-			j, err := c.KillJob(ctx, name, syscall.Signal(req.Signal))
-			reply(w, http.StatusOK, j, err)
-		case suffix == v1.SuffixCheckpoint && r.Method == http.MethodPost:
-			// The round belongs to the cluster, not to this request: a CLI
-			// that goes away does not cancel it.
-			ck, err := c.Checkpoint(context.WithoutCancel(ctx), name, false)
-			reply(w, http.StatusOK, ck, err)
-		case suffix == v1.SuffixMigrate && r.Method == http.MethodPost:
-			var req v1.Migrate
-			if !decode(w, r, &req) {
-				return
-			}
-			m, err := c.Migrate(context.WithoutCancel(ctx), name, req.Rank, req.To)
-			if err != nil && m != nil && m.State == v1.MigrationDone {
-				err = nil // it moved; the errors are in m.Reason
-			}
-			reply(w, http.StatusOK, m, err)
-		case suffix == v1.SuffixMigrations && r.Method == http.MethodGet:
-			ms, err := c.Migrations(ctx, name)
-			reply(w, http.StatusOK, ms, err)
-		case suffix == v1.SuffixCheckpoints && r.Method == http.MethodGet:
-			cks, err := c.Checkpoints(ctx, name)
-			reply(w, http.StatusOK, cks, err)
-		case suffix == v1.SuffixRestart && r.Method == http.MethodPost:
-			var req v1.Restart
-			if !decode(w, r, &req) {
-				return
-			}
-			j, err := c.Restart(context.WithoutCancel(ctx), name, req)
-			reply(w, http.StatusOK, j, err)
-		default:
-			fail(w, http.StatusNotFound, agentv1.CodeNotFound, r.Method+" "+p+" is not in the coordinator API")
-		}
-	default:
-		fail(w, http.StatusNotFound, agentv1.CodeNotFound, r.Method+" "+p+" is not in the coordinator API")
-	}
-}
-
-// serveNode handles an agent's join or heartbeat. An agent may only speak
-// for the node its certificate names.
-func (c *Coordinator) serveNode(w http.ResponseWriter, r *http.Request, certName string) {
-	ctx := r.Context()
-	if r.URL.Path == v1.PathHeartbeat {
-		var hb v1.Heartbeat
-		if !decode(w, r, &hb) {
-			return
-		}
-		if hb.Name != certName {
-			fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("agent %s may not speak for node %s", certName, hb.Name))
-			return
-		}
-		err := c.heartbeat(ctx, certName)
-		if err == nil {
-			c.noteHealth(ctx, certName, hb.Health)
-			c.noteQuarantine(ctx, certName, hb.Quarantined)
-		}
-		reply(w, http.StatusNoContent, nil, err)
-		return
-	}
-	var j v1.Join
-	if !decode(w, r, &j) {
-		return
-	}
-	if j.Name != certName {
-		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("agent %s may not join as node %s", certName, j.Name))
-		return
-	}
-	if _, err := netip.ParseAddr(j.Underlay); err != nil {
-		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "underlay: "+err.Error())
-		return
-	}
-	if _, _, err := net.SplitHostPort(j.Addr); err != nil {
-		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "addr: "+err.Error())
-		return
-	}
-	n := v1.Node{Name: j.Name, Addr: j.Addr, Underlay: j.Underlay, Labels: j.Labels, Joined: time.Now().UTC()}
-	var old v1.Node
-	if _, err := c.cat.Get(ctx, nodeKey(j.Name), &old); err == nil {
-		n.Spare, n.Drained = old.Spare, old.Drained // a node that comes back stays what it was
-	}
-	if err := c.cat.Put(ctx, nodeKey(j.Name), &n); err != nil {
-		failErr(w, err)
-		return
-	}
-	c.forgetClient(j.Name)
-	if err := c.register(ctx, j.Name); err != nil {
-		failErr(w, err)
-		return
-	}
-	c.log.Info("node joined", "node", j.Name, "addr", j.Addr)
-	c.publish(evv1.Event{Type: evv1.NodeJoined, Node: j.Name, Message: j.Addr})
-	writeJSON(w, http.StatusOK, v1.JoinReply{Heartbeat: c.opts.NodeTTL / 4, TTL: c.opts.NodeTTL})
-}
-
 func (c *Coordinator) register(ctx context.Context, name string) error {
 	m, err := c.cat.Register(ctx, name, c.opts.NodeTTL)
 	if err != nil {
@@ -427,7 +290,7 @@ func (c *Coordinator) register(ctx context.Context, name string) error {
 // must join again; a known node whose lease this coordinator does not
 // hold (it restarted) gets a new one.
 func (c *Coordinator) heartbeat(ctx context.Context, name string) error {
-	var n v1.Node
+	var n coordv1.Node
 	if _, err := c.cat.Get(ctx, nodeKey(name), &n); err != nil {
 		return err
 	}
@@ -448,7 +311,7 @@ func (c *Coordinator) heartbeat(ctx context.Context, name string) error {
 }
 
 // Nodes lists the nodes with their liveness and load.
-func (c *Coordinator) Nodes(ctx context.Context) ([]v1.Node, error) {
+func (c *Coordinator) Nodes(ctx context.Context) ([]coordv1.Node, error) {
 	alive, err := c.cat.Alive(ctx)
 	if err != nil {
 		return nil, err
@@ -457,9 +320,9 @@ func (c *Coordinator) Nodes(ctx context.Context) ([]v1.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []v1.Node
+	var out []coordv1.Node
 	_, err = c.cat.List(ctx, "nodes/", func(_ string, raw []byte) error {
-		var n v1.Node
+		var n coordv1.Node
 		if err := json.Unmarshal(raw, &n); err != nil {
 			return err
 		}
@@ -479,7 +342,7 @@ func (c *Coordinator) load(ctx context.Context) (map[string]int, error) {
 	}
 	load := map[string]int{}
 	for _, j := range jobs {
-		if j.State == v1.JobKilled || j.State == v1.JobFailed || j.State == v1.JobExited {
+		if j.State == coordv1.JobKilled || j.State == coordv1.JobFailed || j.State == coordv1.JobExited {
 			continue
 		}
 		for _, n := range j.Placement {
@@ -489,42 +352,6 @@ func (c *Coordinator) load(ctx context.Context) (map[string]int, error) {
 	return load, nil
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) { rpc.WriteJSON(w, status, v) }
-
-func fail(w http.ResponseWriter, status int, code, msg string) { rpc.Fail(w, status, code, msg) }
-
-func decode(w http.ResponseWriter, r *http.Request, v any) bool { return rpc.Decode(w, r, v) }
-
-func reply(w http.ResponseWriter, status int, v any, err error) {
-	if err != nil {
-		failErr(w, err)
-		return
-	}
-	if status == http.StatusNoContent {
-		w.WriteHeader(status)
-		return
-	}
-	writeJSON(w, status, v)
-}
-
-// failErr maps an error to the wire.
-func failErr(w http.ResponseWriter, err error) {
-	var we *v1.Error
-	switch {
-	case errors.As(err, &we):
-		// Keep the code, but say where it came from.
-		rpc.FailError(w, &v1.Error{Code: we.Code, Message: err.Error()})
-	case errors.Is(err, names.ErrInvalid):
-		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
-	case errors.Is(err, catalog.ErrNotFound):
-		fail(w, http.StatusNotFound, agentv1.CodeNotFound, err.Error())
-	case errors.Is(err, catalog.ErrExists):
-		fail(w, http.StatusConflict, agentv1.CodeExists, err.Error())
-	default:
-		fail(w, http.StatusInternalServerError, agentv1.CodeInternal, err.Error())
-	}
-}
-
 func apiErr(code, format string, args ...any) error {
-	return &v1.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return &coordv1.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/coord"
 	"cairn/internal/events"
@@ -74,7 +74,7 @@ func followAndStall(t *testing.T, tc *testCoord) {
 		},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+tc.addr+v1.PathEvents+"?follow=1", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+tc.addr+coordv1.PathEvents+"?follow=1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

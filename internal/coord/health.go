@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 )
 
@@ -24,7 +24,7 @@ func (c *Coordinator) noteHealth(ctx context.Context, node string, warnings []st
 	if known && slices.Equal(old, warnings) {
 		return
 	}
-	var n v1.Node
+	var n coordv1.Node
 	err := c.cat.Update(ctx, nodeKey(node), &n, func() error {
 		n.Health = warnings
 		return nil
@@ -58,11 +58,11 @@ func (c *Coordinator) onHealthWarning(node string) {
 		return
 	}
 	for _, j := range jobs {
-		if j.State != v1.JobRunning || !slices.Contains(j.Placement, node) {
+		if j.State != coordv1.JobRunning || !slices.Contains(j.Placement, node) {
 			continue
 		}
 		switch j.OnHealthWarning {
-		case v1.HealthMigrate:
+		case coordv1.HealthMigrate:
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
@@ -76,7 +76,7 @@ func (c *Coordinator) onHealthWarning(node string) {
 					}
 				}
 			}()
-		case v1.HealthCheckpoint:
+		case coordv1.HealthCheckpoint:
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
@@ -103,7 +103,7 @@ func (c *Coordinator) noteQuarantine(ctx context.Context, node string, packs []s
 		return
 	}
 	var fresh []string
-	var n v1.Node
+	var n coordv1.Node
 	err := c.cat.Update(ctx, nodeKey(node), &n, func() error {
 		fresh = fresh[:0]
 		for _, p := range packs {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -19,13 +20,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	agentv1 "cairn/api/agent/v1"
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
-	"cairn/internal/failpoint"
+	"cairn/internal/coord/machine"
 	"cairn/internal/launch"
 	"cairn/internal/names"
-	"cairn/internal/rpc"
 )
 
 // validJobName accepts names that make valid container names as JOB.RANK.
@@ -37,10 +37,10 @@ func validJobName(name string) error {
 }
 
 // Jobs lists the jobs.
-func (c *Coordinator) Jobs(ctx context.Context) ([]v1.Job, error) {
-	var out []v1.Job
+func (c *Coordinator) Jobs(ctx context.Context) ([]coordv1.Job, error) {
+	var out []coordv1.Job
 	_, err := c.cat.List(ctx, "jobs/", func(_ string, raw []byte) error {
-		var j v1.Job
+		var j coordv1.Job
 		if err := json.Unmarshal(raw, &j); err != nil {
 			return err
 		}
@@ -51,8 +51,8 @@ func (c *Coordinator) Jobs(ctx context.Context) ([]v1.Job, error) {
 	return out, err
 }
 
-func (c *Coordinator) job(ctx context.Context, name string) (*v1.Job, error) {
-	var j v1.Job
+func (c *Coordinator) job(ctx context.Context, name string) (*coordv1.Job, error) {
+	var j coordv1.Job
 	if _, err := c.cat.Get(ctx, jobKey(name), &j); err != nil {
 		if errors.Is(err, catalog.ErrNotFound) {
 			return nil, apiErr(agentv1.CodeNotFound, "no job %s", name)
@@ -63,19 +63,19 @@ func (c *Coordinator) job(ctx context.Context, name string) (*v1.Job, error) {
 }
 
 // updateJob changes a job's record with fn under compare-and-swap.
-func (c *Coordinator) updateJob(ctx context.Context, name string, fn func(*v1.Job) error) (*v1.Job, error) {
-	var j v1.Job
+func (c *Coordinator) updateJob(ctx context.Context, name string, fn func(*coordv1.Job) error) (*coordv1.Job, error) {
+	var j coordv1.Job
 	err := c.cat.Update(ctx, jobKey(name), &j, func() error { return fn(&j) })
 	return &j, err
 }
 
 // liveNodes returns the live nodes by name.
-func (c *Coordinator) liveNodes(ctx context.Context) (map[string]v1.Node, error) {
+func (c *Coordinator) liveNodes(ctx context.Context) (map[string]coordv1.Node, error) {
 	nodes, err := c.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]v1.Node{}
+	out := map[string]coordv1.Node{}
 	for _, n := range nodes {
 		if n.Alive {
 			out[n.Name] = n
@@ -88,15 +88,15 @@ func (c *Coordinator) liveNodes(ctx context.Context) (map[string]v1.Node, error)
 // none), least loaded first, at most perNode on each (0: as evenly as
 // possible). prefer, if set, names a node to keep for a rank when it is a
 // candidate.
-func place(n, perNode int, cands []v1.Node, prefer []string) ([]string, error) {
+func place(n, perNode int, cands []coordv1.Node, prefer []string) ([]string, error) {
 	if len(cands) == 0 {
-		return nil, apiErr(v1.CodeNoNodes, "no live node to place %d ranks on", n)
+		return nil, apiErr(coordv1.CodeNoNodes, "no live node to place %d ranks on", n)
 	}
 	if perNode <= 0 {
 		perNode = (n + len(cands) - 1) / len(cands)
 	}
 	if perNode*len(cands) < n {
-		return nil, apiErr(v1.CodeNoNodes, "%d ranks do not fit on %d nodes with at most %d per node", n, len(cands), perNode)
+		return nil, apiErr(coordv1.CodeNoNodes, "%d ranks do not fit on %d nodes with at most %d per node", n, len(cands), perNode)
 	}
 	load := map[string]int{}
 	ok := map[string]bool{}
@@ -136,12 +136,12 @@ func place(n, perNode int, cands []v1.Node, prefer []string) ([]string, error) {
 // candidates returns the live nodes among names (all live nodes if none,
 // spares only if withSpares), sorted by name; a named node that is not
 // alive is an error.
-func (c *Coordinator) candidates(ctx context.Context, names []string, withSpares bool) ([]v1.Node, error) {
+func (c *Coordinator) candidates(ctx context.Context, names []string, withSpares bool) ([]coordv1.Node, error) {
 	live, err := c.liveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []v1.Node
+	var out []coordv1.Node
 	if len(names) == 0 {
 		for _, n := range live {
 			if n.Spare && !withSpares || n.Drained {
@@ -153,7 +153,7 @@ func (c *Coordinator) candidates(ctx context.Context, names []string, withSpares
 		for _, name := range names {
 			n, ok := live[name]
 			if !ok {
-				return nil, apiErr(v1.CodeNodeDead, "node %s is not a live node of the cluster", name)
+				return nil, apiErr(coordv1.CodeNodeDead, "node %s is not a live node of the cluster", name)
 			}
 			out = append(out, n)
 		}
@@ -190,7 +190,7 @@ func (c *Coordinator) allocNet(ctx context.Context) (uint32, netip.Prefix, error
 }
 
 // RunJob places and starts a job's ranks.
-func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error) {
+func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.Job, error) {
 	if err := validJobName(req.Name); err != nil {
 		return nil, err
 	}
@@ -211,17 +211,17 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 	}
 	switch req.OnHealthWarning {
 	case "":
-		req.OnHealthWarning = v1.HealthIgnore
-	case v1.HealthIgnore, v1.HealthMigrate, v1.HealthCheckpoint:
+		req.OnHealthWarning = coordv1.HealthIgnore
+	case coordv1.HealthIgnore, coordv1.HealthMigrate, coordv1.HealthCheckpoint:
 	default:
-		return nil, apiErr(agentv1.CodeBadRequest, "on-health-warning must be %s, %s or %s, not %q", v1.HealthMigrate, v1.HealthCheckpoint, v1.HealthIgnore, req.OnHealthWarning)
+		return nil, apiErr(agentv1.CodeBadRequest, "on-health-warning must be %s, %s or %s, not %q", coordv1.HealthMigrate, coordv1.HealthCheckpoint, coordv1.HealthIgnore, req.OnHealthWarning)
 	}
 	switch req.OnFailure {
 	case "":
-		req.OnFailure = v1.OnFailureRestart
-	case v1.OnFailureRestart, v1.OnFailureStop:
+		req.OnFailure = coordv1.OnFailureRestart
+	case coordv1.OnFailureRestart, coordv1.OnFailureStop:
 	default:
-		return nil, apiErr(agentv1.CodeBadRequest, "on-failure must be %s or %s, not %q", v1.OnFailureRestart, v1.OnFailureStop, req.OnFailure)
+		return nil, apiErr(agentv1.CodeBadRequest, "on-failure must be %s or %s, not %q", coordv1.OnFailureRestart, coordv1.OnFailureStop, req.OnFailure)
 	}
 	cands, err := c.candidates(ctx, req.Nodes, false)
 	if err != nil {
@@ -235,8 +235,8 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 	if err != nil {
 		return nil, err
 	}
-	j := &v1.Job{RunJob: req, VNI: vni, Subnet: subnet.String(), Placement: placement,
-		State: v1.JobStarting, Created: time.Now().UTC(), NextCkpt: 1}
+	j := &coordv1.Job{RunJob: req, VNI: vni, Subnet: subnet.String(), Placement: placement,
+		State: coordv1.JobStarting, Created: time.Now().UTC(), NextCkpt: 1}
 	a := subnet.Addr().Next() // .1 stays free
 	for range req.Ranks {
 		a = a.Next()
@@ -248,57 +248,72 @@ func (c *Coordinator) RunJob(ctx context.Context, req v1.RunJob) (*v1.Job, error
 		}
 		return nil, err
 	}
-	out, err := c.startRanks(ctx, j)
+	done, err := c.startJob(ctx, j, false)
 	if err != nil {
-		c.log.Warn("job start failed; removing it", "job", j.Name, "err", err)
-		c.teardown(context.WithoutCancel(ctx), j, nil)
-		_ = c.cat.Delete(context.WithoutCancel(ctx), jobKey(j.Name))
 		return nil, fmt.Errorf("start job %s: %w", j.Name, err)
 	}
-	return out, nil
+	if !done.OK {
+		c.log.Warn("job start failed; removed it", "job", j.Name, "err", done.Reason)
+		return nil, fmt.Errorf("start job %s: %s", j.Name, done.Reason)
+	}
+	return c.job(ctx, j.Name)
 }
 
-// startRanks starts every rank of j, which the catalog holds as starting,
-// on its node, and records the job running.
-func (c *Coordinator) startRanks(ctx context.Context, j *v1.Job) (*v1.Job, error) {
+// startJob runs the start of j, which the catalog holds as starting, to
+// its end (machine.JobStart); recover says that an earlier coordinator
+// died during it.
+func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool) (machine.Done, error) {
+	m, err := machine.NewStart(machine.StartConfig{Job: j.Name, Placement: j.Placement, Recover: recover})
+	if err != nil {
+		return machine.Done{}, err
+	}
 	subnet, err := netip.ParsePrefix(j.Subnet)
 	if err != nil {
-		return nil, err
+		return machine.Done{}, err
 	}
 	launchEnv, err := launchEnv(j.RunJob, subnet)
 	if err != nil {
-		return nil, err
+		return machine.Done{}, err
+	}
+	x, err := c.newJobRun(ctx, j, c.log.With("job", j.Name))
+	if err != nil {
+		return machine.Done{}, err
 	}
 	req := j.RunJob
-	env := func(r int) []string {
-		return append(append([]string{
+	x.run = func(r int) agentv1.RankRun {
+		env := append(append([]string{
 			"CAIRN_JOB=" + j.Name, "CAIRN_RANK=" + strconv.Itoa(r), "CAIRN_SIZE=" + strconv.Itoa(req.Ranks),
 			"CAIRN_PEERS=" + strings.Join(j.Addrs, ","),
 		}, launchEnv...), req.Env...)
-	}
-	err = c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
-		_, err := cl.RankRun(ctx, agentv1.RankRun{
-			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: jobNet(j, j.Placement[r], c.underlays(ctx)),
-			Addr: j.Addrs[r], Args: req.Args, Env: env(r), RootFS: req.RootFS, MPI: req.MPI,
+		return agentv1.RankRun{
+			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: x.jobNet(j.Placement[r], j.Placement),
+			Addr: j.Addrs[r], Args: req.Args, Env: env, RootFS: req.RootFS, MPI: req.MPI,
 			Cwd: req.Cwd, Volumes: req.Volumes, CPUs: req.CPUs, Memory: req.Memory,
-		})
-		return err
-	})
-	if err != nil {
-		return nil, err
+		}
 	}
-	failpoint.Hold(ctx, "job-before-running", c.log)
-	return c.markStarted(ctx, j)
+	x.persist = func(ctx context.Context, p machine.Persist) error {
+		switch p.Phase {
+		case machine.PhaseRunning:
+			return c.markStarted(ctx, j)
+		case machine.PhaseRemoved:
+			return c.cat.Delete(ctx, jobKey(j.Name))
+		}
+		return fmt.Errorf("job start: no phase %s", p.Phase)
+	}
+	return x.drive(ctx, m)
 }
 
 // markStarted records a job whose every rank runs as running.
-func (c *Coordinator) markStarted(ctx context.Context, j *v1.Job) (*v1.Job, error) {
+func (c *Coordinator) markStarted(ctx context.Context, j *coordv1.Job) error {
+	if _, err := c.updateJob(ctx, j.Name, func(j *coordv1.Job) error { j.State = coordv1.JobRunning; return nil }); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	c.lastRun[j.Name] = time.Now()
 	c.mu.Unlock()
 	c.log.Info("job started", "job", j.Name, "ranks", j.Ranks, "placement", j.Placement)
 	c.publish(evv1.Event{Type: evv1.JobStarted, Job: j.Name, Message: fmt.Sprintf("%d ranks on %s", j.Ranks, strings.Join(j.Placement, ","))})
-	return c.updateJob(ctx, j.Name, func(j *v1.Job) error { j.State = v1.JobRunning; return nil })
+	return nil
 }
 
 // recoverStarts finishes the job starts an earlier coordinator left: a job
@@ -313,57 +328,32 @@ func (c *Coordinator) recoverStarts(ctx context.Context) {
 		return
 	}
 	for _, j := range jobs {
-		if j.State != v1.JobStarting {
+		if j.State != coordv1.JobStarting {
 			continue
 		}
 		c.log.Info("finishing a job start an earlier coordinator left", "job", j.Name)
-		err := c.retry(ctx, j.Name, "finishing a job start failed", func() error { return c.finishStart(ctx, &j) })
+		err := c.retry(ctx, j.Name, "finishing a job start failed", func() error {
+			defer c.lockJob(j.Name)()
+			done, err := c.startJob(ctx, &j, true)
+			if err == nil {
+				err = doneErr(done)
+			}
+			return err
+		})
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			_, _ = c.updateJob(ctx, j.Name, func(j *v1.Job) error {
-				j.State, j.Reason = v1.JobFailed, "its start was cut short and could not be finished: "+err.Error()
+			_, _ = c.updateJob(ctx, j.Name, func(j *coordv1.Job) error {
+				j.State, j.Reason = coordv1.JobFailed, "its start was cut short and could not be finished: "+err.Error()
 				return nil
 			})
 		}
 	}
 }
 
-func (c *Coordinator) finishStart(ctx context.Context, j *v1.Job) error {
-	defer c.lockJob(j.Name)()
-	running := c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
-		in, err := cl.Get(ctx, agentv1.RankName(j.Name, r))
-		if err == nil && in.Status != "running" {
-			err = fmt.Errorf("rank %d is %s", r, in.Status)
-		}
-		return err
-	})
-	if running == nil {
-		_, err := c.markStarted(ctx, j)
-		return err
-	}
-	c.log.Info("job start: not every rank runs; starting them all again", "job", j.Name, "why", running)
-	c.teardown(ctx, j, nil)
-	_, err := c.startRanks(ctx, j)
-	return err
-}
-
-// underlays maps node names to their underlay addresses.
-func (c *Coordinator) underlays(ctx context.Context) map[string]string {
-	out := map[string]string{}
-	_, _ = c.cat.List(ctx, "nodes/", func(_ string, raw []byte) error {
-		var n v1.Node
-		if json.Unmarshal(raw, &n) == nil {
-			out[n.Name] = n.Underlay
-		}
-		return nil
-	})
-	return out
-}
-
 // jobNet is the job network as node sees it under the job's placement.
-func jobNet(j *v1.Job, node string, underlays map[string]string) agentv1.JobNet {
+func jobNet(j *coordv1.Job, node string, underlays map[string]string) agentv1.JobNet {
 	n := agentv1.JobNet{Job: j.Name, VNI: j.VNI, Subnet: j.Subnet, Remotes: map[string]string{}}
 	for r, on := range j.Placement {
 		if on != node && underlays[on] != "" {
@@ -373,34 +363,12 @@ func jobNet(j *v1.Job, node string, underlays map[string]string) agentv1.JobNet 
 	return n
 }
 
-// forRanks runs fn for every rank of j, in parallel, on the agent of the
-// rank's node, and joins the errors.
-func (c *Coordinator) forRanks(ctx context.Context, j *v1.Job, fn func(context.Context, *rpc.AgentClient, int) error) error {
-	var wg sync.WaitGroup
-	errs := make([]error, len(j.Placement))
-	for r, node := range j.Placement {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl, err := c.client(ctx, node)
-			if err == nil {
-				err = fn(ctx, cl, r)
-			}
-			if err != nil {
-				errs[r] = fmt.Errorf("rank %d on %s: %w", r, node, err)
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
 // teardown removes j's rank containers and job network from the nodes of
 // its placement that are alive, and the job network from extra nodes;
 // best effort.
-func (c *Coordinator) teardown(ctx context.Context, j *v1.Job, extra []string) {
+func (c *Coordinator) teardown(ctx context.Context, j *coordv1.Job, extra []string) {
 	live, _ := c.liveNodes(ctx)
-	_ = c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
+	_ = c.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
 		if _, ok := live[j.Placement[r]]; !ok {
 			return nil
 		}
@@ -408,18 +376,12 @@ func (c *Coordinator) teardown(ctx context.Context, j *v1.Job, extra []string) {
 	})
 	nodes := append(slices.Clone(j.Placement), extra...)
 	slices.Sort(nodes)
-	for _, n := range slices.Compact(nodes) {
-		if _, ok := live[n]; !ok {
-			continue
-		}
-		if cl, err := c.client(ctx, n); err == nil {
-			_ = cl.DeleteJobNet(ctx, j.VNI)
-		}
-	}
+	nodes = slices.DeleteFunc(slices.Compact(nodes), func(n string) bool { _, ok := live[n]; return !ok })
+	_ = c.onNodes(ctx, nodes, func(_ string, cl Agent) error { return cl.DeleteJobNet(ctx, j.VNI) })
 }
 
 // Status returns a job with the live state of its ranks.
-func (c *Coordinator) Status(ctx context.Context, name string) (*v1.JobStatus, error) {
+func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStatus, error) {
 	j, err := c.job(ctx, name)
 	if err != nil {
 		return nil, err
@@ -428,36 +390,31 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*v1.JobStatus, e
 	if err != nil {
 		return nil, err
 	}
-	st := &v1.JobStatus{Job: *j, RankStates: make([]v1.Rank, len(j.Placement))}
-	var wg sync.WaitGroup
+	st := &coordv1.JobStatus{Job: *j, RankStates: make([]coordv1.Rank, len(j.Placement))}
 	for r, node := range j.Placement {
-		rs := &st.RankStates[r]
-		*rs = v1.Rank{Rank: r, Node: node, Addr: j.Addrs[r], Status: "unknown"}
+		st.RankStates[r] = coordv1.Rank{Rank: r, Node: node, Addr: j.Addrs[r], Status: "unknown"}
 		if _, ok := live[node]; !ok {
-			rs.Error = "node is not alive"
-			continue
+			st.RankStates[r].Error = "node is not alive"
+		} else {
+			st.RankStates[r].Alive = true
 		}
-		rs.Alive = true
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl, err := c.client(ctx, node)
-			if err != nil {
-				rs.Error = err.Error()
-				return
-			}
-			in, err := cl.Get(ctx, agentv1.RankName(j.Name, r))
-			switch {
-			case hasCode(err, agentv1.CodeNotFound):
-				rs.Status = "missing"
-			case err != nil:
-				rs.Error = err.Error()
-			default:
-				rs.Status, rs.Pid, rs.ExitCode = in.Status, in.Pid, in.ExitCode
-			}
-		}()
 	}
-	wg.Wait()
+	_ = c.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
+		rs := &st.RankStates[r]
+		if !rs.Alive {
+			return nil
+		}
+		in, err := cl.Get(ctx, agentv1.RankName(j.Name, r))
+		switch {
+		case hasCode(err, agentv1.CodeNotFound):
+			rs.Status = "missing"
+		case err != nil:
+			rs.Error = err.Error()
+		default:
+			rs.Status, rs.Pid, rs.ExitCode = in.Status, in.Pid, in.ExitCode
+		}
+		return nil
+	})
 	st.Exited = true
 	for _, rs := range st.RankStates {
 		switch rs.Status {
@@ -486,7 +443,7 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*v1.JobStatus, e
 // KillJob sends sig to every rank's processes (0: SIGKILL); the job and
 // its checkpoints stay. After SIGKILL the job is "killed"; after another
 // signal its state follows what its ranks do.
-func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Signal) (*v1.Job, error) {
+func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Signal) (*coordv1.Job, error) {
 	if sig == 0 {
 		sig = syscall.SIGKILL
 	}
@@ -496,7 +453,7 @@ func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Sign
 		return nil, err
 	}
 	live, _ := c.liveNodes(ctx)
-	err = c.forRanks(ctx, j, func(ctx context.Context, cl *rpc.AgentClient, r int) error {
+	err = c.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
 		if _, ok := live[j.Placement[r]]; !ok {
 			return nil
 		}
@@ -522,14 +479,14 @@ func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Sign
 	if sig != syscall.SIGKILL {
 		return c.job(ctx, name)
 	}
-	return c.updateJob(ctx, name, func(j *v1.Job) error { j.State = v1.JobKilled; return nil })
+	return c.updateJob(ctx, name, func(j *coordv1.Job) error { j.State = coordv1.JobKilled; return nil })
 }
 
 // RemoveJob removes a job: its ranks, its network, its catalog records and
 // its rank images on every live node (the store reclaims their chunks at
 // its gc). Without force, a job with checkpoints or running ranks is
 // refused and nothing is touched.
-func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*v1.Removed, error) {
+func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*coordv1.Removed, error) {
 	defer c.lockJob(name)()
 	j, err := c.job(ctx, name)
 	if err != nil {
@@ -541,21 +498,21 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 	}
 	if !force {
 		if len(cks) > 0 {
-			return nil, apiErr(v1.CodeConflict, "job %s has %d checkpoints (%d to %d), which rm deletes on every node: use --force to remove the job with them", name, len(cks), cks[0].Seq, cks[len(cks)-1].Seq)
+			return nil, apiErr(coordv1.CodeConflict, "job %s has %d checkpoints (%d to %d), which rm deletes on every node: use --force to remove the job with them", name, len(cks), cks[0].Seq, cks[len(cks)-1].Seq)
 		}
-		if j.State == v1.JobRunning {
+		if j.State == coordv1.JobRunning {
 			st, err := c.Status(ctx, name)
 			if err != nil {
 				return nil, err
 			}
 			for _, r := range st.RankStates {
 				if r.Status == "running" || r.Status == "paused" || r.Status == "created" {
-					return nil, apiErr(v1.CodeConflict, "job %s is running (rank %d on %s): use --force to kill and remove it", name, r.Rank, r.Node)
+					return nil, apiErr(coordv1.CodeConflict, "job %s is running (rank %d on %s): use --force to kill and remove it", name, r.Rank, r.Node)
 				}
 			}
 		}
 	}
-	out := &v1.Removed{Job: name, Ranks: len(j.Placement), Ckpts: len(cks)}
+	out := &coordv1.Removed{Job: name, Ranks: len(j.Placement), Ckpts: len(cks)}
 	c.teardown(ctx, j, nil)
 	// Rank images are on their nodes and on replicas: every live node
 	// drops the job's.
@@ -564,24 +521,17 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 		ranks = append(ranks, agentv1.RankName(name, r))
 	}
 	if live, err := c.liveNodes(ctx); err == nil {
-		var wg sync.WaitGroup
 		var mu sync.Mutex
-		for n := range live {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if cl, err := c.client(ctx, n); err == nil {
-					d, err := cl.DropImages(ctx, agentv1.DropImages{Containers: ranks})
-					if err != nil {
-						c.log.Warn("drop a removed job's images", "job", name, "node", n, "err", err)
-					}
-					mu.Lock()
-					out.Images += d.Images
-					mu.Unlock()
-				}
-			}()
+		err := c.onNodes(ctx, slices.Sorted(maps.Keys(live)), func(_ string, cl Agent) error {
+			d, err := cl.DropImages(ctx, agentv1.DropImages{Containers: ranks})
+			mu.Lock()
+			out.Images += d.Images
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			c.log.Warn("drop a removed job's images", "job", name, "err", err)
 		}
-		wg.Wait()
 	}
 	for _, prefix := range []string{ckptPrefix(name), migPrefix(name)} {
 		if _, err := c.cat.DeletePrefix(ctx, prefix); err != nil {
@@ -595,7 +545,7 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 // launchEnv returns the environment an MPI job's ranks get besides every
 // job's: the job's network, for the launcher's interfaces, and a fresh
 // secret that authenticates the ranks to each other's launch daemons.
-func launchEnv(req v1.RunJob, subnet netip.Prefix) ([]string, error) {
+func launchEnv(req coordv1.RunJob, subnet netip.Prefix) ([]string, error) {
 	if req.MPI == "" {
 		return nil, nil
 	}

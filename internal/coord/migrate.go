@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
-	"cairn/internal/failpoint"
+	"cairn/internal/coord/machine"
 )
 
 func migPrefix(job string) string       { return "migrations/" + job + "/" }
@@ -23,33 +22,27 @@ func migKey(job string, seq int) string { return fmt.Sprintf("migrations/%s/%08d
 func (c *Coordinator) migrationHold() time.Duration { return c.opts.Hold + time.Minute }
 
 // Migrate moves one rank of a running job to another node while the rest
-// of the job waits, in four phases (design.md §2):
-//
-//  1. stall: every other rank is locked and frozen where it is, and the
-//     moving rank is prepared on its node as for a checkpoint (network
-//     locked, frozen, dumped into tmpfs staging);
-//  2. move: the target agent pulls the staged image straight from the
-//     source's staging (no copy on either disk first);
-//  3. restore: the target restores the rank from its staging, frozen,
-//     its network locked, with its address;
-//  4. resume: the source's copy is removed, every node's job network
-//     points at the rank's new node, and every rank resumes.
-//
-// Until phase 4 begins, any failure undoes the migration: the target's
-// copy is removed and every rank, the moving one included, runs again
-// where it was. to may be empty: a spare, else the least loaded node.
-func (c *Coordinator) Migrate(ctx context.Context, name string, rank int, to string) (*v1.Migration, error) {
+// of the job waits (machine.Migration): the others are stalled and the
+// rank dumped on its node; the target pulls the staged image straight
+// from the source's staging (no copy on either disk first) and restores
+// it, frozen; the job's record then places the rank on the target (the
+// commit point), the source's copy goes, every node's job network points
+// at the rank's new node, and every rank resumes. Any failure before the
+// commit point undoes the migration: every rank, the moving one included,
+// runs again where it was. to may be empty: a spare, else the least
+// loaded node.
+func (c *Coordinator) Migrate(ctx context.Context, name string, rank int, to string) (*coordv1.Migration, error) {
 	defer c.lockJob(name)()
 	return c.migrate(ctx, name, rank, to)
 }
 
-func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to string) (*v1.Migration, error) {
+func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to string) (*coordv1.Migration, error) {
 	j, err := c.job(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if j.State != v1.JobRunning {
-		return nil, apiErr(v1.CodeConflict, "job %s is %s: only a running job's ranks can migrate", name, j.State)
+	if j.State != coordv1.JobRunning {
+		return nil, apiErr(coordv1.CodeConflict, "job %s is %s: only a running job's ranks can migrate", name, j.State)
 	}
 	if rank < 0 || rank >= len(j.Placement) {
 		return nil, apiErr(agentv1.CodeBadRequest, "job %s has no rank %d", name, rank)
@@ -61,7 +54,7 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 	}
 	for _, n := range j.Placement {
 		if _, ok := live[n]; !ok {
-			return nil, apiErr(v1.CodeNodeDead, "node %s of job %s is dead: restart the job instead", n, name)
+			return nil, apiErr(coordv1.CodeNodeDead, "node %s of job %s is dead: restart the job instead", n, name)
 		}
 	}
 	if to == "" {
@@ -73,242 +66,144 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		return nil, apiErr(agentv1.CodeBadRequest, "rank %d of %s is on %s already", rank, name, to)
 	}
 	if _, ok := live[to]; !ok {
-		return nil, apiErr(v1.CodeNodeDead, "node %s is not a live node of the cluster", to)
+		return nil, apiErr(coordv1.CodeNodeDead, "node %s is not a live node of the cluster", to)
 	}
 	var seq int
-	if j, err = c.updateJob(ctx, name, func(j *v1.Job) error {
+	if j, err = c.updateJob(ctx, name, func(j *coordv1.Job) error {
 		seq = j.NextCkpt
 		j.NextCkpt++
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	m := &v1.Migration{Job: name, Seq: seq, Rank: rank, From: from, To: to, State: v1.MigrationRunning, Started: time.Now().UTC()}
+	m := &coordv1.Migration{Job: name, Seq: seq, Rank: rank, From: from, To: to, State: coordv1.MigrationRunning, Started: time.Now().UTC()}
 	if err := c.cat.Create(ctx, migKey(name, seq), m); err != nil {
 		return nil, err
 	}
-	log := c.log.With("job", name, "rank", rank, "from", from, "to", to, "seq", seq)
-	log.Info("migration started")
+	c.log.Info("migration started", "job", name, "rank", rank, "node", from, "peer", to, "ckpt", seq)
 	c.publish(evv1.Event{Type: evv1.MigrationStarted, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to})
-	hold := c.migrationHold()
-	start := time.Now()
-
-	stay := ranksByNode(name, j.Placement, rank) // the ranks that stay, by node
-	recorded := false                            // the rank's new node is in the catalog
-	fail := func(phase string, err error) (*v1.Migration, error) {
-		log.Warn("migration failed; resuming the job where it was", "phase", phase, "err", err)
-		if recorded {
-			if _, err := c.updateJob(context.WithoutCancel(ctx), name, func(jj *v1.Job) error {
-				jj.Placement[rank] = from
-				jj.Migrations--
-				return nil
-			}); err != nil {
-				log.Warn("migration: record the rank back on its node", "err", err)
-			}
-		}
-		c.undoMigration(context.WithoutCancel(ctx), j, rank, seq, to, stay)
-		if isDamaged(err) {
-			// The rank cannot run on where it was: the job restarts from
-			// its newest checkpoint (once this migration lets go of it).
-			c.rankDamaged(name, err.Error())
-		}
-		m.State, m.Reason, m.Finished, m.Stall = v1.MigrationFailed, phase+": "+err.Error(), time.Now().UTC(), time.Since(start)
-		_ = c.cat.Put(context.WithoutCancel(ctx), migKey(name, seq), m)
-		c.publish(evv1.Event{Type: evv1.MigrationFailed, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to,
-			Duration: m.Stall, Message: m.Reason})
-		return m, fmt.Errorf("migrate %s/%d from %s to %s: %s: %w", name, rank, from, to, phase, err)
-	}
-
-	// 1. Stall: the others frozen and locked, the moving rank dumped.
-	var wg sync.WaitGroup
-	var emu sync.Mutex
-	var errs []error
-	note := func(err error) {
-		emu.Lock()
-		errs = append(errs, err)
-		emu.Unlock()
-	}
-	for n, ranks := range stay {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl, err := c.client(ctx, n)
-			if err == nil {
-				err = cl.RankStall(ctx, agentv1.RankStall{Ranks: ranks, Hold: hold})
-			}
-			if err != nil {
-				note(fmt.Errorf("stall on %s: %w", n, err))
-			}
-		}()
-	}
-	var prep agentv1.Prepared
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cl, err := c.client(ctx, from)
-		if err == nil {
-			prep, err = cl.Prepare(ctx, agentv1.Prepare{Rank: agentv1.Rank{Job: name, Rank: rank}, Seq: seq, Hold: hold})
-		}
-		if err != nil {
-			note(fmt.Errorf("dump on %s: %w", from, err))
-		}
-	}()
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fail("stall", err)
-	}
-	m.Dump = prep.Dump
-	c.publish(evv1.Event{Type: evv1.MigrationStalled, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to,
-		Duration: time.Since(start), Bytes: prep.Size})
-
-	// 2, 3. Move and restore, on the target.
-	tcl, err := c.client(ctx, to)
-	if err != nil {
-		return fail("move", err)
-	}
-	moved := *j
-	moved.Placement = append([]string(nil), j.Placement...)
-	moved.Placement[rank] = to
-	underlays := c.underlays(ctx)
-	in, err := tcl.MigrateIn(ctx, agentv1.MigrateIn{
-		Rank: agentv1.Rank{Job: name, Rank: rank}, Seq: seq, From: live[from].Addr, FromNode: from,
-		Net: jobNet(&moved, to, underlays), Addr: j.Addrs[rank], Hold: hold,
-	})
-	m.Bytes, m.Move, m.Restore = in.Bytes, in.Move, in.Restore
-	if err != nil {
-		return fail("move", err)
-	}
-	c.publish(evv1.Event{Type: evv1.MigrationMoved, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to,
-		Duration: in.Move, Bytes: in.Bytes})
-	c.publish(evv1.Event{Type: evv1.MigrationRestored, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: to,
-		Duration: in.Restore})
-
-	// 4. Resume. From here on the rank lives on the target, and the
-	// catalog says so first: a coordinator that dies from now on is
-	// followed by one that finishes the migration (recoverMigration
-	// removes the source, then resumes). Recorded after the source's
-	// removal, a death between the two would have the next coordinator
-	// undo the migration onto a source that is gone. The source's copy
-	// goes before anything runs, so that the two never run together,
-	// while every node's job network is pointed at the rank's new node.
-	resumeStart := time.Now()
-	if _, err := c.updateJob(context.WithoutCancel(ctx), name, func(jj *v1.Job) error {
-		jj.Placement[rank] = to
-		jj.Migrations++
-		return nil
-	}); err != nil {
-		return fail("record the new placement", err)
-	}
-	recorded = true
-	failpoint.Hold(ctx, "migration-before-remove", c.log)
-	nodes := map[string][]agentv1.Rank{}
-	for n, ranks := range stay {
-		nodes[n] = ranks
-	}
-	nodes[to] = append(nodes[to], agentv1.Rank{Job: name, Rank: rank})
-	errs = nil
-	var outErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scl, err := c.client(ctx, from)
-		if err == nil {
-			err = scl.MigrateOut(ctx, agentv1.MigrateOut{Rank: agentv1.Rank{Job: name, Rank: rank}, Seq: seq, VNI: j.VNI, Addr: j.Addrs[rank]})
-		}
-		outErr = err
-	}()
-	for n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl, err := c.client(ctx, n)
-			if err == nil {
-				err = cl.JobNet(ctx, jobNet(&moved, n, underlays))
-			}
-			if err != nil {
-				note(fmt.Errorf("job network on %s: %w", n, err))
-			}
-		}()
-	}
-	wg.Wait()
-	if outErr != nil {
-		return fail("remove the source", outErr)
-	}
-	failpoint.Hold(ctx, "migration-before-resume", c.log)
-	ctx = context.WithoutCancel(ctx)
-	if err := c.resumeRanks(ctx, nodes); err != nil {
-		note(err)
-	}
-	m.Resume, m.Stall = time.Since(resumeStart), time.Since(start)
-	if _, ok := nodes[from]; !ok {
-		// The source keeps no rank of the job: its job network goes.
-		if cl, err := c.client(ctx, from); err == nil {
-			_ = cl.DeleteJobNet(ctx, j.VNI)
-		}
-	}
-	m.Finished = time.Now().UTC()
-	m.State = v1.MigrationDone
-	if err := errors.Join(errs...); err != nil {
-		m.Reason = err.Error()
-	}
-	_ = c.cat.Put(ctx, migKey(name, seq), m)
-	log.Info("migrated", "stall", m.Stall, "dump", m.Dump, "move", m.Move, "restore", m.Restore, "bytes", m.Bytes)
-	c.publish(evv1.Event{Type: evv1.MigrationDone, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: to, Peer: from,
-		Duration: m.Stall, Bytes: m.Bytes, Message: fmt.Sprintf("dump %s, move %s, restore %s, resume %s",
-			m.Dump.Round(time.Millisecond), m.Move.Round(time.Millisecond),
-			m.Restore.Round(time.Millisecond), m.Resume.Round(time.Millisecond))})
-	if len(errs) > 0 {
-		return m, fmt.Errorf("migrate %s/%d: resumed with errors: %w", name, rank, errors.Join(errs...))
-	}
-	return m, nil
+	return c.runMigration(ctx, j, m, machine.MigrationConfig{Job: name, Rank: rank, From: from, To: to, Placement: j.Placement})
 }
 
-// undoMigration puts a job back as it was before a migration that failed
-// before its phase 4: the target's copy goes, the moving rank is thawed
-// on its node (its prepare aborted) and the other ranks resume. Agents
-// that cannot be reached do the same by themselves when their hold ends.
-func (c *Coordinator) undoMigration(ctx context.Context, j *v1.Job, rank, seq int, to string, stay map[string][]agentv1.Rank) {
-	if cl, err := c.client(ctx, to); err == nil {
-		_ = cl.RankRemove(ctx, agentv1.RankRemove{Rank: agentv1.Rank{Job: j.Name, Rank: rank}, VNI: j.VNI, Addr: j.Addrs[rank]})
-		if !slices.Contains(j.Placement, to) {
-			_ = cl.DeleteJobNet(ctx, j.VNI)
-		}
+// runMigration runs the migration m of j, as cfg describes it, to its
+// end, and returns its record.
+func (c *Coordinator) runMigration(ctx context.Context, j *coordv1.Job, m *coordv1.Migration, cfg machine.MigrationConfig) (*coordv1.Migration, error) {
+	mm, err := machine.NewMigration(cfg)
+	if err != nil {
+		return nil, err
 	}
-	var wg sync.WaitGroup
-	// Job networks point at the rank's own node again (they may have been
-	// pointed at the target already).
-	underlays := c.underlays(ctx)
-	for _, n := range slices.Compact(slices.Sorted(slices.Values(j.Placement))) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if cl, err := c.client(ctx, n); err == nil {
-				_ = cl.JobNet(ctx, jobNet(j, n, underlays))
+	log := c.log.With("job", m.Job, "rank", m.Rank, "ckpt", m.Seq)
+	x, err := c.newJobRun(ctx, j, log)
+	if err != nil {
+		return nil, err
+	}
+	x.ckpt, x.placement, x.hold = m.Seq, cfg.Placement, c.migrationHold()
+	start := time.Now()
+	damaged := ""
+	ev := func(typ, node, peer string) evv1.Event {
+		return evv1.Event{Type: typ, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: node, Peer: peer}
+	}
+	x.observe = func(a machine.Action, res machine.Result) {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		switch a.(type) {
+		case machine.PrepareRank:
+			if isDamaged(res.Err) {
+				damaged = res.Err.Error()
 			}
-		}()
-	}
-	wg.Wait()
-	from := j.Placement[rank]
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if cl, err := c.client(ctx, from); err == nil {
-			_ = cl.Abort(ctx, agentv1.Finish{Rank: agentv1.Rank{Job: j.Name, Rank: rank}, Seq: seq})
+			if res.Err == nil {
+				m.Dump = x.prepared.Dump
+				e := ev(evv1.MigrationStalled, m.From, m.To)
+				e.Duration, e.Bytes = time.Since(start), x.prepared.Size
+				c.publish(e)
+			}
+		case machine.MoveIn:
+			m.Bytes, m.Move, m.Restore = x.movedIn.Bytes, x.movedIn.Move, x.movedIn.Restore
+			if res.Err == nil {
+				e := ev(evv1.MigrationMoved, m.From, m.To)
+				e.Duration, e.Bytes = m.Move, m.Bytes
+				c.publish(e)
+				e = ev(evv1.MigrationRestored, m.To, "")
+				e.Duration = m.Restore
+				c.publish(e)
+			}
 		}
-	}()
-	_ = c.resumeRanks(ctx, stay)
-	wg.Wait()
+	}
+	x.persist = func(ctx context.Context, p machine.Persist) error {
+		switch p.Phase {
+		case machine.PhasePlaced, machine.PhaseUnplaced:
+			on, was, step := m.To, m.From, 1
+			if p.Phase == machine.PhaseUnplaced {
+				on, was, step = m.From, m.To, -1
+			}
+			_, err := c.updateJob(ctx, m.Job, func(jj *coordv1.Job) error {
+				if jj.Placement[m.Rank] != was && jj.Placement[m.Rank] != on {
+					return fmt.Errorf("rank %d of %s is on %s, neither %s nor %s", m.Rank, m.Job, jj.Placement[m.Rank], was, on)
+				}
+				if jj.Placement[m.Rank] == was {
+					jj.Placement[m.Rank] = on
+					jj.Migrations += step
+				}
+				return nil
+			})
+			return err
+		case machine.PhaseDone, machine.PhaseFailed:
+			x.mu.Lock()
+			if !x.resumedAt.IsZero() {
+				m.Resume = time.Since(x.resumedAt)
+			}
+			x.mu.Unlock()
+			m.Stall, m.Finished = time.Since(start), time.Now().UTC()
+			m.State, m.Reason = coordv1.MigrationDone, p.Reason
+			if p.Phase == machine.PhaseFailed {
+				m.State = coordv1.MigrationFailed
+			}
+			return c.cat.Put(ctx, migKey(m.Job, m.Seq), m)
+		}
+		return fmt.Errorf("migration: no phase %s", p.Phase)
+	}
+	done, err := x.drive(ctx, mm)
+	if err != nil {
+		return m, fmt.Errorf("migrate %s/%d from %s to %s: %w", m.Job, m.Rank, m.From, m.To, err)
+	}
+	if m.State == coordv1.MigrationDone {
+		log.Info("migrated", "node", m.To, "peer", m.From, "stall", m.Stall, "dump", m.Dump, "move", m.Move, "restore", m.Restore, "bytes", m.Bytes)
+		e := ev(evv1.MigrationDone, m.To, m.From)
+		e.Duration, e.Bytes = m.Stall, m.Bytes
+		e.Message = fmt.Sprintf("dump %s, move %s, restore %s, resume %s", m.Dump.Round(time.Millisecond), m.Move.Round(time.Millisecond),
+			m.Restore.Round(time.Millisecond), m.Resume.Round(time.Millisecond))
+		if m.Reason != "" {
+			e.Message += "; " + m.Reason
+		}
+		c.publish(e)
+		if m.Reason != "" {
+			return m, fmt.Errorf("migrate %s/%d: resumed with errors: %s", m.Job, m.Rank, m.Reason)
+		}
+		return m, nil
+	}
+	if m.State == coordv1.MigrationFailed {
+		log.Warn("migration failed; the job resumed where it was", "err", m.Reason)
+		e := ev(evv1.MigrationFailed, m.From, m.To)
+		e.Duration, e.Message = m.Stall, m.Reason
+		c.publish(e)
+	}
+	if damaged != "" {
+		// The rank cannot run on where it was: the job restarts from its
+		// newest checkpoint (once this migration lets go of it).
+		c.rankDamaged(m.Job, damaged)
+	}
+	return m, fmt.Errorf("migrate %s/%d from %s to %s: %s", m.Job, m.Rank, m.From, m.To, done.Reason)
 }
 
 // migrationTarget picks where a rank goes when the caller does not say:
 // a live spare, else the least loaded live node that is not drained, never
 // the rank's own node.
-func (c *Coordinator) migrationTarget(ctx context.Context, j *v1.Job, from string) (string, error) {
+func (c *Coordinator) migrationTarget(ctx context.Context, j *coordv1.Job, from string) (string, error) {
 	cands, err := c.candidates(ctx, nil, true)
 	if err != nil {
 		return "", err
 	}
-	var best *v1.Node
+	var best *coordv1.Node
 	for i := range cands {
 		n := &cands[i]
 		if n.Name == from || n.Drained || len(n.Health) > 0 {
@@ -319,25 +214,25 @@ func (c *Coordinator) migrationTarget(ctx context.Context, j *v1.Job, from strin
 		}
 	}
 	if best == nil {
-		return "", apiErr(v1.CodeNoNodes, "no live node to move a rank of %s to", j.Name)
+		return "", apiErr(coordv1.CodeNoNodes, "no live node to move a rank of %s to", j.Name)
 	}
 	return best.Name, nil
 }
 
 // Migrations lists a job's migrations, oldest first.
-func (c *Coordinator) Migrations(ctx context.Context, job string) ([]v1.Migration, error) {
+func (c *Coordinator) Migrations(ctx context.Context, job string) ([]coordv1.Migration, error) {
 	if _, err := c.job(ctx, job); err != nil {
 		return nil, err
 	}
-	return listBySeq(ctx, c, migPrefix(job), func(m v1.Migration) int { return m.Seq })
+	return listBySeq(ctx, c, migPrefix(job), func(m coordv1.Migration) int { return m.Seq })
 }
 
 // Drain moves every rank off a node, spares first, and marks the node
 // drained: no rank is placed there until it is undrained. A rank that
 // cannot move is reported and the node stays drained (nothing new comes);
 // run drain again, or restart the job.
-func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*v1.DrainResult, error) {
-	var n v1.Node
+func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*coordv1.DrainResult, error) {
+	var n coordv1.Node
 	err := c.cat.Update(ctx, nodeKey(node), &n, func() error {
 		n.Drained = !undrain
 		return nil
@@ -348,7 +243,7 @@ func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*v1
 	if err != nil {
 		return nil, err
 	}
-	out := &v1.DrainResult{Node: n}
+	out := &coordv1.DrainResult{Node: n}
 	if undrain {
 		c.publish(evv1.Event{Type: evv1.NodeUndrained, Node: node})
 		return out, nil
@@ -360,7 +255,7 @@ func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*v1
 	}
 	var errs []error
 	for _, j := range jobs {
-		if j.State != v1.JobRunning {
+		if j.State != coordv1.JobRunning {
 			continue
 		}
 		for r, on := range j.Placement {
@@ -371,7 +266,7 @@ func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*v1
 			if m != nil {
 				out.Migrations = append(out.Migrations, *m)
 			}
-			if err != nil && (m == nil || m.State != v1.MigrationDone) {
+			if err != nil && (m == nil || m.State != coordv1.MigrationDone) {
 				errs = append(errs, err)
 			}
 		}
@@ -384,10 +279,10 @@ func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*v1
 }
 
 // recoverMigrations finishes the migrations an earlier coordinator left
-// unfinished: one whose rank is recorded on its target (the source is
-// gone: phase 4 had begun) resumes every rank of the job; any other is
-// undone, as a failure before phase 4 would have been. Agents would do the
-// same by themselves when their holds end; this spares the job the wait.
+// unfinished: one whose rank the job's record places on its target (the
+// commit point had passed) is finished; any other is undone, as a failure
+// before the commit point would have been. Agents would end their holds
+// by themselves; this spares the job the wait.
 func (c *Coordinator) recoverMigrations(ctx context.Context) {
 	jobs, err := c.Jobs(ctx)
 	if err != nil {
@@ -400,7 +295,7 @@ func (c *Coordinator) recoverMigrations(ctx context.Context) {
 			continue
 		}
 		for _, m := range ms {
-			if m.State != v1.MigrationRunning {
+			if m.State != coordv1.MigrationRunning {
 				continue
 			}
 			c.recoverMigration(ctx, &m)
@@ -408,45 +303,22 @@ func (c *Coordinator) recoverMigrations(ctx context.Context) {
 	}
 }
 
-func (c *Coordinator) recoverMigration(ctx context.Context, m *v1.Migration) {
+func (c *Coordinator) recoverMigration(ctx context.Context, m *coordv1.Migration) {
 	defer c.lockJob(m.Job)()
 	j, err := c.job(ctx, m.Job)
 	if err != nil || m.Rank >= len(j.Placement) {
 		return
 	}
-	log := c.log.With("job", m.Job, "rank", m.Rank, "seq", m.Seq)
-	if j.Placement[m.Rank] == m.To {
-		// The source may still hold its stalled copy: it goes first, so
-		// that the two never run together (a dead source has none).
-		if cl, err := c.client(ctx, m.From); err == nil {
-			if err := cl.MigrateOut(ctx, agentv1.MigrateOut{Rank: agentv1.Rank{Job: m.Job, Rank: m.Rank}, Seq: m.Seq, VNI: j.VNI, Addr: j.Addrs[m.Rank]}); err != nil {
-				log.Warn("finishing a migration: the source's copy could not be removed; not resuming", "node", m.From, "err", err)
-				return
-			}
-		}
-		// Every node's job network points at the rank's new node (the
-		// earlier coordinator may have died before it said so).
-		underlays := c.underlays(ctx)
-		var errs []error
-		for _, n := range slices.Compact(slices.Sorted(slices.Values(j.Placement))) {
-			cl, err := c.client(ctx, n)
-			if err == nil {
-				err = cl.JobNet(ctx, jobNet(j, n, underlays))
-			}
-			errs = append(errs, err)
-		}
-		err := errors.Join(append(errs, c.resumeRanks(ctx, ranksByNode(m.Job, j.Placement, -1)))...)
-		log.Info("finished a migration an earlier coordinator left in its last phase", "err", err)
-		m.State, m.Reason = v1.MigrationDone, "finished by a restarted coordinator"
-		c.publish(evv1.Event{Type: evv1.MigrationDone, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: m.To, Peer: m.From, Message: m.Reason})
-	} else {
-		c.undoMigration(ctx, j, m.Rank, m.Seq, m.To, ranksByNode(m.Job, j.Placement, m.Rank))
-		log.Info("undid a migration an earlier coordinator left unfinished")
-		m.State, m.Reason = v1.MigrationFailed, "the coordinator died during it; undone by the next one"
-		c.publish(evv1.Event{Type: evv1.MigrationFailed, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: m.From, Peer: m.To, Message: m.Reason})
+	live, err := c.liveNodes(ctx)
+	if err != nil {
+		return
 	}
-	m.Finished = time.Now().UTC()
-	if err := c.cat.Put(ctx, migKey(m.Job, m.Seq), m); err != nil {
-		log.Warn("record a recovered migration", "err", err)
+	_, fromAlive := live[m.From]
+	cfg := machine.MigrationConfig{Job: m.Job, Rank: m.Rank, From: m.From, To: m.To, Placement: slices.Clone(j.Placement),
+		Recover: true, Placed: j.Placement[m.Rank] == m.To, FromLost: !fromAlive}
+	cfg.Placement[m.Rank] = m.From // the placement before the move
+	c.log.Info("finishing a migration an earlier coordinator left", "job", m.Job, "rank", m.Rank, "ckpt", m.Seq, "placed", cfg.Placed)
+	if _, err := c.runMigration(ctx, j, m, cfg); err != nil {
+		c.log.Warn("finishing a migration", "job", m.Job, "rank", m.Rank, "ckpt", m.Seq, "err", err)
 	}
 }

@@ -5,19 +5,19 @@ import (
 	"slices"
 	"testing"
 
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 )
 
-func nodes(names ...string) []v1.Node {
-	var out []v1.Node
+func nodes(names ...string) []coordv1.Node {
+	var out []coordv1.Node
 	for _, n := range names {
-		out = append(out, v1.Node{Name: n, Alive: true})
+		out = append(out, coordv1.Node{Name: n, Alive: true})
 	}
 	return out
 }
 
 func codeOf(err error) string {
-	var e *v1.Error
+	var e *coordv1.Error
 	if errors.As(err, &e) {
 		return e.Code
 	}
@@ -35,7 +35,7 @@ func TestPlace(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		n, per  int
-		cands   []v1.Node
+		cands   []coordv1.Node
 		prefer  []string
 		want    []string
 		errCode string
@@ -46,8 +46,8 @@ func TestPlace(t *testing.T) {
 		{"a spare wins a tie", 1, 0, spare, nil, []string{"b"}, ""},
 		{"preferred kept", 2, 1, nodes("a", "b", "c"), []string{"c", "nosuch"}, []string{"c", "a"}, ""},
 		{"preferred full", 2, 1, nodes("a", "b"), []string{"a", "a"}, []string{"a", "b"}, ""},
-		{"does not fit", 5, 2, nodes("a", "b"), nil, nil, v1.CodeNoNodes},
-		{"no node", 1, 0, nil, nil, nil, v1.CodeNoNodes},
+		{"does not fit", 5, 2, nodes("a", "b"), nil, nil, coordv1.CodeNoNodes},
+		{"no node", 1, 0, nil, nil, nil, coordv1.CodeNoNodes},
 	} {
 		got, err := place(tc.n, tc.per, tc.cands, tc.prefer)
 		if tc.errCode != "" {
@@ -73,7 +73,7 @@ func TestReplicaTargets(t *testing.T) {
 		name string
 		have []string
 		want int
-		live []v1.Node
+		live []coordv1.Node
 		out  []string
 	}{
 		{"after the holder", []string{"b"}, 2, nodes("d", "a", "c", "b"), []string{"c", "d"}},
@@ -93,35 +93,35 @@ func TestReplicaTargets(t *testing.T) {
 // rank image has a live copy; a named one must be that, or it is refused
 // with the reason.
 func TestRestorable(t *testing.T) {
-	live := map[string]v1.Node{"a": {Name: "a"}, "b": {Name: "b"}}
-	ck := func(seq int, state string, copies ...[]string) v1.Ckpt {
-		c := v1.Ckpt{Job: "j", Seq: seq, State: state}
+	live := map[string]coordv1.Node{"a": {Name: "a"}, "b": {Name: "b"}}
+	ck := func(seq int, state string, copies ...[]string) coordv1.Ckpt {
+		c := coordv1.Ckpt{Job: "j", Seq: seq, State: state}
 		for r, cs := range copies {
-			c.Ranks = append(c.Ranks, v1.CkptRank{Rank: r, Node: cs[0], Copies: cs})
+			c.Ranks = append(c.Ranks, coordv1.CkptRank{Rank: r, Node: cs[0], Copies: cs})
 		}
 		return c
 	}
-	cks := []v1.Ckpt{
-		ck(1, v1.CkptProtected, []string{"a", "b"}, []string{"b", "a"}),
-		ck(2, v1.CkptDurable, []string{"a"}, []string{"b"}),
-		ck(3, v1.CkptDurable, []string{"a"}, []string{"dead"}),      // rank 1 lost
-		ck(4, v1.CkptAborted, []string{"a"}, []string{"b"}),         // never durable
-		ck(5, v1.CkptDurable, []string{"dead", "b"}, []string{"a"}), // a replica lives
+	cks := []coordv1.Ckpt{
+		ck(1, coordv1.CkptProtected, []string{"a", "b"}, []string{"b", "a"}),
+		ck(2, coordv1.CkptDurable, []string{"a"}, []string{"b"}),
+		ck(3, coordv1.CkptDurable, []string{"a"}, []string{"dead"}),      // rank 1 lost
+		ck(4, coordv1.CkptAborted, []string{"a"}, []string{"b"}),         // never durable
+		ck(5, coordv1.CkptDurable, []string{"dead", "b"}, []string{"a"}), // a replica lives
 	}
 	for _, tc := range []struct {
 		name    string
 		from    int
-		cks     []v1.Ckpt
+		cks     []coordv1.Ckpt
 		want    int
 		errCode string
 	}{
 		{"newest restorable", 0, cks, 5, ""},
 		{"skips lost and aborted", 0, cks[:4], 2, ""},
 		{"named", 1, cks, 1, ""},
-		{"named, lost", 3, cks, 0, v1.CodeNoCkpt},
-		{"named, aborted", 4, cks, 0, v1.CodeNoCkpt},
-		{"named, unknown", 9, cks, 0, v1.CodeNoCkpt},
-		{"none", 0, cks[2:4], 0, v1.CodeNoCkpt},
+		{"named, lost", 3, cks, 0, coordv1.CodeNoCkpt},
+		{"named, aborted", 4, cks, 0, coordv1.CodeNoCkpt},
+		{"named, unknown", 9, cks, 0, coordv1.CodeNoCkpt},
+		{"none", 0, cks[2:4], 0, coordv1.CodeNoCkpt},
 	} {
 		got, err := restorable(tc.cks, tc.from, live)
 		if tc.errCode != "" {

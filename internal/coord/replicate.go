@@ -11,10 +11,9 @@ import (
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
-	"cairn/internal/rpc"
 )
 
 // replicaTargets picks up to want nodes for new copies of an image whose
@@ -23,7 +22,7 @@ import (
 // starting after the image's first holder. The ring (rather than random)
 // placement spreads each node's replicas over its successors, which makes
 // restarts after simultaneous failures more likely (docs/planning.md).
-func replicaTargets(have []string, want int, live []v1.Node) []string {
+func replicaTargets(have []string, want int, live []coordv1.Node) []string {
 	if want <= 0 || len(have) == 0 {
 		return nil
 	}
@@ -47,7 +46,7 @@ func replicaTargets(have []string, want int, live []v1.Node) []string {
 	for _, h := range have {
 		racks[rackOf[h]] = true
 	}
-	var ring []v1.Node
+	var ring []coordv1.Node
 	for i := range sorted {
 		n := sorted[(start+i)%len(sorted)]
 		if !slices.Contains(have, n.Name) {
@@ -74,7 +73,7 @@ func replicaTargets(have []string, want int, live []v1.Node) []string {
 }
 
 // liveCopies returns the copies of a rank image on live nodes, in order.
-func liveCopies(r v1.CkptRank, live map[string]v1.Node) []string {
+func liveCopies(r coordv1.CkptRank, live map[string]coordv1.Node) []string {
 	var out []string
 	for _, n := range copiesOf(r) {
 		if _, ok := live[n]; ok {
@@ -86,7 +85,7 @@ func liveCopies(r v1.CkptRank, live map[string]v1.Node) []string {
 
 // copiesOf is where a rank image is: its copies, or where it was taken for
 // a record from before copies were tracked.
-func copiesOf(r v1.CkptRank) []string {
+func copiesOf(r coordv1.CkptRank) []string {
 	if len(r.Copies) > 0 {
 		return r.Copies
 	}
@@ -103,18 +102,18 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 	if err != nil {
 		return err
 	}
-	var ck v1.Ckpt
+	var ck coordv1.Ckpt
 	if _, err := c.cat.Get(ctx, ckptKey(job, seq), &ck); err != nil {
 		return err
 	}
-	if ck.State != v1.CkptDurable && ck.State != v1.CkptProtected {
+	if ck.State != coordv1.CkptDurable && ck.State != coordv1.CkptProtected {
 		return nil
 	}
 	live, err := c.liveNodes(ctx)
 	if err != nil {
 		return err
 	}
-	var liveList []v1.Node
+	var liveList []coordv1.Node
 	for _, n := range live {
 		liveList = append(liveList, n)
 	}
@@ -150,7 +149,7 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 // once (a holder that fails or serves damage hands its share to the
 // others), and records the copy. A holder whose copy turned out damaged
 // is repaired from the new one.
-func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, holders []string, to string, live map[string]v1.Node, rate int64) error {
+func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, holders []string, to string, live map[string]coordv1.Node, rate int64) error {
 	cl, err := c.client(ctx, to)
 	if err != nil {
 		return err
@@ -168,7 +167,7 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 		"bytes", img.Bytes, "took", time.Since(start))
 	c.publish(evv1.Event{Type: evv1.ReplicaCopied, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from,
 		Bytes: img.Bytes, Duration: time.Since(start)})
-	var ck v1.Ckpt
+	var ck coordv1.Ckpt
 	err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
 		for i := range ck.Ranks {
 			if ck.Ranks[i].Rank == rank {
@@ -187,7 +186,7 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 // fetchImage has cl fetch a rank's image from all of holders at once (f
 // gives the rest of the request) and returns what it got and the holders
 // that served damage.
-func fetchImage(ctx context.Context, cl *rpc.AgentClient, job string, seq, rank int, holders []string, live map[string]v1.Node, f agentv1.Fetch) (agentv1.Image, []string, error) {
+func fetchImage(ctx context.Context, cl Agent, job string, seq, rank int, holders []string, live map[string]coordv1.Node, f agentv1.Fetch) (agentv1.Image, []string, error) {
 	if len(holders) == 0 {
 		return agentv1.Image{}, nil, fmt.Errorf("no live copy of %s:%d rank %d", job, seq, rank)
 	}
@@ -231,7 +230,7 @@ func isCorrupt(err error) bool { return hasCode(err, agentv1.CodeCorrupt) }
 // again, from one of the other holders, whatever of it is damaged (in the
 // background, unless a restart waits for it). It returns nil once node's
 // copy is intact.
-func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int, node string, others []string, live map[string]v1.Node, background bool) error {
+func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int, node string, others []string, live map[string]coordv1.Node, background bool) error {
 	cl, err := c.client(ctx, node)
 	if err != nil {
 		return err
@@ -267,11 +266,11 @@ func (c *Coordinator) updateProtection(ctx context.Context, job string, seq, k i
 	if err != nil {
 		return err
 	}
-	var ck v1.Ckpt
+	var ck coordv1.Ckpt
 	was := ""
 	err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
 		was = ck.State
-		if ck.State != v1.CkptDurable && ck.State != v1.CkptProtected {
+		if ck.State != coordv1.CkptDurable && ck.State != coordv1.CkptProtected {
 			return nil
 		}
 		protected := true
@@ -281,13 +280,13 @@ func (c *Coordinator) updateProtection(ctx context.Context, job string, seq, k i
 			}
 		}
 		if protected {
-			ck.State = v1.CkptProtected
+			ck.State = coordv1.CkptProtected
 		} else {
-			ck.State = v1.CkptDurable
+			ck.State = coordv1.CkptDurable
 		}
 		return nil
 	})
-	if err == nil && was != ck.State && ck.State == v1.CkptProtected {
+	if err == nil && was != ck.State && ck.State == coordv1.CkptProtected {
 		c.publish(evv1.Event{Type: evv1.CkptProtected, Job: job, Ckpt: seq, Message: fmt.Sprintf("%d copies of every rank image", 1+k)})
 	}
 	return err
@@ -345,7 +344,7 @@ func (c *Coordinator) nodesLost(ctx context.Context, node string) {
 				hit = true
 			}
 		}
-		if !hit || j.State != v1.JobRunning {
+		if !hit || j.State != coordv1.JobRunning {
 			continue
 		}
 		c.wg.Add(1)
@@ -371,8 +370,8 @@ func (c *Coordinator) recoverJob(ctx context.Context, name string) {
 	if !mayRestart(j) {
 		c.log.Warn("job lost a node; not restarting it", "job", name, "policy", j.OnFailure, "restarts", j.Restarts)
 		c.publish(evv1.Event{Type: evv1.JobLost, Job: name, Message: fmt.Sprintf("policy %s, %d restarts", j.OnFailure, j.Restarts)})
-		_, _ = c.updateJob(ctx, name, func(j *v1.Job) error {
-			j.State, j.Reason = v1.JobLost, "a node of the job died"
+		_, _ = c.updateJob(ctx, name, func(j *coordv1.Job) error {
+			j.State, j.Reason = coordv1.JobLost, "a node of the job died"
 			return nil
 		})
 		return
@@ -382,7 +381,7 @@ func (c *Coordinator) recoverJob(ctx context.Context, name string) {
 	// that picked a node dying too fails, and is tried again once that
 	// node is known dead.
 	_ = c.retry(ctx, name, "automatic restart failed", func() error {
-		_, err := c.restart(ctx, name, v1.Restart{}, true)
+		_, err := c.restart(ctx, name, coordv1.Restart{}, restartIfLost)
 		return err
 	})
 }
@@ -410,8 +409,8 @@ func (c *Coordinator) retry(ctx context.Context, job, failed string, fn func() e
 }
 
 // mayRestart says whether a job's failure policy lets it restart once more.
-func mayRestart(j *v1.Job) bool {
-	return j.OnFailure != v1.OnFailureStop && (j.MaxRestarts <= 0 || j.Restarts < j.MaxRestarts)
+func mayRestart(j *coordv1.Job) bool {
+	return j.OnFailure != coordv1.OnFailureStop && (j.MaxRestarts <= 0 || j.Restarts < j.MaxRestarts)
 }
 
 // rankDamaged restarts, by its failure policy, a job one of whose ranks a
@@ -431,15 +430,15 @@ func (c *Coordinator) rankDamaged(name, reason string) {
 		}
 		if !mayRestart(j) {
 			c.log.Warn("a rank of the job is damaged; not restarting it", "job", name, "policy", j.OnFailure, "reason", reason)
-			_, _ = c.updateJob(ctx, name, func(j *v1.Job) error {
-				j.State, j.Reason = v1.JobFailed, "a rank is damaged: "+reason
+			_, _ = c.updateJob(ctx, name, func(j *coordv1.Job) error {
+				j.State, j.Reason = coordv1.JobFailed, "a rank is damaged: "+reason
 				return nil
 			})
 			c.publish(evv1.Event{Type: evv1.JobLost, Job: name, Message: "a rank is damaged: " + reason})
 			return
 		}
 		c.log.Warn("a rank of the job is damaged; restarting the job from its newest checkpoint", "job", name, "reason", reason)
-		if _, err := c.restart(ctx, name, v1.Restart{}, false); err != nil {
+		if _, err := c.restart(ctx, name, coordv1.Restart{}, restartAsked); err != nil {
 			c.log.Warn("restart of a damaged job failed", "job", name, "err", err)
 			c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Message: err.Error()})
 		}
@@ -462,7 +461,7 @@ func (c *Coordinator) repair(ctx context.Context) {
 			continue
 		}
 		for _, ck := range cks {
-			if ck.State != v1.CkptDurable && ck.State != v1.CkptProtected {
+			if ck.State != coordv1.CkptDurable && ck.State != coordv1.CkptProtected {
 				continue
 			}
 			if err := c.replicate(ctx, j.Name, ck.Seq); err != nil && ctx.Err() == nil {
@@ -473,8 +472,8 @@ func (c *Coordinator) repair(ctx context.Context) {
 }
 
 // SetSpare marks a node as a spare or not.
-func (c *Coordinator) SetSpare(ctx context.Context, name string, spare bool) (*v1.Node, error) {
-	var n v1.Node
+func (c *Coordinator) SetSpare(ctx context.Context, name string, spare bool) (*coordv1.Node, error) {
+	var n coordv1.Node
 	err := c.cat.Update(ctx, nodeKey(name), &n, func() error {
 		n.Spare = spare
 		return nil

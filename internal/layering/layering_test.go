@@ -39,6 +39,11 @@ var rules = []struct {
 	{"cairn/internal/pki", []string{"cairn/internal/durable"}, []string{"cairn/"}},
 	{"cairn/internal/netw", nil, []string{"cairn/"}},
 	{"cairn/internal/coord/round", nil, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
+	// The coordinator's other protocols are pure machines too.
+	{"cairn/internal/coord/machine", nil, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
+	// The in-memory agents model the agent API only: no network, no
+	// processes, nothing of the node stack or the catalog.
+	{"cairn/internal/coord/memagent", []string{"cairn/api/agent/v1", "cairn/api/coord/v1"}, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
 	{"cairn/api/", nil, []string{"cairn/internal/"}},
 	{"cairn/internal/catalog", nil, []string{"cairn/"}},
 	{"cairn/internal/ringapp", nil, []string{"cairn/"}},
@@ -47,7 +52,7 @@ var rules = []struct {
 	// containers, images or the store directly.
 	// The event stream knows nothing of what publishes to it.
 	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable", "cairn/internal/proc"}, []string{"cairn/"}},
-	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/launch", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/coord/machine", "cairn/internal/launch", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
 }
 
 // reach are rules on everything a package depends on, directly or not.

@@ -200,6 +200,14 @@ type Job struct {
 	// RestartFrom is the checkpoint a restart under way restores, so that
 	// a coordinator that died during it finishes the same restart.
 	RestartFrom int `json:"restart_from,omitempty"`
+	// RestartPhase is where a restart under way stands: "restoring"
+	// (what is left of the job is removed and its ranks restored,
+	// frozen) or "resuming" (every rank is restored; they are resumed).
+	RestartPhase string `json:"restart_phase,omitempty"`
+	// Leftover lists, by rank, the nodes that may still hold a container
+	// of the rank while a restart is under way: where it ran before, and
+	// where a restart cut short put it.
+	Leftover [][]string `json:"leftover,omitempty"`
 	Migrations  int `json:"migrations,omitempty"` // ranks moved so far
 }
 

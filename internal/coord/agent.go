@@ -1,0 +1,96 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/pki"
+	"cairn/internal/rpc"
+)
+
+// Agent is what the coordinator asks of a node's agent: the calls of
+// api/agent/v1 it makes. rpc.AgentClient makes them over the wire;
+// package coord/memagent answers them in memory, for tests and
+// benchmarks of the coordinator's protocols. Methods may be called
+// concurrently; an error of type *agentv1.Error is the agent's answer,
+// any other means it was not reached (or did not answer).
+type Agent interface {
+	JobNet(ctx context.Context, req agentv1.JobNet) error
+	DeleteJobNet(ctx context.Context, vni uint32) error
+	RankRun(ctx context.Context, req agentv1.RankRun) (agentv1.Container, error)
+	RankRestore(ctx context.Context, req agentv1.RankRestore) (agentv1.Container, error)
+	RankResume(ctx context.Context, req agentv1.RankResume) error
+	RankRemove(ctx context.Context, req agentv1.RankRemove) error
+	RankStall(ctx context.Context, req agentv1.RankStall) error
+	Prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prepared, error)
+	Commit(ctx context.Context, req agentv1.Finish) (agentv1.Committed, error)
+	Abort(ctx context.Context, req agentv1.Finish) error
+	Fetch(ctx context.Context, req agentv1.Fetch) (agentv1.Image, error)
+	MigrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.MigratedIn, error)
+	MigrateOut(ctx context.Context, req agentv1.MigrateOut) error
+	DropImages(ctx context.Context, req agentv1.DropImages) (agentv1.Dropped, error)
+	Kill(ctx context.Context, name string, sig int) error
+	Get(ctx context.Context, name string) (agentv1.Container, error)
+	// Close releases the client's connections.
+	Close()
+}
+
+var _ Agent = (*rpc.AgentClient)(nil)
+
+// Dialer returns an Agent for a node as the catalog records it (its name
+// and the address its agent serves on).
+type Dialer func(n coordv1.Node) Agent
+
+// rpcDialer dials agents over the wire with creds.
+func rpcDialer(creds *pki.Credentials) Dialer {
+	return func(n coordv1.Node) Agent { return rpc.NewAgentClient(n.Addr, n.Name, creds) }
+}
+
+// fanOut calls fn for every item at once and joins the errors, each
+// prefixed with what says which item it was.
+func fanOut[T any](items []T, fn func(T) error, what func(T) string) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(items))
+	for i, it := range items {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(it); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", what(it), err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// onNodes calls fn with the Agent of every node at once.
+func (c *Coordinator) onNodes(ctx context.Context, nodes []string, fn func(node string, a Agent) error) error {
+	return fanOut(nodes, func(n string) error {
+		a, err := c.client(ctx, n)
+		if err != nil {
+			return err
+		}
+		return fn(n, a)
+	}, func(n string) string { return "node " + n })
+}
+
+// onRanks calls fn with the Agent of every rank's node of placement at
+// once.
+func (c *Coordinator) onRanks(ctx context.Context, placement []string, fn func(rank int, a Agent) error) error {
+	ranks := make([]int, len(placement))
+	for r := range ranks {
+		ranks[r] = r
+	}
+	return fanOut(ranks, func(r int) error {
+		a, err := c.client(ctx, placement[r])
+		if err != nil {
+			return err
+		}
+		return fn(r, a)
+	}, func(r int) string { return fmt.Sprintf("rank %d on %s", r, placement[r]) })
+}

@@ -1,0 +1,266 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/coord/machine"
+)
+
+// jobRun performs the actions of one run of a job's protocol machine
+// (start, restart, migration) on the job's nodes, and records its phases
+// with persist.
+type jobRun struct {
+	c   *Coordinator
+	log *slog.Logger
+	job *coordv1.Job // the job's record when the run began
+	// ckpt is the checkpoint a restart restores, or the number of a
+	// migration (its image is staged under it).
+	ckpt int
+	// placement is where the job's ranks are (restart: where they are
+	// restored).
+	placement []string
+	nodes     map[string]coordv1.Node // every node of the catalog, by name
+	persist   func(ctx context.Context, p machine.Persist) error
+	// run is the request that starts a rank (job start).
+	run func(rank int) agentv1.RankRun
+	// hold is how long agents keep stalled or moved ranks (migration).
+	hold time.Duration
+	// observe, if set, sees every agent call and its Result.
+	observe func(a machine.Action, res machine.Result)
+
+	mu        sync.Mutex
+	prepared  agentv1.Prepared   // the migrating rank's prepare
+	movedIn   agentv1.MigratedIn // its move
+	resumedAt time.Time          // when the first resume was sent
+}
+
+// newJobRun returns a run for j, with the catalog's nodes.
+func (c *Coordinator) newJobRun(ctx context.Context, j *coordv1.Job, log *slog.Logger) (*jobRun, error) {
+	nodes, err := c.allNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &jobRun{c: c, log: log, job: j, placement: j.Placement, nodes: nodes}, nil
+}
+
+// drive runs m to its end.
+func (x *jobRun) drive(ctx context.Context, m interface {
+	Step(time.Time, machine.Event) ([]machine.Action, error)
+}) (machine.Done, error) {
+	end, err := drive(ctx, machineRun[machine.Event, machine.Action]{
+		step: m.Step,
+		kind: func(a machine.Action) actionKind {
+			switch a.(type) {
+			case machine.Done:
+				return final
+			case machine.Persist, machine.Failpoint:
+				return inline
+			}
+			if machine.Background(a) {
+				return inline // it starts its own background work
+			}
+			return concurrent
+		},
+		perform: x.perform,
+		log:     x.log,
+	}, machine.Event(machine.Start{}))
+	done, _ := end.(machine.Done)
+	return done, err
+}
+
+func (x *jobRun) rank(r int) agentv1.Rank { return agentv1.Rank{Job: x.job.Name, Rank: r} }
+
+// jobNet is the job network as node sees it with the ranks on placement.
+func (x *jobRun) jobNet(node string, placement []string) agentv1.JobNet {
+	j := *x.job
+	j.Placement = placement
+	return jobNet(&j, node, underlaysOf(x.nodes))
+}
+
+// perform does one action and returns its Result.
+func (x *jobRun) perform(ctx context.Context, a machine.Action) (machine.Event, bool) {
+	res := machine.Result{Action: a}
+	switch a := a.(type) {
+	case machine.Persist:
+		x.c.trace(x.job.Name, a.String())
+		res.Err = x.persist(ctx, a)
+		if res.Err != nil {
+			x.log.Warn("record a phase", "phase", a.Phase, "err", res.Err)
+		}
+		return res, true
+	case machine.Failpoint:
+		x.c.trace(x.job.Name, a.String())
+		x.c.hold(ctx, a.Name)
+		return res, true
+	case machine.RepairCopy:
+		if a.Background {
+			x.c.background(func(ctx context.Context) {
+				_ = x.c.repairCopy(ctx, x.job.Name, x.ckpt, a.Rank, a.Node, a.From, x.nodes, true)
+			})
+			return nil, false
+		}
+		res.Err = x.c.repairCopy(ctx, x.job.Name, x.ckpt, a.Rank, a.Node, a.From, x.nodes, false)
+		return res, true
+	}
+	node := actionNode(a)
+	cl, err := x.c.client(ctx, node)
+	if err != nil {
+		res.Err = err
+		return res, true
+	}
+	res.Err = x.call(ctx, cl, a, &res)
+	res.Corrupt = isCorrupt(res.Err)
+	if x.observe != nil {
+		x.observe(a, res)
+	}
+	if res.Err != nil {
+		x.log.Info("agent call failed", "node", node, "call", a.String(), "err", res.Err)
+	}
+	return res, true
+}
+
+// call makes the agent call of a on cl, filling res with what it tells.
+func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *machine.Result) error {
+	j := x.job
+	switch a := a.(type) {
+	case machine.RunRank:
+		_, err := cl.RankRun(ctx, x.run(a.Rank))
+		return err
+	case machine.QueryRank:
+		in, err := cl.Get(ctx, agentv1.RankName(j.Name, a.Rank))
+		if hasCode(err, agentv1.CodeNotFound) {
+			return nil // res.Status "": the node has no such rank
+		}
+		res.Status = in.Status
+		return err
+	case machine.RemoveRank:
+		return cl.RankRemove(ctx, agentv1.RankRemove{Rank: x.rank(a.Rank), VNI: j.VNI, Addr: j.Addrs[a.Rank], Keep: a.Keep})
+	case machine.FetchImage:
+		img, damaged, err := fetchImage(ctx, cl, j.Name, x.ckpt, a.Rank, a.From, x.nodes, agentv1.Fetch{})
+		if err == nil {
+			x.log.Info("fetched for restart", "rank", a.Rank, "node", a.Node, "peer", strings.Join(sentBy(img), ","),
+				"bytes", img.Bytes, "took", img.Duration)
+		}
+		res.Damaged = damaged
+		return err
+	case machine.RestoreRank:
+		req := agentv1.RankRestore{Rank: x.rank(a.Rank), Net: x.jobNet(a.Node, x.placement), Addr: j.Addrs[a.Rank], Seq: x.ckpt}
+		for _, h := range a.Lazy {
+			req.Lazy = append(req.Lazy, agentv1.Holder{Addr: x.nodes[h].Addr, Node: h})
+		}
+		_, err := cl.RankRestore(ctx, req)
+		return err
+	case machine.ResumeRanks:
+		x.mu.Lock()
+		if x.resumedAt.IsZero() {
+			x.resumedAt = time.Now()
+		}
+		x.mu.Unlock()
+		return cl.RankResume(ctx, agentv1.RankResume{Ranks: x.ranks(a.Ranks)})
+	case machine.StallRanks:
+		return cl.RankStall(ctx, agentv1.RankStall{Ranks: x.ranks(a.Ranks), Hold: x.hold})
+	case machine.PrepareRank:
+		out, err := cl.Prepare(ctx, agentv1.Prepare{Rank: x.rank(a.Rank), Seq: x.ckpt, Hold: x.hold})
+		x.mu.Lock()
+		x.prepared = out
+		x.mu.Unlock()
+		return err
+	case machine.AbortPrepare:
+		return cl.Abort(ctx, agentv1.Finish{Rank: x.rank(a.Rank), Seq: x.ckpt})
+	case machine.MoveIn:
+		moved := append([]string(nil), x.placement...)
+		moved[a.Rank] = a.Node
+		out, err := cl.MigrateIn(ctx, agentv1.MigrateIn{Rank: x.rank(a.Rank), Seq: x.ckpt, From: x.nodes[a.From].Addr, FromNode: a.From,
+			Net: x.jobNet(a.Node, moved), Addr: j.Addrs[a.Rank], Hold: x.hold})
+		x.mu.Lock()
+		x.movedIn = out
+		x.mu.Unlock()
+		return err
+	case machine.MoveOut:
+		return cl.MigrateOut(ctx, agentv1.MigrateOut{Rank: x.rank(a.Rank), Seq: x.ckpt, VNI: j.VNI, Addr: j.Addrs[a.Rank]})
+	case machine.SetJobNet:
+		return cl.JobNet(ctx, x.jobNet(a.Node, a.Placement))
+	case machine.DropJobNet:
+		return cl.DeleteJobNet(ctx, j.VNI)
+	}
+	return fmt.Errorf("no agent call for %s", a)
+}
+
+func (x *jobRun) ranks(rs []int) []agentv1.Rank {
+	out := make([]agentv1.Rank, len(rs))
+	for i, r := range rs {
+		out[i] = x.rank(r)
+	}
+	return out
+}
+
+// actionNode is the node whose agent an action calls.
+func actionNode(a machine.Action) string {
+	switch a := a.(type) {
+	case machine.RunRank:
+		return a.Node
+	case machine.QueryRank:
+		return a.Node
+	case machine.RemoveRank:
+		return a.Node
+	case machine.FetchImage:
+		return a.Node
+	case machine.RestoreRank:
+		return a.Node
+	case machine.ResumeRanks:
+		return a.Node
+	case machine.StallRanks:
+		return a.Node
+	case machine.PrepareRank:
+		return a.Node
+	case machine.AbortPrepare:
+		return a.Node
+	case machine.MoveIn:
+		return a.Node
+	case machine.MoveOut:
+		return a.Node
+	case machine.SetJobNet:
+		return a.Node
+	case machine.DropJobNet:
+		return a.Node
+	}
+	return ""
+}
+
+// allNodes returns every node of the catalog by name, live or not.
+func (c *Coordinator) allNodes(ctx context.Context) (map[string]coordv1.Node, error) {
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]coordv1.Node, len(nodes))
+	for _, n := range nodes {
+		out[n.Name] = n
+	}
+	return out, nil
+}
+
+// underlaysOf maps node names to their underlay addresses.
+func underlaysOf(nodes map[string]coordv1.Node) map[string]string {
+	out := make(map[string]string, len(nodes))
+	for name, n := range nodes {
+		out[name] = n.Underlay
+	}
+	return out
+}
+
+// doneErr is the error of a run that ended badly.
+func doneErr(d machine.Done) error {
+	if d.OK {
+		return nil
+	}
+	return errors.New(d.Reason)
+}

@@ -1,0 +1,444 @@
+// Package memagent is a cluster of node agents in memory, for tests and
+// benchmarks of the coordinator's protocols: each node answers the calls
+// of api/agent/v1 that the coordinator makes (coord.Agent) by changing a
+// model of its rank containers (running, frozen, network locked, held),
+// its prepared and stored rank images and its job networks, as the real
+// agent (internal/agent) does, without containers, CRIU or a network.
+//
+// A Cluster also plays the network and the nodes' fates, as a test
+// transport does (etcd-io/raft's rafttest network, hashicorp/raft's
+// Partition): calls may be dropped before or after they are carried out,
+// delayed, and refused between partitioned parties, all from a seeded
+// source, so that a run can be replayed; a node may die (fail-stop: its
+// containers and images are gone); a caller (a coordinator) may be cut
+// off after its Nth call, as if it died there.
+//
+// Nodes join a coordinator and send it heartbeats (Cluster.Join), so that
+// the coordinator's leases in etcd see them alive and dead as they would
+// real agents.
+package memagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+)
+
+// ErrUnreachable is the error of a call that did not reach its node, or
+// whose reply did not come back: the coordinator cannot tell which.
+var ErrUnreachable = errors.New("unreachable")
+
+// Options configures a Cluster's network.
+type Options struct {
+	// Seed makes the drops and delays of a run repeatable.
+	Seed uint64
+	// Drop is the probability that a call is lost: half of the lost calls
+	// are lost before the node sees them, half after it carried them out
+	// (the reply is lost).
+	Drop float64
+	// Delay is the most a call waits before it reaches its node (evenly
+	// spread from 0).
+	Delay time.Duration
+	// Hold is how long a node keeps a rank stalled, prepared or moved in
+	// when the request names no hold (the real agent's default is 30 s).
+	Hold time.Duration
+	// Record, if set, is told of every call a node carries out, as "OP
+	// NODE WHAT" and ": ERROR" if it failed, while the node holds its
+	// lock (tests print traces with it).
+	Record func(caller, call string)
+}
+
+// Cluster is a set of in-memory nodes and the network between them and
+// their callers.
+type Cluster struct {
+	opts Options
+
+	mu      sync.Mutex
+	rng     *rand.Rand
+	nodes   map[string]*Node
+	cut     map[string]bool          // callers cut off
+	cutAt   map[string]*cutPoint     // callers to cut after a number of calls
+	apart   map[[2]string]bool       // partitioned pairs, either order
+	calls   map[string]int           // calls made, by caller
+	byOp    map[string]int           // calls carried out, by operation
+	joiner  Joiner                   // the coordinator nodes report to
+	beating map[string]chan struct{} // heartbeat loops, closed to stop them
+}
+
+type cutPoint struct {
+	after int
+	then  func()
+}
+
+// New returns an empty cluster.
+func New(opts Options) *Cluster {
+	if opts.Hold <= 0 {
+		opts.Hold = 30 * time.Second
+	}
+	return &Cluster{
+		opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		nodes: map[string]*Node{}, cut: map[string]bool{}, cutAt: map[string]*cutPoint{},
+		apart: map[[2]string]bool{}, calls: map[string]int{}, byOp: map[string]int{}, beating: map[string]chan struct{}{},
+	}
+}
+
+// AddNode adds a live node, with its underlay address 10.0.x.y.
+func (c *Cluster) AddNode(name string) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := len(c.nodes) + 1
+	n := &Node{c: c, name: name, addr: fmt.Sprintf("mem-%s:7420", name), underlay: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), up: true,
+		ctrs: map[string]*Container{}, images: map[imageKey]bool{}, pending: map[imageKey]*prepared{}, nets: map[uint32]agentv1.JobNet{}}
+	c.nodes[name] = n
+	return n
+}
+
+// SetNetwork changes the probability that a call is lost and the most it
+// waits (Options.Drop and Delay) from now on.
+func (c *Cluster) SetNetwork(drop float64, delay time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.opts.Drop, c.opts.Delay = drop, delay
+}
+
+// Node returns the named node, or nil.
+func (c *Cluster) Node(name string) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[name]
+}
+
+// Nodes returns the nodes' names, sorted.
+func (c *Cluster) Nodes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.nodes))
+	for n := range c.nodes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Kill stops a node for good, fail-stop: it answers nothing, sends no
+// more heartbeats, and its containers, images and networks are gone.
+func (c *Cluster) Kill(name string) {
+	c.mu.Lock()
+	n := c.nodes[name]
+	if stop := c.beating[name]; stop != nil {
+		close(stop)
+		delete(c.beating, name)
+	}
+	c.mu.Unlock()
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.up = false
+	for _, ct := range n.ctrs {
+		ct.stopHold()
+	}
+	for _, p := range n.pending {
+		p.stop()
+	}
+	n.ctrs, n.images, n.pending, n.nets = map[string]*Container{}, map[imageKey]bool{}, map[imageKey]*prepared{}, map[uint32]agentv1.JobNet{}
+}
+
+// Partition cuts the network between a and b, which name nodes or
+// callers; Heal joins them again.
+func (c *Cluster) Partition(a, b string) { c.setApart(a, b, true) }
+
+// Heal undoes Partition.
+func (c *Cluster) Heal(a, b string) { c.setApart(a, b, false) }
+
+func (c *Cluster) setApart(a, b string, apart bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a > b {
+		a, b = b, a
+	}
+	if apart {
+		c.apart[[2]string{a, b}] = true
+	} else {
+		delete(c.apart, [2]string{a, b})
+	}
+}
+
+// Cut cuts caller off: its calls fail from now on, as if it had died.
+func (c *Cluster) Cut(caller string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut[caller] = true
+}
+
+// CutAfter cuts caller off once n more of its calls have been carried
+// out, and runs then (say, to close the dead coordinator's catalog) before
+// the nth call's reply is lost.
+func (c *Cluster) CutAfter(caller string, n int, then func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cutAt[caller] = &cutPoint{after: c.calls[caller] + n, then: then}
+}
+
+// Calls returns how many calls caller has made.
+func (c *Cluster) Calls(caller string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[caller]
+}
+
+// Ops returns how many calls of each operation nodes carried out.
+func (c *Cluster) Ops() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range c.byOp {
+		out[k] = v
+	}
+	return out
+}
+
+// Client returns the client a caller (a coordinator, named caller) has
+// of node's agent: what coord.Options.Dial returns.
+func (c *Cluster) Client(caller, node string) *Client {
+	return &Client{c: c, caller: caller, node: node}
+}
+
+// call carries op out on node for caller through the network: fn runs on
+// the node, under its lock, unless the call is lost on the way or the
+// node is down.
+func (c *Cluster) call(ctx context.Context, caller, node, op, what string, fn func(n *Node) error) error {
+	c.mu.Lock()
+	c.calls[caller]++
+	nth := c.calls[caller]
+	cp := c.cutAt[caller]
+	dead := c.cut[caller] || c.apart[pair(caller, node)]
+	n := c.nodes[node]
+	var delay time.Duration
+	if c.opts.Delay > 0 {
+		delay = time.Duration(c.rng.Int64N(int64(c.opts.Delay)))
+	}
+	lost := c.opts.Drop > 0 && c.rng.Float64() < c.opts.Drop
+	lostAfter := lost && c.rng.IntN(2) == 0
+	c.mu.Unlock()
+	if dead || n == nil {
+		return fmt.Errorf("%s %s: %w", op, node, ErrUnreachable)
+	}
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if lost && !lostAfter {
+		return fmt.Errorf("%s %s: request lost: %w", op, node, ErrUnreachable)
+	}
+	n.mu.Lock()
+	if !n.up {
+		n.mu.Unlock()
+		return fmt.Errorf("%s %s: node down: %w", op, node, ErrUnreachable)
+	}
+	err := fn(n)
+	if c.opts.Record != nil {
+		line := op + " " + node
+		if what != "" {
+			line += " " + what
+		}
+		if err != nil {
+			line += ": " + err.Error()
+		}
+		c.opts.Record(caller, line)
+	}
+	n.mu.Unlock()
+	c.mu.Lock()
+	c.byOp[op]++
+	cutNow := cp != nil && nth >= cp.after && !c.cut[caller]
+	if cutNow {
+		c.cut[caller] = true
+		delete(c.cutAt, caller)
+	}
+	c.mu.Unlock()
+	if cutNow {
+		if cp.then != nil {
+			cp.then()
+		}
+		return fmt.Errorf("%s %s: caller cut off: %w", op, node, ErrUnreachable)
+	}
+	if lostAfter {
+		return fmt.Errorf("%s %s: reply lost: %w", op, node, ErrUnreachable)
+	}
+	return err
+}
+
+func pair(a, b string) [2]string {
+	if a > b {
+		a, b = b, a
+	}
+	return [2]string{a, b}
+}
+
+// reachable reports whether node a reaches node b (a fetch, a move).
+func (c *Cluster) reachable(a, b string) (*Node, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[b]
+	return n, n != nil && !c.apart[pair(a, b)]
+}
+
+// Joiner is the coordinator's side of membership: coord.Coordinator.
+type Joiner interface {
+	Join(ctx context.Context, j coordv1.Join) (*coordv1.JoinReply, error)
+	Heartbeat(ctx context.Context, hb coordv1.Heartbeat) error
+}
+
+// Join has every live node join j and keep sending it heartbeats, every
+// every, until the node dies or ctx ends; a node j no longer knows joins
+// again. Calling Join again points the nodes at another coordinator (one
+// that took over).
+func (c *Cluster) Join(ctx context.Context, j Joiner, every time.Duration) error {
+	c.mu.Lock()
+	c.joiner = j
+	var names []string
+	for name, n := range c.nodes {
+		if c.beating[name] == nil && n.alive() {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	c.mu.Unlock()
+	for _, name := range names {
+		n := c.Node(name)
+		if _, err := j.Join(ctx, coordv1.Join{Name: name, Addr: n.addr, Underlay: n.underlay}); err != nil {
+			return fmt.Errorf("join %s: %w", name, err)
+		}
+		stop := make(chan struct{})
+		c.mu.Lock()
+		c.beating[name] = stop
+		c.mu.Unlock()
+		go c.heartbeats(ctx, n, every, stop)
+	}
+	return nil
+}
+
+func (c *Cluster) heartbeats(ctx context.Context, n *Node, every time.Duration, stop chan struct{}) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		j := c.joiner
+		c.mu.Unlock()
+		hctx, cancel := context.WithTimeout(ctx, every*2)
+		err := j.Heartbeat(hctx, coordv1.Heartbeat{Name: n.name})
+		var we *agentv1.Error
+		if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {
+			_, _ = j.Join(hctx, coordv1.Join{Name: n.name, Addr: n.addr, Underlay: n.underlay})
+		}
+		cancel()
+	}
+}
+
+// RankView is what the nodes hold of one rank.
+type RankView struct {
+	Node string
+	Container
+}
+
+// Ranks returns every container of job on every live node, by rank.
+func (c *Cluster) Ranks(job string) map[int][]RankView {
+	out := map[int][]RankView{}
+	for _, name := range c.Nodes() {
+		n := c.Node(name)
+		n.mu.Lock()
+		for _, ct := range n.ctrs {
+			if ct.Job == job {
+				out[ct.Rank] = append(out[ct.Rank], RankView{Node: name, Container: *ct})
+			}
+		}
+		n.mu.Unlock()
+	}
+	return out
+}
+
+// JobNets returns the job network each live node holds for vni.
+func (c *Cluster) JobNets(vni uint32) map[string]agentv1.JobNet {
+	out := map[string]agentv1.JobNet{}
+	for _, name := range c.Nodes() {
+		n := c.Node(name)
+		n.mu.Lock()
+		if jn, ok := n.nets[vni]; ok {
+			out[name] = jn
+		}
+		n.mu.Unlock()
+	}
+	return out
+}
+
+// HasImage reports whether node holds a complete copy of container's
+// image of checkpoint seq in its store.
+func (c *Cluster) HasImage(node, container string, seq int) bool {
+	n := c.Node(node)
+	if n == nil {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.images[imageKey{container, seq}]
+}
+
+// Damage marks node's copy of an image damaged: a restore from it is
+// refused as corrupt until it is repaired.
+func (c *Cluster) Damage(node, container string, seq int) {
+	n := c.Node(node)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.damaged == nil {
+		n.damaged = map[imageKey]bool{}
+	}
+	n.damaged[imageKey{container, seq}] = true
+}
+
+// Describe prints what the nodes hold of job, for test failures.
+func (c *Cluster) Describe(job string) string {
+	var b strings.Builder
+	ranks := c.Ranks(job)
+	keys := make([]int, 0, len(ranks))
+	for r := range ranks {
+		keys = append(keys, r)
+	}
+	slices.Sort(keys)
+	for _, r := range keys {
+		for _, v := range ranks[r] {
+			fmt.Fprintf(&b, "r%d@%s %s", r, v.Node, v.Status)
+			if v.Locked {
+				b.WriteString(" locked")
+			}
+			if v.Held {
+				b.WriteString(" held")
+			}
+			if v.RestoredFrom != 0 {
+				b.WriteString(" restored-from=" + strconv.Itoa(v.RestoredFrom))
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}

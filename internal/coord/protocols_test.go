@@ -1,0 +1,167 @@
+package coord_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/coord"
+	"cairn/internal/coord/memagent"
+)
+
+// The traces below are the coordinator's protocols as its agents see
+// them: every call, between the phases the coordinator records
+// (testdata/traces; go test -rewrite regenerates them, to be reviewed as
+// a diff).
+
+// TestTraceJobStart: a job of four ranks on three nodes starts.
+func TestTraceJobStart(t *testing.T) {
+	e := newMemEnv(t, 3, memagent.Options{}, coord.Options{})
+	c1 := e.start()
+	j := c1.runJob(t, "ring", 4, 0)
+	golden(t, "job_start", e.takeTrace())
+	if err := e.consistent(j, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTraceCheckpoint: a global checkpoint of a job with one replica per
+// image, until it is protected.
+func TestTraceCheckpoint(t *testing.T) {
+	e := newMemEnv(t, 3, memagent.Options{}, coord.Options{})
+	c1 := e.start()
+	c1.runJob(t, "ring", 3, 1)
+	e.takeTrace()
+	seq := c1.checkpoint(t, "ring", 1)
+	golden(t, "checkpoint", e.takeTrace())
+	for r := range 3 {
+		holders := 0
+		for _, n := range e.mc.Nodes() {
+			if e.mc.HasImage(n, fmt.Sprintf("ring.%d", r), seq) {
+				holders++
+			}
+		}
+		if holders != 2 {
+			t.Errorf("rank %d's image of checkpoint %d is on %d nodes, want 2", r, seq, holders)
+		}
+	}
+}
+
+// TestTraceRestartAfterNodeLoss: a node of a job with one replica per
+// image dies; the job restarts by itself from its checkpoint, the lost
+// rank on the node that holds its replica, the others where they were,
+// and the lost copies are made again (on the spare among others).
+func TestTraceRestartAfterNodeLoss(t *testing.T) {
+	e := newMemEnv(t, 4, memagent.Options{}, coord.Options{})
+	c1 := e.start()
+	if _, err := c1.SetSpare(context.Background(), "n3", true); err != nil {
+		t.Fatal(err)
+	}
+	c1.runJob(t, "ring", 3, 1)
+	seq := c1.checkpoint(t, "ring", 1)
+	e.takeTrace()
+	e.mc.Kill("n1")
+	var j *coordv1.Job
+	waitFor(t, 15*time.Second, "restart after n1 died", func() bool {
+		j = e.settled(c1, "ring", 15*time.Second)
+		return j.Restarts == 1
+	})
+	if err := e.consistent(j, seq); err != nil {
+		t.Fatal(err)
+	}
+	if j.RestoredFrom != seq || j.Placement[1] != "n2" {
+		t.Fatalf("job restored from %d onto %v, want %d with rank 1 on n2 (its replica's node)", j.RestoredFrom, j.Placement, seq)
+	}
+	// The repair makes a second copy of rank 1's image again (n1's is
+	// gone) and of any other rank's whose replica was on n1.
+	waitFor(t, 10*time.Second, "checkpoint protected again", func() bool {
+		cks, err := c1.Checkpoints(context.Background(), "ring")
+		return err == nil && cks[0].State == coordv1.CkptProtected
+	})
+	cks, _ := c1.Checkpoints(context.Background(), "ring")
+	for _, r := range cks[0].Ranks {
+		live := 0
+		for _, n := range r.Copies {
+			if n == "n1" {
+				continue // dead, and its store with it
+			}
+			live++
+			if !e.mc.HasImage(n, fmt.Sprintf("ring.%d", r.Rank), seq) {
+				t.Errorf("the catalog says %s holds rank %d's image; it does not", n, r.Rank)
+			}
+		}
+		if live != 2 {
+			t.Errorf("rank %d's image has %d live copies (%v), want 2", r.Rank, live, r.Copies)
+		}
+	}
+	// The repair runs beside the restart: its fetches are checked above,
+	// and left out of the trace, where they would come in any order.
+	var trace []string
+	for _, l := range e.takeTrace() {
+		if !strings.HasPrefix(l, "  c1 fetch ") {
+			trace = append(trace, l)
+		}
+	}
+	golden(t, "restart_node_lost", trace)
+}
+
+// TestTraceMigration: rank 1 moves to the spare while the others wait.
+func TestTraceMigration(t *testing.T) {
+	e := newMemEnv(t, 3, memagent.Options{}, coord.Options{})
+	c1 := e.start()
+	c1.runJob(t, "ring", 3, 0, "n0", "n1")
+	e.takeTrace()
+	m, err := c1.Migrate(context.Background(), "ring", 1, "n2")
+	if err != nil || m.State != coordv1.MigrationDone {
+		t.Fatalf("migrate: %+v %v", m, err)
+	}
+	golden(t, "migration", e.takeTrace())
+	j := e.settled(c1, "ring", time.Second)
+	if err := e.consistent(j, 0); err != nil {
+		t.Fatal(err)
+	}
+	if j.Placement[1] != "n2" || j.Migrations != 1 {
+		t.Fatalf("placement %v, %d migrations", j.Placement, j.Migrations)
+	}
+}
+
+// TestTraceMigrationFails: the target cannot take the rank: the migration
+// is undone and the job runs where it was.
+func TestTraceMigrationFails(t *testing.T) {
+	e := newMemEnv(t, 3, memagent.Options{}, coord.Options{})
+	c1 := e.start()
+	c1.runJob(t, "ring", 2, 0, "n0", "n1")
+	e.takeTrace()
+	e.mc.Partition("n1", "n2") // the target cannot pull the image
+	m, err := c1.Migrate(context.Background(), "ring", 1, "n2")
+	if err == nil || m == nil || m.State != coordv1.MigrationFailed {
+		t.Fatalf("migrate across a partition: %+v %v", m, err)
+	}
+	golden(t, "migration_fails", e.takeTrace())
+	j := e.settled(c1, "ring", time.Second)
+	if err := e.consistent(j, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTraceRestartDamagedCopy: the copy a restart restores from is found
+// damaged: it is mended from the replica and the restore tried again.
+func TestTraceRestartDamagedCopy(t *testing.T) {
+	e := newMemEnv(t, 3, memagent.Options{}, coord.Options{})
+	c1 := e.start()
+	c1.runJob(t, "ring", 2, 1, "n0", "n1")
+	seq := c1.checkpoint(t, "ring", 1)
+	e.mc.Damage("n0", "ring.0", seq)
+	e.takeTrace()
+	j, err := c1.Restart(context.Background(), "ring", coordv1.Restart{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "restart_damaged_copy", e.takeTrace())
+	if err := e.consistent(j, seq); err != nil {
+		t.Fatal(err)
+	}
+}
