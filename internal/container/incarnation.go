@@ -268,23 +268,3 @@ func (m *Manager) keepOutput(ctx context.Context, st *State, imgDir string, stop
 	incs := m.incarnations(st)
 	return &image.LogInfo{Incarnation: incs[len(incs)-1].N, Bytes: n}, nil
 }
-
-// Stop ends a container's processes and takes its runtime down (runc's
-// state, its root mount, its network) but keeps its dir: its state, its
-// logs and incarnations, for Restore to replace it with a new incarnation
-// (a rank restored where it died).
-func (m *Manager) Stop(ctx context.Context, name string) error {
-	unlock, err := m.lock(name)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	in, err := m.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	if err := m.teardown(ctx, &in.State); err != nil {
-		return fmt.Errorf("stop %s: %w", name, err)
-	}
-	return nil
-}

@@ -2,6 +2,7 @@ package container
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -234,4 +235,38 @@ func (m *Manager) startShim(spec shimSpec, started func(pid int)) (shimPID, init
 	default:
 		return shimPID, 0, fmt.Errorf("shim exited without reporting (%v)", rerr)
 	}
+}
+
+// waitShim waits up to d for the container's shim to exit.
+func (m *Manager) waitShim(st *State, d time.Duration) {
+	if st.ShimPID <= 0 {
+		return
+	}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if !processRuns(st.ShimPID) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// shimRuns reports whether pid is a live shim (its environment names it).
+func shimRuns(pid int) bool {
+	if pid <= 0 || !processRuns(pid) {
+		return false
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	return err == nil && bytes.Contains(env, []byte(ShimEnv+"="))
+}
+
+// processRuns reports whether pid is alive and not a zombie.
+func processRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }

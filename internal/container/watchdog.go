@@ -215,3 +215,36 @@ func tracerPID(pid int) int {
 	}
 	return 0
 }
+
+// recoverFreeze releases a container that a checkpoint froze and never
+// thawed because the process running it died (see watchdog.go), unless
+// this process keeps it frozen on purpose.
+func (m *Manager) recoverFreeze(ctx context.Context, st *State, initPID int) {
+	if m.holds(st.Config.Name) {
+		return // a prepared checkpoint of this process keeps it frozen
+	}
+	ok, err := releaseAbandoned(ctx, m.watchTarget(st), initPID, time.Now())
+	switch {
+	case err != nil:
+		m.log.Warn("release a container an interrupted checkpoint left frozen", "container", st.Config.Name, "err", err)
+	case ok:
+		m.log.Warn("released a container an interrupted checkpoint left frozen", "container", st.Config.Name)
+	}
+}
+
+// watchTarget is what a watchdog needs to release st's container.
+func (m *Manager) watchTarget(st *State) watchTarget {
+	netns := ""
+	if st.Config.Net != nil {
+		netns = st.Config.Net.Netns
+	} else if st.Endpoint.Netns != "" {
+		netns = netw.NetnsPath(st.Endpoint.Netns)
+	}
+	return watchTarget{
+		Marker:   filepath.Join(m.dir(st.Config.Name), freezeMarker),
+		Cgroups:  st.CgroupsPath,
+		Netns:    netns,
+		RuncRoot: m.runc.root,
+		ID:       m.runcID(st.Config.Name),
+	}
+}
