@@ -95,7 +95,7 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 	if err != nil {
 		return nil, err
 	}
-	if in.Status != "running" && in.Status != "paused" {
+	if in.Status != StatusRunning && in.Status != StatusPaused {
 		return nil, fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
 	}
 	st := &in.State
@@ -137,7 +137,7 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 	}
 	var timing image.Timing
 	p.start = time.Now()
-	wasPaused := in.Status == "paused"
+	wasPaused := in.Status == StatusPaused
 	if !wasPaused {
 		// Say who froze the container, so that if this process dies before
 		// thawing it, the next cairn command thaws it (recoverFreeze).

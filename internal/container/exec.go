@@ -24,7 +24,7 @@ func (m *Manager) Exec(ctx context.Context, name string, args []string, stdin io
 	if err != nil {
 		return -1, err
 	}
-	if in.Status != "running" {
+	if in.Status != StatusRunning {
 		return -1, fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
 	}
 	if in.Config.UserNS {

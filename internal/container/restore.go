@@ -26,9 +26,9 @@ func (m *Manager) restored(name string, st *State, paused bool) (*Info, error) {
 		return nil, fmt.Errorf("pid file %q: %w", b, err)
 	}
 	in := m.info(name, st)
-	in.Status, in.Pid = "running", pid
+	in.Status, in.Pid = StatusRunning, pid
 	if paused {
-		in.Status = "paused"
+		in.Status = StatusPaused
 	}
 	return in, nil
 }
@@ -109,7 +109,7 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	existing, err := m.Get(ctx, target)
 	switch {
 	case err == nil:
-		if existing.Status == "running" || existing.Status == "paused" || existing.Status == "created" {
+		if existing.Status.Live() {
 			return nil, fmt.Errorf("%w: %s; stop it first (cairn rm -f %s) or restore a copy with --as NEWNAME", ErrRunning, target, target)
 		}
 	case !errors.Is(err, ErrNotFound):

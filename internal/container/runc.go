@@ -140,7 +140,7 @@ func lastRuncError(logPath string) string {
 
 // runcState is the part of `runc state` output cairn reads.
 type runcState struct {
-	Status string `json:"status"` // created, running, paused, stopped
+	Status Status `json:"status"` // created, running, paused, stopped
 	Pid    int    `json:"pid"`
 }
 

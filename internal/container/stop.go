@@ -17,7 +17,7 @@ func (m *Manager) Kill(ctx context.Context, name string, sig syscall.Signal) err
 	if err != nil {
 		return err
 	}
-	if in.Status != "running" && in.Status != "paused" && in.Status != "created" {
+	if !in.Status.Live() {
 		return fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
 	}
 	if err := m.runc.run(ctx, "", "kill", m.runcID(name), fmt.Sprint(int(sig))); err != nil {
@@ -41,7 +41,7 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 	if err != nil {
 		return err
 	}
-	if (in.Status == "running" || in.Status == "paused") && !force {
+	if in.Status.Live() && !force {
 		return fmt.Errorf("%w: %s (use --force to kill and remove it)", ErrRunning, name)
 	}
 	if err := m.destroy(ctx, &in.State); err != nil {
@@ -77,7 +77,7 @@ func (m *Manager) teardown(ctx context.Context, st *State) error {
 	name := st.Config.Name
 	m.killOrphans(name)
 	if rs, err := m.runc.state(ctx, m.runcID(name)); err == nil {
-		if rs.Status != "stopped" {
+		if rs.Status != StatusStopped {
 			_ = m.runc.run(ctx, "", "kill", m.runcID(name), "KILL")
 		}
 		m.waitShim(st, 10*time.Second)

@@ -453,7 +453,7 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*v1.JobStatus, e
 			case err != nil:
 				rs.Error = err.Error()
 			default:
-				rs.Status, rs.Pid, rs.ExitCode = in.Status, in.Pid, in.ExitCode
+				rs.Status, rs.Pid, rs.ExitCode = string(in.Status), in.Pid, in.ExitCode
 			}
 		}()
 	}
