@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"cairn/internal/proc"
 )
 
 // ErrUserNSExec is returned by Exec for a --userns container: runc joins
@@ -73,7 +75,7 @@ func execProcesses(f freezer, initPID int) ([]string, error) {
 	for _, pid := range pids {
 		p := pid
 		for p != initPID && in[p] {
-			p = parentPID(p)
+			p = proc.Parent(p)
 		}
 		if p != initPID {
 			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
@@ -81,23 +83,4 @@ func execProcesses(f freezer, initPID int) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// parentPID is pid's parent, 0 if unknown.
-func parentPID(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	pp, _ := strconv.Atoi(f[1])
-	return pp
 }

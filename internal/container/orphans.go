@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"cairn/internal/proc"
 )
 
 // orphans returns the runc processes still checkpointing or restoring the
@@ -23,7 +25,7 @@ func findOrphans(root, id string) (runcs []int, children []int) {
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
 		pid, err := strconv.Atoi(filepath.Base(p))
-		if err != nil || !processRuns(pid) {
+		if err != nil || !proc.Runs(pid) {
 			continue
 		}
 		b, err := os.ReadFile(p + "/cmdline")
@@ -36,36 +38,7 @@ func findOrphans(root, id string) (runcs []int, children []int) {
 			runcs = append(runcs, pid)
 		}
 	}
-	return runcs, childrenOf(runcs...)
-}
-
-// childrenOf returns the live children of the given processes.
-func childrenOf(parents ...int) []int {
-	if len(parents) == 0 {
-		return nil
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var out []int
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 || f[0] == "Z" {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil && slices.Contains(parents, ppid) {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-			out = append(out, pid)
-		}
-	}
-	return out
+	return runcs, proc.Children(runcs...)
 }
 
 // waitOrphans waits up to d for orphaned runc processes of the container to

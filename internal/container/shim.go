@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn/internal/proc"
 )
 
 // ShimEnv is the environment variable that carries a shim's spec. A binary
@@ -244,7 +246,7 @@ func (m *Manager) waitShim(st *State, d time.Duration) {
 	}
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		if !processRuns(st.ShimPID) {
+		if !proc.Runs(st.ShimPID) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -253,20 +255,9 @@ func (m *Manager) waitShim(st *State, d time.Duration) {
 
 // shimRuns reports whether pid is a live shim (its environment names it).
 func shimRuns(pid int) bool {
-	if pid <= 0 || !processRuns(pid) {
+	if !proc.Runs(pid) {
 		return false
 	}
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	return err == nil && bytes.Contains(env, []byte(ShimEnv+"="))
-}
-
-// processRuns reports whether pid is alive and not a zombie.
-func processRuns(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }

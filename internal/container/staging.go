@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"cairn/internal/proc"
 )
 
 // stagingOwner is the file in a staging dir that lists the pids using it.
@@ -28,7 +30,7 @@ func (m *Manager) cleanStaging() {
 		}
 		live := false
 		for _, o := range owners {
-			if pid, err := strconv.Atoi(o); err != nil || pid == os.Getpid() || processRuns(pid) {
+			if pid, err := strconv.Atoi(o); err != nil || pid == os.Getpid() || proc.Runs(pid) {
 				live = true // unparsable: leave it alone
 			}
 		}

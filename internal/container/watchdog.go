@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cairn/internal/netw"
+	"cairn/internal/proc"
 )
 
 // A checkpoint freezes its container and, on a cluster, its caller locks
@@ -102,12 +103,12 @@ func releaseAbandoned(ctx context.Context, w watchTarget, initPID int, now time.
 	if err != nil {
 		return false, nil // no note (or one being written): nothing to do
 	}
-	if n.PID == os.Getpid() || processRuns(n.PID) {
+	if n.PID == os.Getpid() || proc.Runs(n.PID) {
 		return false, nil // its owner runs: it thaws the container itself
 	}
 	late := now.Unix() > n.Deadline
 	runcs, criu := findOrphans(w.RuncRoot, w.ID)
-	if n.Runc > 0 && processRuns(n.Runc) && !slices.Contains(runcs, n.Runc) {
+	if n.Runc > 0 && proc.Runs(n.Runc) && !slices.Contains(runcs, n.Runc) {
 		runcs = append(runcs, n.Runc)
 	}
 	tracer := 0
