@@ -83,8 +83,13 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 	}
 	p := &Prepared{m: m, name: name, unlock: unlock}
 	defer func() {
-		if err != nil {
-			p.release(context.WithoutCancel(ctx))
+		if err == nil {
+			return
+		}
+		// The checkpoint's error is returned; a failure to thaw after it
+		// is handled here.
+		if rerr := p.release(context.WithoutCancel(ctx)); rerr != nil {
+			m.log.Warn("resume after a failed checkpoint", "rank", name, "err", rerr)
 		}
 	}()
 	// Wait first for any orphaned dump; Get then thaws what it left frozen.
@@ -154,7 +159,7 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		if ok, err := p.fz.settleVfork(ctx); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
 		} else if !ok {
-			m.log.Warn("a process still waits for a vfork child; dumping anyway", "container", name)
+			m.log.Warn("a process still waits for a vfork child; dumping anyway", "rank", name)
 		}
 	}
 	// Frozen, the container starts nothing new: what exec started is all
@@ -210,7 +215,7 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		}
 		// The container is still frozen; an exiting task is a zombie by
 		// now, and a vfork pair is let run to the child's exec.
-		m.log.Info("CRIU could not seize a task; dumping again", "container", name, "attempt", attempt+1)
+		m.log.Info("CRIU could not seize a task; dumping again", "rank", name, "attempt", attempt+1)
 		if err := p.resetDumpDirs(workDir); err != nil {
 			cancelDump()
 			return nil, fmt.Errorf("checkpoint %s: %w", name, err)
@@ -236,7 +241,7 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		// A CRIU that died mid-dump leaves its network lock behind.
 		if tgt := m.watchTarget(st); tgt.Netns != "" {
 			if err := netw.DropCRIULock(context.WithoutCancel(ctx), tgt.Netns); err != nil {
-				m.log.Warn("drop CRIU's network lock after a failed dump", "container", name, "err", err)
+				m.log.Warn("drop CRIU's network lock after a failed dump", "rank", name, "err", err)
 			}
 		}
 		if stop {

@@ -69,6 +69,6 @@ func (m *Manager) killOrphans(name string) {
 	}
 	for _, r := range runcs {
 		_ = syscall.Kill(r, syscall.SIGKILL)
-		m.log.Warn("killed an orphaned runc of an interrupted command", "container", name, "pid", r)
+		m.log.Warn("killed an orphaned runc of an interrupted command", "rank", name, "pid", r)
 	}
 }

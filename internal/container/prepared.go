@@ -104,9 +104,6 @@ func (p *Prepared) release(ctx context.Context) error {
 		return nil
 	}
 	err := p.thawLocked(ctx)
-	if err != nil {
-		p.m.log.Warn("resume after checkpoint", "container", p.name, "err", err)
-	}
 	if p.staging != "" && os.Getenv("CAIRN_KEEP_STAGING") == "" {
 		os.RemoveAll(p.staging)
 	}
@@ -121,7 +118,9 @@ func (p *Prepared) Abort(ctx context.Context) error { return p.release(ctx) }
 // Commit thaws the container if it is still frozen and persists its staged
 // image into the store as checkpoint Seq, while the container runs on.
 func (p *Prepared) Commit(ctx context.Context, progress image.Progress) (*image.Record, error) {
-	defer p.release(ctx)
+	// Thawed first (or Commit fails with the thaw's error), the container
+	// leaves release nothing to fail at.
+	defer func() { _ = p.release(ctx) }()
 	if err := p.Thaw(ctx); err != nil {
 		return nil, err
 	}

@@ -286,21 +286,21 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 				err = fmt.Errorf("%w (CRIU's log: %s)", err, filepath.Join(m.dir(target), lazyLog))
 			}
 			os.RemoveAll(staging)
-			if err != nil {
-				m.log.Error("lazy restore failed: the container is killed", "container", target, "ckpt", man.Name(), "err", err)
-			} else {
-				m.log.Info("lazy restore complete: every page is here", "container", target, "ckpt", man.Name(),
+			switch {
+			case opts.Lazy.Done != nil:
+				opts.Lazy.Done(st, err) // the caller handles the outcome
+			case err != nil:
+				m.log.Error("lazy restore failed: the container is killed", "rank", target, "ckpt", man.Name(), "err", err)
+			default:
+				m.log.Info("lazy restore complete: every page is here", "rank", target, "ckpt", man.Name(),
 					"pages", st.Pages, "requests", st.Requests, "took", st.Took)
-			}
-			if opts.Lazy.Done != nil {
-				opts.Lazy.Done(st, err)
 			}
 		}()
 	}
 	in, err := m.restored(target, st, opts.Paused)
 	// Where the time went: reading the image into staging, replacing the
 	// old runtime, network and root, runc restore (CRIU within), the rest.
-	m.log.Info("restored", "container", target, "ckpt", man.Name(), "lazy", lz != nil, "took", time.Since(begin),
+	m.log.Info("restored", "rank", target, "ckpt", man.Name(), "lazy", lz != nil, "took", time.Since(begin),
 		"stage", stagedAt, "replace", beforeStart-stagedAt, "net_root", started-beforeStart-from.runc, "runc", from.runc,
 		"after", time.Since(begin)-started)
 	return in, err

@@ -227,9 +227,9 @@ func (m *Manager) recoverFreeze(ctx context.Context, st *State, initPID int) {
 	ok, err := releaseAbandoned(ctx, m.watchTarget(st), initPID, time.Now())
 	switch {
 	case err != nil:
-		m.log.Warn("release a container an interrupted checkpoint left frozen", "container", st.Config.Name, "err", err)
+		m.log.Warn("release a container an interrupted checkpoint left frozen", "rank", st.Config.Name, "err", err)
 	case ok:
-		m.log.Warn("released a container an interrupted checkpoint left frozen", "container", st.Config.Name)
+		m.log.Warn("released a container an interrupted checkpoint left frozen", "rank", st.Config.Name)
 	}
 }
 
