@@ -59,7 +59,7 @@ func statusText(in *container.Info) string {
 	if in.RestoredFrom != "" && in.Status == "running" {
 		return "running (restored " + in.RestoredFrom + ")"
 	}
-	return in.Status
+	return string(in.Status)
 }
 
 func pidText(pid int) string {

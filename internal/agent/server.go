@@ -375,7 +375,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func toWire(in *container.Info) v1.Container {
-	c := v1.Container{Name: in.Name, Status: in.Status, Pid: in.Pid, Addr: in.Addr.String(),
+	c := v1.Container{Name: in.Name, Status: v1.Status(in.Status), Pid: in.Pid, Addr: in.Addr.String(),
 		Args: in.Config.Args, Created: in.Created, RestoredFrom: in.RestoredFrom}
 	if in.Exit != nil {
 		code := in.Exit.Code

@@ -63,7 +63,7 @@ func TestCheckpointKillRestore(t *testing.T) {
 
 	// Still running after the checkpoint: the stream goes on.
 	in, _ = m.Get(ctx, "app")
-	if in.Status != "running" {
+	if in.Status != container.StatusRunning {
 		t.Fatalf("after checkpoint: status %s", in.Status)
 	}
 	b, _ := os.ReadFile(in.Log)
@@ -84,7 +84,7 @@ func TestCheckpointKillRestore(t *testing.T) {
 	if len(preKill) <= len(atCkpt) {
 		t.Fatalf("counter did not move after the checkpoint (%d <= %d)", len(preKill), len(atCkpt))
 	}
-	if in, _ = m.Get(ctx, "app"); in.Status != "exited" {
+	if in, _ = m.Get(ctx, "app"); in.Status != container.StatusExited {
 		t.Fatalf("after kill: status %s", in.Status)
 	}
 
@@ -93,7 +93,7 @@ func TestCheckpointKillRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Status != "running" || in.RestoredFrom != "app:1" {
+	if in.Status != container.StatusRunning || in.RestoredFrom != "app:1" {
 		t.Fatalf("after restore: %+v", in)
 	}
 	// The TCP stream goes on from where it was: the receiver checks every

@@ -145,3 +145,41 @@ func (f freezer) settleVfork(ctx context.Context) (bool, error) {
 	}
 	return true, nil
 }
+
+// Pause freezes a running container and Resume thaws it. A job's ranks,
+// restored paused, are resumed together once all are restored. Pause
+// freezes on behalf of this process: should it end before Resume, the
+// container's watchdog resumes the container and lifts its network lock.
+func (m *Manager) Pause(ctx context.Context, name string) error { return m.setFrozen(ctx, name, true) }
+
+// Resume thaws a container frozen by Pause or restored paused.
+func (m *Manager) Resume(ctx context.Context, name string) error {
+	return m.setFrozen(ctx, name, false)
+}
+
+func (m *Manager) setFrozen(ctx context.Context, name string, frozen bool) error {
+	st, err := m.loadState(name)
+	if err != nil {
+		return err
+	}
+	fz, err := freezerFor(st.CgroupsPath)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	marker := filepath.Join(m.dir(name), freezeMarker)
+	if !frozen {
+		if err := fz.set(ctx, false); err != nil {
+			return err
+		}
+		if n, err := readFreezeNote(marker); err == nil && n.PID == os.Getpid() {
+			os.Remove(marker)
+		}
+		return nil
+	}
+	// No dump runs under a pause: the deadline only matters once this
+	// process is gone, and then the watchdog resumes the container anyway.
+	if err := writeFreezeNote(marker, freezeNote{PID: os.Getpid(), Deadline: time.Now().Unix()}); err != nil {
+		return err
+	}
+	return fz.set(ctx, true)
+}

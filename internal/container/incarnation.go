@@ -108,7 +108,7 @@ func (m *Manager) incarnations(st *State) []Incarnation {
 			n = k + 1
 		}
 	}
-	m.log.Warn("incarnations unreadable; counting on from the logs kept", "container", st.Config.Name, "incarnation", n, "err", err)
+	m.log.Warn("incarnations unreadable; counting on from the logs kept", "rank", st.Config.Name, "incarnation", n, "err", err)
 	return []Incarnation{{N: n, Started: st.Started, Log: logName}}
 }
 
@@ -233,7 +233,7 @@ func (m *Manager) keepOutput(ctx context.Context, st *State, imgDir string, stop
 	} else if n, err := flushOutput(ctx, dir); err == nil {
 		cut = n
 	} else {
-		m.log.Warn("output still in the pipe may be missing from the checkpoint's log", "container", name, "err", err)
+		m.log.Warn("output still in the pipe may be missing from the checkpoint's log", "rank", name, "err", err)
 	}
 	in, err := os.Open(logPath)
 	if errors.Is(err, os.ErrNotExist) {
@@ -259,7 +259,7 @@ func (m *Manager) keepOutput(ctx context.Context, st *State, imgDir string, stop
 		err = cerr
 	}
 	if errors.Is(err, io.EOF) {
-		m.log.Warn("the log is shorter than its shim said", "container", name, "bytes", n, "flushed", cut)
+		m.log.Warn("the log is shorter than its shim said", "rank", name, "bytes", n, "flushed", cut)
 		err = nil
 	}
 	if err != nil {
@@ -267,24 +267,4 @@ func (m *Manager) keepOutput(ctx context.Context, st *State, imgDir string, stop
 	}
 	incs := m.incarnations(st)
 	return &image.LogInfo{Incarnation: incs[len(incs)-1].N, Bytes: n}, nil
-}
-
-// Stop ends a container's processes and takes its runtime down (runc's
-// state, its root mount, its network) but keeps its dir: its state, its
-// logs and incarnations, for Restore to replace it with a new incarnation
-// (a rank restored where it died).
-func (m *Manager) Stop(ctx context.Context, name string) error {
-	unlock, err := m.lock(name)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	in, err := m.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	if err := m.teardown(ctx, &in.State); err != nil {
-		return fmt.Errorf("stop %s: %w", name, err)
-	}
-	return nil
 }

@@ -249,7 +249,7 @@ func TestUserNS(t *testing.T) {
 	if _, err := m.Exec(ctx, "utrue", []string{"true"}, nil, nil, nil); !errors.Is(err, container.ErrUserNSExec) {
 		t.Fatalf("exec in a --userns container: %v, want ErrUserNSExec", err)
 	}
-	if in, _ := m.Get(ctx, "utrue"); in.Status != "running" {
+	if in, _ := m.Get(ctx, "utrue"); in.Status != container.StatusRunning {
 		t.Fatalf("after the refused checkpoint: %s", in.Status)
 	}
 }

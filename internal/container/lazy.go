@@ -28,7 +28,8 @@ type Lazy struct {
 	Chunks image.Chunks
 	// Done, if set, is called once every page has arrived (err nil) or
 	// the daemon or the page server failed, which leaves the processes
-	// unable to run on.
+	// unable to run on; it handles (logs) the outcome. Without it the
+	// Manager logs it.
 	Done func(LazyStats, error)
 }
 

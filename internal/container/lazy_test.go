@@ -135,7 +135,7 @@ func TestLazyRestoreLosesItsPages(t *testing.T) {
 			return false, err.Error()
 		}
 		if got.Exit == nil {
-			return false, "container still " + got.Status
+			return false, "container still " + string(got.Status)
 		}
 		return strings.Contains(got.Exit.Reason, "lazy restore failed"), fmt.Sprintf("exit %+v", *got.Exit)
 	})

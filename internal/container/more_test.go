@@ -63,7 +63,7 @@ func TestSuccessiveCheckpoints(t *testing.T) {
 		t.Fatalf("clone's count.log does not continue checkpoint 1 (%d lines, checkpoint %d)", len(cl), len(at1))
 	}
 	checkContiguous(t, cl)
-	if orig, _ := m.Get(ctx, "app"); orig.Status != "running" || orig.Pid != in.Pid {
+	if orig, _ := m.Get(ctx, "app"); orig.Status != container.StatusRunning || orig.Pid != in.Pid {
 		t.Fatalf("original disturbed by the clone: %+v", orig)
 	}
 
@@ -101,7 +101,7 @@ func TestCheckpointStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, err := env.Manager.Wait(ctx, "app")
-	if err != nil || in.Status != "checkpointed" {
+	if err != nil || in.Status != container.StatusCheckpointed {
 		t.Fatalf("after checkpoint --stop: %v %+v", err, in)
 	}
 	at := ckptCount(t, env, "app", 1)
@@ -247,7 +247,7 @@ func TestRestoreRefusesBadImages(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(in.Dir, "restore.log")); err == nil {
 				t.Error("CRIU ran on a damaged image")
 			}
-			if got, _ := m.Get(ctx, "app"); got.Status != "exited" {
+			if got, _ := m.Get(ctx, "app"); got.Status != container.StatusExited {
 				t.Errorf("container status %s after refused restore", got.Status)
 			}
 			if b, err := os.ReadFile(marker); err != nil || string(b) != "still here" {
@@ -360,7 +360,7 @@ func TestRestoreRefusesUnsafeDelta(t *testing.T) {
 			if !errors.Is(err, image.ErrUnsafeEntry) {
 				t.Fatalf("restore with a %v node: %v, want ErrUnsafeEntry", bad.Kind, err)
 			}
-			if got, _ := m.Get(ctx, "app"); got.Status != "checkpointed" {
+			if got, _ := m.Get(ctx, "app"); got.Status != container.StatusCheckpointed {
 				t.Errorf("container status %s after refused restore", got.Status)
 			}
 		})
@@ -416,7 +416,7 @@ func TestDumpFailureResumes(t *testing.T) {
 func expectRunningNoCheckpoint(t *testing.T, env *testutil.Env, name string) {
 	t.Helper()
 	got, err := env.Manager.Get(context.Background(), name)
-	if err != nil || got.Status != "running" {
+	if err != nil || got.Status != container.StatusRunning {
 		t.Fatalf("container after failed checkpoint: %v %+v", err, got)
 	}
 	ms, _ := env.Manager.Checkpoints(name)

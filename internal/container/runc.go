@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"cairn/internal/proc"
 )
 
 // runc drives the runc CLI with cairn's own state root and CRIU.
@@ -64,7 +66,7 @@ func (r runc) runNotify(ctx context.Context, logPath string, started func(pid in
 	// Cancelled, runc's children go first: CRIU holds the container's
 	// processes, and killing runc alone would leave it running.
 	cmd.Cancel = func() error {
-		for _, c := range childrenOf(cmd.Process.Pid) {
+		for _, c := range proc.Children(cmd.Process.Pid) {
 			_ = syscall.Kill(c, syscall.SIGKILL)
 		}
 		return cmd.Process.Kill()
@@ -140,7 +142,7 @@ func lastRuncError(logPath string) string {
 
 // runcState is the part of `runc state` output cairn reads.
 type runcState struct {
-	Status string `json:"status"` // created, running, paused, stopped
+	Status Status `json:"status"` // created, running, paused, stopped
 	Pid    int    `json:"pid"`
 }
 

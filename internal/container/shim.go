@@ -2,6 +2,7 @@ package container
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn/internal/proc"
 )
 
 // ShimEnv is the environment variable that carries a shim's spec. A binary
@@ -234,4 +237,27 @@ func (m *Manager) startShim(spec shimSpec, started func(pid int)) (shimPID, init
 	default:
 		return shimPID, 0, fmt.Errorf("shim exited without reporting (%v)", rerr)
 	}
+}
+
+// waitShim waits up to d for the container's shim to exit.
+func (m *Manager) waitShim(st *State, d time.Duration) {
+	if st.ShimPID <= 0 {
+		return
+	}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if !proc.Runs(st.ShimPID) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// shimRuns reports whether pid is a live shim (its environment names it).
+func shimRuns(pid int) bool {
+	if !proc.Runs(pid) {
+		return false
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	return err == nil && bytes.Contains(env, []byte(ShimEnv+"="))
 }

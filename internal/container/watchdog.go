@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cairn/internal/netw"
+	"cairn/internal/proc"
 )
 
 // A checkpoint freezes its container and, on a cluster, its caller locks
@@ -102,12 +103,12 @@ func releaseAbandoned(ctx context.Context, w watchTarget, initPID int, now time.
 	if err != nil {
 		return false, nil // no note (or one being written): nothing to do
 	}
-	if n.PID == os.Getpid() || processRuns(n.PID) {
+	if n.PID == os.Getpid() || proc.Runs(n.PID) {
 		return false, nil // its owner runs: it thaws the container itself
 	}
 	late := now.Unix() > n.Deadline
 	runcs, criu := findOrphans(w.RuncRoot, w.ID)
-	if n.Runc > 0 && processRuns(n.Runc) && !slices.Contains(runcs, n.Runc) {
+	if n.Runc > 0 && proc.Runs(n.Runc) && !slices.Contains(runcs, n.Runc) {
 		runcs = append(runcs, n.Runc)
 	}
 	tracer := 0
@@ -214,4 +215,37 @@ func tracerPID(pid int) int {
 		}
 	}
 	return 0
+}
+
+// recoverFreeze releases a container that a checkpoint froze and never
+// thawed because the process running it died (see watchdog.go), unless
+// this process keeps it frozen on purpose.
+func (m *Manager) recoverFreeze(ctx context.Context, st *State, initPID int) {
+	if m.holds(st.Config.Name) {
+		return // a prepared checkpoint of this process keeps it frozen
+	}
+	ok, err := releaseAbandoned(ctx, m.watchTarget(st), initPID, time.Now())
+	switch {
+	case err != nil:
+		m.log.Warn("release a container an interrupted checkpoint left frozen", "rank", st.Config.Name, "err", err)
+	case ok:
+		m.log.Warn("released a container an interrupted checkpoint left frozen", "rank", st.Config.Name)
+	}
+}
+
+// watchTarget is what a watchdog needs to release st's container.
+func (m *Manager) watchTarget(st *State) watchTarget {
+	netns := ""
+	if st.Config.Net != nil {
+		netns = st.Config.Net.Netns
+	} else if st.Endpoint.Netns != "" {
+		netns = netw.NetnsPath(st.Endpoint.Netns)
+	}
+	return watchTarget{
+		Marker:   filepath.Join(m.dir(st.Config.Name), freezeMarker),
+		Cgroups:  st.CgroupsPath,
+		Netns:    netns,
+		RuncRoot: m.runc.root,
+		ID:       m.runcID(st.Config.Name),
+	}
 }

@@ -102,7 +102,7 @@ func killContainer(t *testing.T, m *container.Manager, name string) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return in.Status == "exited", in.Status
+		return in.Status == container.StatusExited, string(in.Status)
 	})
 }
 

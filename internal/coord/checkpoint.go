@@ -422,7 +422,7 @@ func (c *Coordinator) noteExited(ctx context.Context, name string) {
 	for _, r := range st.RankStates {
 		// Only ranks seen to exit: a rank on a dead node is for the
 		// failure handling, not an end.
-		if r.Status != "exited" || !r.Alive {
+		if r.Status != string(agentv1.StatusExited) || !r.Alive {
 			return
 		}
 	}

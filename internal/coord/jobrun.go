@@ -139,7 +139,7 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 		if hasCode(err, agentv1.CodeNotFound) {
 			return nil // res.Status "": the node has no such rank
 		}
-		res.Status = in.Status
+		res.Status = string(in.Status)
 		return err
 	case machine.RemoveRank:
 		return cl.RankRemove(ctx, agentv1.RankRemove{Rank: x.rank(a.Rank), VNI: j.VNI, Addr: j.Addrs[a.Rank], Keep: a.Keep})

@@ -411,14 +411,14 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStat
 		case err != nil:
 			rs.Error = err.Error()
 		default:
-			rs.Status, rs.Pid, rs.ExitCode = in.Status, in.Pid, in.ExitCode
+			rs.Status, rs.Pid, rs.ExitCode = string(in.Status), in.Pid, in.ExitCode
 		}
 		return nil
 	})
 	st.Exited = true
 	for _, rs := range st.RankStates {
 		switch rs.Status {
-		case "exited", "stopped", "checkpointed":
+		case string(agentv1.StatusExited), string(agentv1.StatusStopped), string(agentv1.StatusCheckpointed):
 			if rs.ExitCode == nil || *rs.ExitCode != 0 {
 				st.Failed = true
 			}
@@ -431,7 +431,7 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStat
 	if st.Failed && !st.Exited {
 		// A rank that is gone does not end the wait while others run.
 		for _, rs := range st.RankStates {
-			if rs.Status == "running" || rs.Status == "paused" || rs.Status == "created" {
+			if agentv1.Status(rs.Status).Active() {
 				return st, nil
 			}
 		}
@@ -467,7 +467,7 @@ func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Sign
 		if hasCode(gerr, agentv1.CodeNotFound) {
 			return nil
 		}
-		if gerr == nil && in.Status != "running" && in.Status != "paused" && in.Status != "created" {
+		if gerr == nil && !in.Status.Live() {
 			return nil
 		}
 		return err
@@ -506,7 +506,7 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 				return nil, err
 			}
 			for _, r := range st.RankStates {
-				if r.Status == "running" || r.Status == "paused" || r.Status == "created" {
+				if agentv1.Status(r.Status).Live() {
 					return nil, apiErr(coordv1.CodeConflict, "job %s is running (rank %d on %s): use --force to kill and remove it", name, r.Rank, r.Node)
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/coord"
 	"cairn/internal/coord/memagent"
@@ -106,7 +107,7 @@ func (e *memEnv) quiet(c *memCoord, job string, hold time.Duration) *coordv1.Job
 	default:
 		for r, vs := range e.mc.Ranks(job) {
 			for _, v := range vs {
-				if v.Status == "running" {
+				if v.Status == agentv1.StatusRunning {
 					e.t.Fatalf("job %s is %s, but rank %d runs on %s:\n%s", job, j.State, r, v.Node, e.mc.Describe(job))
 				}
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/catalog"
 	"cairn/internal/coord"
@@ -278,7 +279,7 @@ func (e *memEnv) consistent(j *coordv1.Job, restoredFrom int) error {
 		switch {
 		case v.Node != node:
 			errs = append(errs, fmt.Sprintf("rank %d runs on %s, placed on %s", r, v.Node, node))
-		case v.Status != "running" || v.Locked || v.Held:
+		case v.Status != agentv1.StatusRunning || v.Locked || v.Held:
 			errs = append(errs, fmt.Sprintf("rank %d on %s is %s locked=%v held=%v", r, v.Node, v.Status, v.Locked, v.Held))
 		case restoredFrom != 0 && v.RestoredFrom != restoredFrom:
 			errs = append(errs, fmt.Sprintf("rank %d on %s restored from %d, want %d", r, v.Node, v.RestoredFrom, restoredFrom))

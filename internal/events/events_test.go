@@ -22,11 +22,12 @@ import (
 	"testing"
 	"time"
 
-	v1 "cairn/api/events/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/events"
+	"cairn/internal/proc"
 )
 
-func types(es []v1.Event) string {
+func types(es []evv1.Event) string {
 	var s []string
 	for _, e := range es {
 		s = append(s, fmt.Sprintf("%d:%s", e.Seq, e.Type))
@@ -40,10 +41,10 @@ func TestHistoryAndFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	x.Publish(v1.Event{Type: v1.NodeJoined, Node: "n1"})
-	mid := x.Publish(v1.Event{Type: v1.CkptCommitted, Job: "a", Ckpt: 1})
-	x.Publish(v1.Event{Type: v1.CkptDurable, Job: "b", Ckpt: 1})
-	x.Publish(v1.Event{Type: v1.MigrationDone, Job: "a"})
+	x.Publish(evv1.Event{Type: evv1.NodeJoined, Node: "n1"})
+	mid := x.Publish(evv1.Event{Type: evv1.CkptCommitted, Job: "a", Ckpt: 1})
+	x.Publish(evv1.Event{Type: evv1.CkptDurable, Job: "b", Ckpt: 1})
+	x.Publish(evv1.Event{Type: evv1.MigrationDone, Job: "a"})
 	for _, tc := range []struct {
 		f    events.Filter
 		want string
@@ -67,13 +68,13 @@ func TestLateSubscriber(t *testing.T) {
 	x, _ := events.New(events.Options{})
 	defer x.Close()
 	for i := range 5 {
-		x.Publish(v1.Event{Type: v1.CkptCommitted, Ckpt: i + 1})
+		x.Publish(evv1.Event{Type: evv1.CkptCommitted, Ckpt: i + 1})
 	}
 	s := x.Subscribe(events.Filter{AfterSeq: 2}, 16)
 	defer s.Cancel()
 	go func() {
 		for i := range 3 {
-			x.Publish(v1.Event{Type: v1.CkptDurable, Ckpt: i + 1})
+			x.Publish(evv1.Event{Type: evv1.CkptDurable, Ckpt: i + 1})
 		}
 	}()
 	var got []uint64
@@ -98,7 +99,7 @@ func TestSlowSubscriberNeverBlocks(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		for range 100 {
-			x.Publish(v1.Event{Type: v1.NodeJoined})
+			x.Publish(evv1.Event{Type: evv1.NodeJoined})
 		}
 		close(done)
 	}()
@@ -125,7 +126,7 @@ func TestPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 7 {
-		x.Publish(v1.Event{Type: v1.CkptCommitted, Ckpt: i + 1})
+		x.Publish(evv1.Event{Type: evv1.CkptCommitted, Ckpt: i + 1})
 	}
 	x.Close()
 	// A line cut short by a crash is skipped.
@@ -140,7 +141,7 @@ func TestPersistence(t *testing.T) {
 	if got := types(x.History(events.Filter{})); got != "5:checkpoint.committed 6:checkpoint.committed 7:checkpoint.committed" {
 		t.Fatalf("history after restart: %s", got)
 	}
-	if e := x.Publish(v1.Event{Type: v1.NodeLost}); e.Seq != 8 {
+	if e := x.Publish(evv1.Event{Type: evv1.NodeLost}); e.Seq != 8 {
 		t.Fatalf("next event numbered %d, want 8", e.Seq)
 	}
 	b, _ := os.ReadFile(file)
@@ -178,7 +179,7 @@ func TestHooks(t *testing.T) {
 	hooks := []events.Hook{
 		// Fails on its first two runs, then records the event type.
 		{Pattern: "checkpoint.*", Exec: fmt.Sprintf(`echo x >> %s; [ $(wc -l < %s) -gt 2 ] && echo "$CAIRN_EVENT_TYPE $(cat)" > %s/delivered`, flaky, flaky, dir)},
-		{Pattern: v1.NodeLost, Exec: "echo no >&2; exit 3"},
+		{Pattern: evv1.NodeLost, Exec: "echo no >&2; exit 3"},
 		{Pattern: "*", URL: srv.URL},
 	}
 	for _, h := range hooks {
@@ -195,10 +196,10 @@ func TestHooks(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 	time.Sleep(50 * time.Millisecond) // the hooks subscribe
-	failed := x.SubscribeNew(events.Filter{Type: v1.HookFailed}, 16)
+	failed := x.SubscribeNew(events.Filter{Type: evv1.HookFailed}, 16)
 	start := time.Now()
-	x.Publish(v1.Event{Type: v1.NodeLost, Node: "n2"})
-	x.Publish(v1.Event{Type: v1.CkptCommitted, Job: "j", Ckpt: 4})
+	x.Publish(evv1.Event{Type: evv1.NodeLost, Node: "n2"})
+	x.Publish(evv1.Event{Type: evv1.CkptCommitted, Job: "j", Ckpt: 4})
 	if d := time.Since(start); d > 100*time.Millisecond {
 		t.Fatalf("publishing took %s: hooks block the publisher", d)
 	}
@@ -220,17 +221,6 @@ func TestHooks(t *testing.T) {
 	}
 }
 
-// gone reports whether the process pid has ended (or is a zombie that
-// its new parent has yet to reap).
-func gone(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] == "Z"
-}
-
 // readPID waits for a pid written to file by a command under test, and
 // kills it when the test ends if it still runs.
 func readPID(t *testing.T, file string) int {
@@ -245,7 +235,7 @@ func readPID(t *testing.T, file string) int {
 		return err == nil
 	})
 	t.Cleanup(func() {
-		if !gone(pid) {
+		if proc.Runs(pid) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
@@ -260,7 +250,7 @@ func TestHookTimeoutKillsGroup(t *testing.T) {
 	pidFile := filepath.Join(dir, "pid")
 	x, _ := events.New(events.Options{})
 	defer x.Close()
-	hooks := []events.Hook{{Pattern: v1.NodeLost, Exec: fmt.Sprintf("sleep 30 & echo $! > %s; exec sleep 30", pidFile)}}
+	hooks := []events.Hook{{Pattern: evv1.NodeLost, Exec: fmt.Sprintf("sleep 30 & echo $! > %s; exec sleep 30", pidFile)}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -269,10 +259,10 @@ func TestHookTimeoutKillsGroup(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 	time.Sleep(50 * time.Millisecond) // the hook subscribes
-	failed := x.SubscribeNew(events.Filter{Type: v1.HookFailed}, 16)
+	failed := x.SubscribeNew(events.Filter{Type: evv1.HookFailed}, 16)
 	defer failed.Cancel()
 	start := time.Now()
-	x.Publish(v1.Event{Type: v1.NodeLost, Node: "n1"})
+	x.Publish(evv1.Event{Type: evv1.NodeLost, Node: "n1"})
 	grandchild := readPID(t, pidFile)
 	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer wcancel()
@@ -285,7 +275,7 @@ func TestHookTimeoutKillsGroup(t *testing.T) {
 		t.Errorf("a hook with a 1s timeout gave up after %v", took)
 	}
 	t.Logf("gave up after %v: %s", took.Round(time.Millisecond), e.Message)
-	waitFor(t, "the hook's child to be gone", func() bool { return gone(grandchild) })
+	waitFor(t, "the hook's child to be gone", func() bool { return !proc.Runs(grandchild) })
 }
 
 // TestHTTPSHookSigned: an https:// hook whose server's CA is given gets
@@ -335,11 +325,11 @@ func TestHTTPSHookSigned(t *testing.T) {
 		}()
 		t.Cleanup(func() { cancel(); <-done; x.Close() })
 		time.Sleep(50 * time.Millisecond) // the hook subscribes
-		return x, x.SubscribeNew(events.Filter{Type: v1.HookFailed}, 16)
+		return x, x.SubscribeNew(events.Filter{Type: evv1.HookFailed}, 16)
 	}
 
 	x, failed := run(events.HookOptions{Attempts: 1, Secret: secret, RootCAs: roots})
-	x.Publish(v1.Event{Type: v1.CkptCommitted, Job: "j", Ckpt: 3})
+	x.Publish(evv1.Event{Type: evv1.CkptCommitted, Job: "j", Ckpt: 3})
 	var d delivery
 	select {
 	case d = <-got:
@@ -348,8 +338,8 @@ func TestHTTPSHookSigned(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no signed delivery within 5s")
 	}
-	var e v1.Event
-	if err := json.Unmarshal(d.body, &e); err != nil || e.Type != v1.CkptCommitted || e.Ckpt != 3 {
+	var e evv1.Event
+	if err := json.Unmarshal(d.body, &e); err != nil || e.Type != evv1.CkptCommitted || e.Ckpt != 3 {
 		t.Fatalf("delivered %s (%v)", d.body, err)
 	}
 
@@ -376,7 +366,7 @@ func TestHTTPSHookSigned(t *testing.T) {
 
 	// Without its CA, the server is a stranger.
 	x, failed = run(events.HookOptions{Attempts: 1, Secret: secret})
-	x.Publish(v1.Event{Type: v1.CkptCommitted, Job: "j", Ckpt: 4})
+	x.Publish(evv1.Event{Type: evv1.CkptCommitted, Job: "j", Ckpt: 4})
 	select {
 	case e := <-failed.C:
 		if !strings.Contains(e.Message, "certificate") {

@@ -1,15 +1,3 @@
-// Package events is the cluster's event stream: an Exchange that numbers
-// the events the coordinator publishes, keeps a bounded history of them
-// (in memory and in a file that survives a coordinator restart), replays
-// it to subscribers that come late and delivers new events live; and the
-// hooks that run a command or POST to a URL for chosen event types, with
-// retries, without ever blocking the publisher. A hook's command runs in a
-// process group of its own, killed whole at its timeout; a POST may go to
-// an https:// URL and is signed with an HMAC of its body when a secret is
-// shared with the receiver (Sign, Verify).
-//
-// Vocabulary: an event's type is a dotted name from api/events/v1
-// ("checkpoint.committed"); a pattern is a type, "family.*" or "*".
 package events
 
 import (
@@ -23,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	v1 "cairn/api/events/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/durable"
 )
 
@@ -49,7 +37,7 @@ type Exchange struct {
 	log  *slog.Logger
 
 	mu      sync.Mutex
-	hist    []v1.Event // oldest first, at most opts.Keep
+	hist    []evv1.Event // oldest first, at most opts.Keep
 	next    uint64
 	subs    map[*sub]struct{}
 	f       *os.File
@@ -57,7 +45,7 @@ type Exchange struct {
 }
 
 type sub struct {
-	ch     chan v1.Event
+	ch     chan evv1.Event
 	filter Filter
 	lagged bool
 }
@@ -72,11 +60,11 @@ type Filter struct {
 	Since    time.Time
 }
 
-func (f Filter) match(e v1.Event) bool {
+func (f Filter) match(e evv1.Event) bool {
 	if f.Job != "" && e.Job != f.Job {
 		return false
 	}
-	if f.Type != "" && !v1.Match(f.Type, e.Type) {
+	if f.Type != "" && !evv1.Match(f.Type, e.Type) {
 		return false
 	}
 	return e.Seq > f.AfterSeq && !e.Time.Before(f.Since)
@@ -101,7 +89,7 @@ func New(opts Options) (*Exchange, error) {
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			var e v1.Event
+			var e evv1.Event
 			if json.Unmarshal(sc.Bytes(), &e) != nil || e.Seq < x.next {
 				continue // a line cut short by a crash, or out of order
 			}
@@ -145,7 +133,7 @@ func (x *Exchange) Close() error {
 // Publish numbers and timestamps e, keeps it and hands it to every
 // matching subscriber. It never blocks: a subscriber whose buffer is full
 // is cut off (its channel closed; Lagged tells it why).
-func (x *Exchange) Publish(e v1.Event) v1.Event {
+func (x *Exchange) Publish(e evv1.Event) evv1.Event {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	e.Seq = x.next
@@ -175,7 +163,7 @@ func (x *Exchange) Publish(e v1.Event) v1.Event {
 
 // persistLocked appends e to the history file, rewriting the file with
 // only the kept events once it holds twice as many lines.
-func (x *Exchange) persistLocked(e v1.Event) {
+func (x *Exchange) persistLocked(e evv1.Event) {
 	if x.f == nil {
 		return
 	}
@@ -207,14 +195,14 @@ func (x *Exchange) persistLocked(e v1.Event) {
 }
 
 // History returns the kept events that match f, oldest first.
-func (x *Exchange) History(f Filter) []v1.Event {
+func (x *Exchange) History(f Filter) []evv1.Event {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.historyLocked(f)
 }
 
-func (x *Exchange) historyLocked(f Filter) []v1.Event {
-	var out []v1.Event
+func (x *Exchange) historyLocked(f Filter) []evv1.Event {
+	var out []evv1.Event
 	for _, e := range x.hist {
 		if f.match(e) {
 			out = append(out, e)
@@ -236,7 +224,7 @@ type Subscription struct {
 	// every new matching event, in order, without gaps. It is closed by
 	// Cancel, by Close of the Exchange, or when the subscriber fell so far
 	// behind that its buffer filled (then Lagged reports true).
-	C <-chan v1.Event
+	C <-chan evv1.Event
 	x *Exchange
 	s *sub
 }
@@ -259,7 +247,7 @@ func (x *Exchange) subscribe(f Filter, buffer int, fromNow bool) *Subscription {
 		f.AfterSeq = x.next - 1
 	}
 	past := x.historyLocked(f)
-	s := &sub{ch: make(chan v1.Event, len(past)+max(buffer, 1)), filter: f}
+	s := &sub{ch: make(chan evv1.Event, len(past)+max(buffer, 1)), filter: f}
 	for _, e := range past {
 		s.ch <- e
 	}
@@ -286,11 +274,11 @@ func (s *Subscription) Lagged() bool {
 
 // Wait returns the next event, false once the subscription has ended or
 // ctx is done.
-func (s *Subscription) Wait(ctx context.Context) (v1.Event, bool) {
+func (s *Subscription) Wait(ctx context.Context) (evv1.Event, bool) {
 	select {
 	case e, ok := <-s.C:
 		return e, ok
 	case <-ctx.Done():
-		return v1.Event{}, false
+		return evv1.Event{}, false
 	}
 }

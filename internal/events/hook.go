@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	v1 "cairn/api/events/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/proc"
 )
 
@@ -201,7 +201,7 @@ func Verify(secret []byte, h http.Header, body []byte, now time.Time) error {
 // hookQueue is a bounded queue that drops its oldest events when full.
 type hookQueue struct {
 	mu      sync.Mutex
-	events  []v1.Event
+	events  []evv1.Event
 	dropped int
 	max     int
 	wake    chan struct{}
@@ -220,7 +220,7 @@ func (q *hookQueue) feed(ctx context.Context, x *Exchange, h Hook) {
 				break
 			}
 			last = e.Seq
-			if e.Type == v1.HookFailed {
+			if e.Type == evv1.HookFailed {
 				continue
 			}
 			q.mu.Lock()
@@ -254,7 +254,7 @@ func (q *hookQueue) deliver(ctx context.Context, x *Exchange, h Hook, d *deliver
 				n := q.dropped
 				q.dropped = 0
 				q.mu.Unlock()
-				x.Publish(v1.Event{Type: v1.HookFailed, Message: fmt.Sprintf("hook %s: queue full, %d events dropped", h, n)})
+				x.Publish(evv1.Event{Type: evv1.HookFailed, Message: fmt.Sprintf("hook %s: queue full, %d events dropped", h, n)})
 				continue
 			}
 			if len(q.events) == 0 {
@@ -280,7 +280,7 @@ func (q *hookQueue) deliver(ctx context.Context, x *Exchange, h Hook, d *deliver
 				}
 			}
 			if err != nil && ctx.Err() == nil {
-				x.Publish(v1.Event{Type: v1.HookFailed, Job: e.Job, Node: e.Node,
+				x.Publish(evv1.Event{Type: evv1.HookFailed, Job: e.Job, Node: e.Node,
 					Message: fmt.Sprintf("hook %s gave up on event %d (%s) after %d attempts: %v", h, e.Seq, e.Type, opts.Attempts, err)})
 			}
 		}
@@ -288,7 +288,7 @@ func (q *hookQueue) deliver(ctx context.Context, x *Exchange, h Hook, d *deliver
 }
 
 // run delivers one event to h once.
-func (d *deliverer) run(ctx context.Context, h Hook, e v1.Event) error {
+func (d *deliverer) run(ctx context.Context, h Hook, e evv1.Event) error {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	body, _ := json.Marshal(e)

@@ -2,7 +2,6 @@ package image
 
 import (
 	"archive/tar"
-	"cairn/internal/store"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn/internal/store"
 )
 
 // ErrUnsafeEntry is returned for a fs delta entry that could write outside
@@ -294,4 +295,38 @@ func modeBits(m int64) fs.FileMode {
 		fm |= fs.ModeSticky
 	}
 	return fm
+}
+
+// nodeFromHeader is the manifest node of an fs delta entry (name cleaned),
+// without its chunks. checkHeader decides whether it is allowed.
+func nodeFromHeader(hdr *tar.Header, name string) store.Node {
+	n := store.Node{
+		Path: FSDir + "/" + name, Mode: uint32(hdr.Mode & 0o7777),
+		UID: uint32(hdr.Uid), GID: uint32(hdr.Gid), MTime: hdr.ModTime,
+	}
+	for k, v := range hdr.PAXRecords {
+		if x, ok := strings.CutPrefix(k, xattrPrefix); ok {
+			n.Xattrs = append(n.Xattrs, store.Xattr{Name: x, Value: []byte(v)})
+		}
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		n.Kind = store.KindDir
+	case tar.TypeReg, tar.TypeLink: // a hard link is kept as a copy
+		n.Kind = store.KindFile
+	case tar.TypeSymlink:
+		n.Kind, n.Target = store.KindSymlink, hdr.Linkname
+	case tar.TypeFifo:
+		n.Kind = store.KindFIFO
+	case typeSocket:
+		n.Kind = store.KindSocket
+	case tar.TypeChar: // an overlay whiteout is a character device 0:0
+		n.Kind, n.Major, n.Minor = store.KindWhiteout, 0, 0
+		if hdr.Devmajor != 0 || hdr.Devminor != 0 {
+			n.Kind, n.Major, n.Minor = store.KindCharDev, uint32(hdr.Devmajor), uint32(hdr.Devminor)
+		}
+	case tar.TypeBlock:
+		n.Kind, n.Major, n.Minor = store.KindBlockDev, uint32(hdr.Devmajor), uint32(hdr.Devminor)
+	}
+	return n
 }

@@ -104,3 +104,6 @@ func (r *Record) Size() int64 { return r.Logical }
 
 // Name is how users refer to the image: container:seq.
 func (r *Record) Name() string { return fmt.Sprintf("%s:%d", r.Container, r.Seq) }
+
+// IsCorrupt reports whether err says an image is corrupt.
+func IsCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }

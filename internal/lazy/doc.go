@@ -9,9 +9,9 @@
 // background. The daemon asks a page server over TCP for the pages; this
 // package is that server. It answers from the image's pagemap files
 // (which say where each range of a process's memory lies in its pages
-// file) and a Source for the pages files' bytes, which a cairn agent
-// backs with the image's chunks, fetched from whichever holder still
-// serves them.
+// file) and a Source for the pages files' bytes, which package container
+// backs with the image's chunks (a lazy Restore), fetched by the node's
+// agent from whichever holder still serves them.
 //
 // The wire protocol is CRIU's page-server protocol (criu/page-xfer.c):
 // the daemon sends 32-byte requests {cmd u32, pad u32, nr_pages u64,

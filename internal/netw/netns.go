@@ -141,3 +141,14 @@ func linkNames(ctx context.Context, netns, typ string) ([]string, error) {
 	}
 	return names, nil
 }
+
+// deleteNetns deletes the named netns; a missing one is not an error.
+func deleteNetns(ctx context.Context, name string) error {
+	if !NetnsExists(name) {
+		return nil
+	}
+	if err := ip(ctx, "netns", "del", name); err != nil && NetnsExists(name) {
+		return err
+	}
+	return nil
+}

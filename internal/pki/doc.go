@@ -1,6 +1,6 @@
 // Package pki is the cluster's certificate authority and the credentials
 // that let agents, the coordinator and the CLI authenticate each other over
-// mutual TLS (design.md §5, "Security model").
+// mutual TLS (docs/security.md, "The control plane").
 //
 // # Nouns
 //

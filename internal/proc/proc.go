@@ -1,6 +1,3 @@
-// Package proc runs commands whose whole process tree must end with them
-// (hooks, health probes): a command in a process group of its own, killed
-// as a group at its timeout and when it ends.
 package proc
 
 import (

@@ -53,7 +53,12 @@
 // chunk, the manifests that use it. Export and Import move a set of
 // manifests and their chunks between stores as one self-contained file,
 // or, as a delta export stream (ExportOptions.Skip), without the chunks
-// the receiving store already has.
+// the receiving store already has. ExportChunks and ImportChunks move
+// chunks without manifests, as a chunk stream: how a node fetching an
+// image from several holders takes a share of its chunks from each.
+// Scrub sets aside the stored copies of chunks that do not read back
+// intact (listed in the file "damaged"), so that the next good copy put
+// or imported is stored again.
 //
 // # Locking
 //

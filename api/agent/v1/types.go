@@ -63,10 +63,35 @@ type RunRequest struct {
 	Cwd      string   `json:"cwd,omitempty"`
 }
 
+// Status is what a container is doing, as the node's container manager
+// derives it (its values are those of internal/container.Status).
+type Status string
+
+// The statuses of a container.
+const (
+	StatusCreated      Status = "created"      // its init is made, the command not started yet
+	StatusRunning      Status = "running"      // its processes run
+	StatusPaused       Status = "paused"       // its processes are frozen
+	StatusStopped      Status = "stopped"      // nothing runs and no exit was recorded
+	StatusExiting      Status = "exiting"      // its init has ended; its last output and exit are being recorded
+	StatusExited       Status = "exited"       // its init has ended; ExitCode says how
+	StatusCheckpointed Status = "checkpointed" // a checkpoint with Stop ended it
+)
+
+// Live reports whether the container's init is there, running or not:
+// created, running or paused.
+func (s Status) Live() bool {
+	return s == StatusCreated || s == StatusRunning || s == StatusPaused
+}
+
+// Active reports whether the container has not ended yet: it is live, or
+// exiting (its last output and its exit are still being recorded).
+func (s Status) Active() bool { return s.Live() || s == StatusExiting }
+
 // Container is a container's state.
 type Container struct {
 	Name         string    `json:"name"`
-	Status       string    `json:"status"`
+	Status       Status    `json:"status"`
 	Pid          int       `json:"pid,omitempty"`
 	Addr         string    `json:"addr"`
 	Args         []string  `json:"args"`

@@ -52,9 +52,9 @@ type Container struct {
 	Job    string
 	Rank   int
 	Addr   string
-	Status string // running, paused (frozen), stopped or exited
-	Locked bool   // its network drops everything
-	Held   bool   // stalled or moved in: a hold runs
+	Status agentv1.Status // running, paused (frozen), stopped or exited
+	Locked bool           // its network drops everything
+	Held   bool           // stalled or moved in: a hold runs
 	// RestoredFrom is the checkpoint it was restored from (0: it was
 	// started, or moved in).
 	RestoredFrom int
@@ -109,8 +109,8 @@ func (n *Node) later(d time.Duration, fn func()) *time.Timer {
 }
 
 func (n *Node) thaw(ct *Container) {
-	if ct.Status == "paused" {
-		ct.Status = "running"
+	if ct.Status == agentv1.StatusPaused {
+		ct.Status = agentv1.StatusRunning
 	}
 	ct.Locked = false
 }
@@ -210,7 +210,7 @@ func (cl *Client) RankRun(ctx context.Context, req agentv1.RankRun) (agentv1.Con
 			return apiErr(agentv1.CodeExists, "container %s exists", name)
 		}
 		n.nets[req.Net.VNI] = req.Net
-		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: "running", Incarnation: 1}
+		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusRunning, Incarnation: 1}
 		n.ctrs[name] = ct
 		out = wire(ct)
 		return nil
@@ -248,7 +248,7 @@ func (cl *Client) RankRestore(ctx context.Context, req agentv1.RankRestore) (age
 			inc = old.Incarnation + 1
 		}
 		n.nets[req.Net.VNI] = req.Net
-		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: "paused", Locked: true,
+		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusPaused, Locked: true,
 			RestoredFrom: req.Seq, Incarnation: inc}
 		n.ctrs[name] = ct
 		out = wire(ct)
@@ -291,7 +291,7 @@ func (n *Node) remove(name string, keep bool) {
 	}
 	ct.stopHold()
 	if keep {
-		ct.Status, ct.Locked = "stopped", false
+		ct.Status, ct.Locked = agentv1.StatusStopped, false
 		return
 	}
 	delete(n.ctrs, name)
@@ -308,7 +308,7 @@ func (cl *Client) RankStall(ctx context.Context, req agentv1.RankStall) error {
 		for _, r := range req.Ranks {
 			ct := n.ctrs[r.Name()]
 			ct.stopHold()
-			ct.Status, ct.Locked, ct.Held = "paused", true, true
+			ct.Status, ct.Locked, ct.Held = agentv1.StatusPaused, true, true
 			ct.hold = n.later(n.hold(req.Hold), func() {
 				if n.ctrs[ct.Name] == ct && ct.Held {
 					ct.Held, ct.hold = false, nil
@@ -331,13 +331,13 @@ func (cl *Client) Prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Pre
 		if ct == nil {
 			return notFound(name)
 		}
-		if ct.Status != "running" && ct.Status != "paused" {
+		if ct.Status != agentv1.StatusRunning && ct.Status != agentv1.StatusPaused {
 			return apiErr(agentv1.CodeNotRunning, "container %s is %s", name, ct.Status)
 		}
 		if n.pending[key] != nil {
 			return apiErr(agentv1.CodeExists, "%s:%d is already prepared", name, req.Seq)
 		}
-		ct.Status, ct.Locked = "paused", true
+		ct.Status, ct.Locked = agentv1.StatusPaused, true
 		p := &prepared{}
 		p.thaw = n.later(n.hold(req.Hold), func() {
 			if n.pending[key] == p {
@@ -443,7 +443,7 @@ func (cl *Client) MigrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1
 			old.stopHold()
 		}
 		n.nets[req.Net.VNI] = req.Net
-		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: "paused", Locked: true, Held: true, Incarnation: 1}
+		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusPaused, Locked: true, Held: true, Incarnation: 1}
 		ct.hold = n.later(n.hold(req.Hold), func() {
 			if n.ctrs[name] == ct && ct.Held {
 				delete(n.ctrs, name) // it must never run beside the source
@@ -497,7 +497,7 @@ func (cl *Client) Kill(ctx context.Context, name string, _ int) error {
 			return notFound(name)
 		}
 		ct.stopHold()
-		ct.Status, ct.Locked = "exited", false
+		ct.Status, ct.Locked = agentv1.StatusExited, false
 		return nil
 	})
 }
@@ -521,7 +521,7 @@ func wire(ct *Container) agentv1.Container {
 	if ct.RestoredFrom != 0 {
 		out.RestoredFrom = ct.Name + ":" + strconv.Itoa(ct.RestoredFrom)
 	}
-	if ct.Status == "exited" {
+	if ct.Status == agentv1.StatusExited {
 		zero := 0
 		out.ExitCode = &zero
 	}

@@ -1,13 +1,50 @@
 package container
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"cairn/internal/proc"
 )
+
+// ErrUserNSExec is returned by Exec for a --userns container: runc joins
+// its user namespace before its network namespace, which belongs to the
+// host's user namespace, and the kernel refuses that.
+var ErrUserNSExec = errors.New("exec into a container with a user namespace of its own (--userns) is not supported: its network namespace belongs to the host's user namespace")
+
+// Exec runs a command inside a running container with the given stdio and
+// returns its exit code.
+func (m *Manager) Exec(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	in, err := m.Get(ctx, name)
+	if err != nil {
+		return -1, err
+	}
+	if in.Status != StatusRunning {
+		return -1, fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
+	}
+	if in.Config.UserNS {
+		return -1, fmt.Errorf("exec in %s: %w", name, ErrUserNSExec)
+	}
+	a := m.runc.argv("", append([]string{"exec", m.runcID(name)}, args...)...)
+	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("exec in %s: %w", name, err)
+	}
+	return 0, nil
+}
 
 // ErrExecProcesses is returned (wrapped) by a checkpoint of a container
 // that holds processes started with Exec (runc exec): they live in the
@@ -38,7 +75,7 @@ func execProcesses(f freezer, initPID int) ([]string, error) {
 	for _, pid := range pids {
 		p := pid
 		for p != initPID && in[p] {
-			p = parentPID(p)
+			p = proc.Parent(p)
 		}
 		if p != initPID {
 			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
@@ -46,23 +83,4 @@ func execProcesses(f freezer, initPID int) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// parentPID is pid's parent, 0 if unknown.
-func parentPID(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	pp, _ := strconv.Atoi(f[1])
-	return pp
 }

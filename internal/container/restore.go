@@ -1,0 +1,307 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"cairn/internal/image"
+)
+
+// restored describes a container Restore has just started, without asking
+// runc (a process start) what Restore knows.
+func (m *Manager) restored(name string, st *State, paused bool) (*Info, error) {
+	b, err := os.ReadFile(filepath.Join(m.dir(name), "init.pid"))
+	if err != nil {
+		return nil, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("pid file %q: %w", b, err)
+	}
+	in := m.info(name, st)
+	in.Status, in.Pid = StatusRunning, pid
+	if paused {
+		in.Status = StatusPaused
+	}
+	return in, nil
+}
+
+// RestoreOptions tunes Restore.
+type RestoreOptions struct {
+	Seq      int            // checkpoint number; 0 means the newest
+	As       string         // restore as a new container of this name
+	Progress image.Progress // reports reading the image; may be nil
+	// Net replaces the network namespace recorded in the image (a rank
+	// restored on another node joins a namespace made there).
+	Net *NetAttach
+	// Paused leaves the restored processes frozen, for Resume to start
+	// them: the ranks of a job are all restored before any runs.
+	Paused bool
+	// Staged restores from an image staged in this directory (CRIU's
+	// files under image.CRIUDir, the fs delta as image.DeltaName, the
+	// output as image.LogName, as Prepared.ImageDir leaves them),
+	// described by Record, instead of a
+	// checkpoint in the store: how a migrated rank is restored without a
+	// round trip through the store. The directory is used up.
+	Staged string
+	Record *image.Record
+	// Lazy restores from an image this node need not hold, its memory
+	// arriving while the processes run (lazy.go).
+	Lazy *Lazy
+}
+
+// Restore brings a container back from one of its checkpoints: the image is
+// verified while it is copied to staging (a corrupt or truncated image is
+// refused before anything is changed and before CRIU runs), then the
+// container gets a fresh overlay holding the checkpoint's fs delta, a fresh
+// network namespace with its address, and CRIU restores its processes.
+// Its log starts with the output kept with the checkpoint, so it reads as
+// an uninterrupted run's; the log of a container restored in place is
+// kept as an earlier incarnation's (see Incarnations). The container must
+// not be running (use opts.As to restore a copy beside it).
+func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions) (*Info, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	if _, err := m.CRIU(ctx); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", name, err)
+	}
+	target := name
+	if opts.As != "" {
+		if err := ValidName(opts.As); err != nil {
+			return nil, err
+		}
+		target = opts.As
+	}
+	seq := opts.Seq
+	if opts.Lazy != nil {
+		if opts.Staged != "" || opts.Lazy.Head == nil || opts.Lazy.Chunks == nil {
+			return nil, fmt.Errorf("restore %s: a lazy restore needs the image's head and chunks, and no staged image", name)
+		}
+		opts.Record = opts.Lazy.Head.Record
+		seq = opts.Record.Seq
+	} else if opts.Staged != "" {
+		if opts.Record == nil {
+			return nil, fmt.Errorf("restore %s: a staged image needs its record", name)
+		}
+		seq = opts.Record.Seq
+	} else if seq == 0 {
+		latest, err := m.repo.Latest(name)
+		if err != nil {
+			return nil, err
+		}
+		seq = latest.Seq
+	}
+	begin := time.Now()
+	unlock, err := m.lock(target)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	existing, err := m.Get(ctx, target)
+	switch {
+	case err == nil:
+		if existing.Status.Live() {
+			return nil, fmt.Errorf("%w: %s; stop it first (cairn rm -f %s) or restore a copy with --as NEWNAME", ErrRunning, target, target)
+		}
+	case !errors.Is(err, ErrNotFound):
+		return nil, err
+	}
+
+	// Read the whole image, verifying every chunk, before touching anything:
+	// CRIU's files into staging (tmpfs), the fs delta into a new upper dir
+	// on the data disk, renamed into place once the old runtime is gone.
+	staging, man := opts.Staged, opts.Record
+	staged := staging != ""
+	if !staged {
+		if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
+			return nil, fmt.Errorf("staging dir: %w", err)
+		}
+		m.cleanStaging()
+		if staging, err = os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-pid%d-", target, seq, os.Getpid())); err != nil {
+			return nil, err
+		}
+		if opts.Lazy == nil {
+			if man, err = m.repo.Load(name, seq); err != nil {
+				os.RemoveAll(staging)
+				return nil, err
+			}
+		}
+		// The image kept in staging since its checkpoint, if it is this
+		// one: nothing to read from the store (kept.go).
+		if opts.As == "" && opts.Lazy == nil && os.Remove(staging) == nil {
+			if staged = m.takeKept(name, man, staging); staged {
+				m.log.Info("restoring from the image kept in staging", "ckpt", man.Name())
+			} else if err := os.Mkdir(staging, 0o700); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// A lazy restore's staging stays until its daemon has every page.
+	var lz *lazyRun
+	lazyStarted := false
+	defer func() {
+		if lz == nil {
+			os.RemoveAll(staging)
+		}
+	}()
+	var cfg imageConfig
+	if err := json.Unmarshal(man.Config, &cfg); err != nil {
+		return nil, &image.CorruptError{Image: man.Name(), What: "record", Reason: "config: " + err.Error()}
+	}
+	criuDir := filepath.Join(staging, image.CRIUDir)
+	newUpper, err := os.MkdirTemp(filepath.Join(m.opts.DataDir, "containers"), ".restore-"+target+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(newUpper)
+	if err := os.Chmod(newUpper, 0o755); err != nil {
+		return nil, err
+	}
+	workDir := filepath.Join(staging, "work")
+	switch {
+	case staged:
+		if err := image.UnpackDelta(ctx, filepath.Join(staging, image.DeltaName), newUpper); err != nil {
+			return nil, fmt.Errorf("restore %s from staged %s: %w", target, man.Name(), err)
+		}
+	case opts.Lazy != nil:
+		for _, d := range []string{criuDir, workDir} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				return nil, err
+			}
+		}
+		run, err := m.prepareLazy(ctx, opts.Lazy, criuDir, workDir, newUpper, filepath.Join(staging, image.LogName))
+		if err != nil {
+			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
+		}
+		lz = run
+		defer func() {
+			if lz != nil && !lazyStarted {
+				lz.stop()
+				lz = nil
+				os.RemoveAll(staging)
+			}
+		}()
+	default:
+		if err := os.Mkdir(criuDir, 0o700); err != nil {
+			return nil, err
+		}
+		if err := m.repo.Materialize(ctx, man, criuDir, newUpper, opts.Progress); err != nil {
+			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
+		}
+		if _, err := m.repo.MaterializeLog(ctx, man, filepath.Join(staging, image.LogName)); err != nil {
+			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
+		}
+	}
+	stagedAt := time.Since(begin)
+	history := filepath.Join(staging, image.LogName)
+	if _, err := os.Lstat(history); err != nil {
+		history = "" // an image from before the output was kept
+	}
+
+	// Replace the old runtime of target, or make a new container.
+	var st *State
+	if existing != nil {
+		st = &existing.State
+		if err := m.teardown(ctx, st); err != nil {
+			return nil, fmt.Errorf("restore %s: clean up old container: %w", target, err)
+		}
+		for _, d := range []string{"upper", "work"} {
+			if err := os.RemoveAll(filepath.Join(m.dir(target), d)); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		if err := os.Mkdir(m.dir(target), 0o700); err != nil {
+			return nil, err
+		}
+		st = &State{Created: time.Now().UTC()}
+	}
+	// The log starts as the checkpoint's; the one it replaces is kept as
+	// an earlier incarnation's (incarnation.go).
+	if err := m.beginIncarnation(target, st, man, history, existing != nil); err != nil {
+		if existing == nil {
+			os.RemoveAll(m.dir(target))
+		}
+		return nil, fmt.Errorf("restore %s: %w", target, err)
+	}
+	st.Config = cfg.Config
+	st.Config.Name = target
+	if opts.Net != nil {
+		st.Config.Net = opts.Net
+	}
+	st.CgroupsPath = "/cairn-" + m.instance + "-" + target
+	st.RestoredFrom = man.Name()
+	upper := filepath.Join(m.dir(target), "upper")
+	fail := func(err error) (*Info, error) {
+		if existing == nil {
+			_ = m.destroy(context.WithoutCancel(ctx), st)
+		} else {
+			_ = m.teardown(context.WithoutCancel(ctx), st)
+		}
+		return nil, err
+	}
+	if err := os.Rename(newUpper, upper); err != nil {
+		return fail(err)
+	}
+	from := &restoreFrom{images: criuDir, work: workDir, owner: filepath.Join(staging, stagingOwner)}
+	if lz != nil {
+		from.lazy = lz.daemon
+	}
+	if err := os.MkdirAll(from.work, 0o700); err != nil {
+		return fail(err)
+	}
+	beforeStart := time.Since(begin)
+	if err := m.start(ctx, st, from, cfg.Addr); err != nil {
+		return fail(err)
+	}
+	started := time.Since(begin)
+	// CRIU restores the freezer state the dump saw (a checkpoint taken
+	// frozen comes back frozen): set the one asked for, without asking
+	// runc (a process start) what it is.
+	fz, err := freezerFor(st.CgroupsPath)
+	if err == nil {
+		err = fz.set(ctx, opts.Paused)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("restore %s: set frozen=%v: %w", target, opts.Paused, err))
+	}
+	if lz != nil {
+		lazyStarted = true
+		lz.startPrefetch(m.log, man.Name())
+		go func() {
+			st, err := lz.wait()
+			if err != nil {
+				if b, rerr := os.ReadFile(filepath.Join(workDir, lazyLog)); rerr == nil {
+					_ = os.WriteFile(filepath.Join(m.dir(target), lazyLog), b, 0o600)
+				}
+				err = fmt.Errorf("%w (CRIU's log: %s)", err, filepath.Join(m.dir(target), lazyLog))
+			}
+			os.RemoveAll(staging)
+			switch {
+			case opts.Lazy.Done != nil:
+				opts.Lazy.Done(st, err) // the caller handles the outcome
+			case err != nil:
+				m.log.Error("lazy restore failed: the container is killed", "rank", target, "ckpt", man.Name(), "err", err)
+			default:
+				m.log.Info("lazy restore complete: every page is here", "rank", target, "ckpt", man.Name(),
+					"pages", st.Pages, "requests", st.Requests, "took", st.Took)
+			}
+		}()
+	}
+	in, err := m.restored(target, st, opts.Paused)
+	// Where the time went: reading the image into staging, replacing the
+	// old runtime, network and root, runc restore (CRIU within), the rest.
+	m.log.Info("restored", "rank", target, "ckpt", man.Name(), "lazy", lz != nil, "took", time.Since(begin),
+		"stage", stagedAt, "replace", beforeStart-stagedAt, "net_root", started-beforeStart-from.runc, "runc", from.runc,
+		"after", time.Since(begin)-started)
+	return in, err
+}

@@ -1,0 +1,90 @@
+package proc
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+)
+
+// stat is what cairn reads of /proc/PID/stat.
+type stat struct {
+	state byte // R, S, D, T, Z (zombie), ...
+	ppid  int
+}
+
+var errNoPID = errors.New("no such process")
+
+// readStat reads /proc/PID/stat. The command name, in parentheses, may
+// hold spaces and parentheses itself: the fields that follow are found
+// after its last ')'.
+func readStat(pid int) (stat, error) {
+	if pid <= 0 {
+		return stat{}, errNoPID
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return stat{}, err
+	}
+	return parseStat(b)
+}
+
+func parseStat(b []byte) (stat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return stat{}, errors.New("malformed stat")
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 || len(f[0]) == 0 {
+		return stat{}, errors.New("malformed stat")
+	}
+	ppid, err := strconv.Atoi(string(f[1]))
+	if err != nil {
+		return stat{}, errors.New("malformed stat")
+	}
+	return stat{state: f[0][0], ppid: ppid}, nil
+}
+
+// Runs reports whether pid is a process that has not ended: it exists
+// and is not a zombie (ended, and not yet reaped by its parent).
+// kill(pid, 0) cannot tell a zombie from a live process: both take the
+// signal. A pid of 0 or less is no process.
+func Runs(pid int) bool {
+	st, err := readStat(pid)
+	return err == nil && st.state != 'Z'
+}
+
+// Parent returns the pid of pid's parent, 0 if pid is no process.
+func Parent(pid int) int {
+	st, err := readStat(pid)
+	if err != nil {
+		return 0
+	}
+	return st.ppid
+}
+
+// Children returns the children of the given processes that have not
+// ended (zombies left out), in /proc's order.
+func Children(parents ...int) []int {
+	if len(parents) == 0 {
+		return nil
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		st, err := parseStat(b)
+		if err != nil || st.state == 'Z' || !slices.Contains(parents, st.ppid) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
