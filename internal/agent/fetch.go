@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/image"
 	"cairn/internal/names"
 	"cairn/internal/rpc"
@@ -42,27 +42,27 @@ const (
 // one, and are checked against req before any chunk is asked for; they
 // are stored last, once every chunk is here, and only then is the image
 // listed.
-func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
+func (s *Server) fetch(ctx context.Context, req agentv1.Fetch) (agentv1.Image, error) {
 	start := time.Now()
-	holders := append([]v1.Holder{{Addr: req.From, Node: req.FromNode}}, req.Also...)
+	holders := append([]agentv1.Holder{{Addr: req.From, Node: req.FromNode}}, req.Also...)
 	errs := []error{names.Container(req.Container), names.Seq(req.Seq)}
 	for _, h := range holders {
 		errs = append(errs, names.Node(h.Node))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return v1.Image{}, badRequest(err)
+		return agentv1.Image{}, badRequest(err)
 	}
 	repo := s.Manager.Repo()
 	var damage image.Damage
 	if rec, err := repo.Load(req.Container, req.Seq); err == nil {
 		if !req.Repair {
-			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+			return agentv1.Image{Checkpoint: checkpointWire(rec)}, nil
 		}
 		if damage, err = repo.SetAsideDamaged(ctx, req.Container, req.Seq); err != nil {
-			return v1.Image{}, fmt.Errorf("check %s:%d: %w", req.Container, req.Seq, err)
+			return agentv1.Image{}, fmt.Errorf("check %s:%d: %w", req.Container, req.Seq, err)
 		}
 		if !damage.Any() {
-			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+			return agentv1.Image{Checkpoint: checkpointWire(rec)}, nil
 		}
 		s.log().Warn("damaged image; fetching the damaged parts again", "ckpt", rec.Name(),
 			"chunks", damage.Chunks, "manifest", damage.Manifest, "peer", req.FromNode)
@@ -82,7 +82,7 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 			select {
 			case <-other.finished:
 			case <-ctx.Done():
-				return v1.Image{}, ctx.Err()
+				return agentv1.Image{}, ctx.Err()
 			}
 			img, err := s.fetch(ctx, req) // here now, or fetched by this call
 			if err == nil && !img.Fetched {
@@ -98,9 +98,9 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	defer f.close()
 	rec, err := f.run(ctx)
 	if err != nil {
-		return v1.Image{}, err
+		return agentv1.Image{}, err
 	}
-	img := v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Duration: time.Since(start),
+	img := agentv1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Duration: time.Since(start),
 		Repaired: damage.Chunks, RepairedManifest: damage.Manifest}
 	for _, h := range f.holders {
 		sh := h.share()
@@ -113,7 +113,7 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 // fetcher is one fetch of an image from its holders.
 type fetcher struct {
 	s       *Server
-	req     v1.Fetch
+	req     agentv1.Fetch
 	image   string // container:seq
 	holders []*holder
 	limit   *rateLimit // shared by all streams
@@ -161,7 +161,7 @@ func (fs *fetches) begin(f *fetcher) (other *fetcher, done func()) {
 
 // holder is one holder of the image, and what it has sent.
 type holder struct {
-	v1.Holder
+	agentv1.Holder
 	c *rpc.AgentClient
 
 	mu      sync.Mutex
@@ -198,10 +198,10 @@ func (h *holder) failed() error {
 	return h.err
 }
 
-func (h *holder) share() v1.HolderShare {
+func (h *holder) share() agentv1.HolderShare {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	sh := v1.HolderShare{Node: h.Node, Chunks: h.chunks, Bytes: h.bytes, Damaged: h.damaged}
+	sh := agentv1.HolderShare{Node: h.Node, Chunks: h.chunks, Bytes: h.bytes, Damaged: h.damaged}
 	if h.err != nil {
 		sh.Error = h.err.Error()
 	}
@@ -268,7 +268,7 @@ func (f *fetcher) run(ctx context.Context) (*image.Record, error) {
 // says.
 func (f *fetcher) head(ctx context.Context) ([]byte, *image.Head, error) {
 	for _, h := range f.holders {
-		body, err := h.c.ExportDelta(ctx, v1.ExportDelta{Container: f.req.Container, Seq: f.req.Seq, Missing: []string{}, Background: f.background.Load()})
+		body, err := h.c.ExportDelta(ctx, agentv1.ExportDelta{Container: f.req.Container, Seq: f.req.Seq, Missing: []string{}, Background: f.background.Load()})
 		if err != nil {
 			h.giveUp(err)
 			continue
@@ -334,7 +334,7 @@ func (f *fetcher) fetchChunks(ctx context.Context, missing []store.ID) (err erro
 // chunks arrived, verified.
 func (f *fetcher) fetchShare(ctx context.Context, h *holder, cw *image.ChunkWriter, ids []store.ID) (int, error) {
 	bg := f.background.Load()
-	req := v1.ChunkData{Container: f.req.Container, Seq: f.req.Seq, IDs: make([]string, len(ids)), Background: bg}
+	req := agentv1.ChunkData{Container: f.req.Container, Seq: f.req.Seq, IDs: make([]string, len(ids)), Background: bg}
 	for i, id := range ids {
 		req.IDs[i] = id.String()
 	}
@@ -435,7 +435,7 @@ func parseIDs(hexIDs []string) ([]store.ID, error) {
 
 // chunkData streams chunks of an image to another agent fetching it.
 func (s *Server) chunkData(w http.ResponseWriter, r *http.Request) {
-	var req v1.ChunkData
+	var req agentv1.ChunkData
 	if !rpc.DecodeLimit(w, r, &req, 8<<20) {
 		return
 	}
@@ -444,12 +444,12 @@ func (s *Server) chunkData(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(req.IDs) > store.MaxStreamChunks {
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, fmt.Sprintf("at most %d chunks per request", store.MaxStreamChunks))
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, fmt.Sprintf("at most %d chunks per request", store.MaxStreamChunks))
 		return
 	}
 	ids, err := parseIDs(req.IDs)
 	if err != nil {
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "ids: "+err.Error())
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "ids: "+err.Error())
 		return
 	}
 	if s.sources.requests.Add(1) > 1 {

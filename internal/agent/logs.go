@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 )
 
@@ -22,7 +22,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
 	if v := q.Get("incarnation"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "incarnation must be a number from 1")
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "incarnation must be a number from 1")
 			return
 		}
 	}
@@ -93,7 +93,7 @@ func (s *Server) incarnations(w http.ResponseWriter, name string) {
 		failErr(w, err)
 		return
 	}
-	out := make([]v1.Incarnation, len(incs))
+	out := make([]agentv1.Incarnation, len(incs))
 	for i, inc := range incs {
 		out[i] = IncarnationWire(inc)
 	}
@@ -101,8 +101,8 @@ func (s *Server) incarnations(w http.ResponseWriter, name string) {
 }
 
 // IncarnationWire is an incarnation as the API shows it.
-func IncarnationWire(inc container.Incarnation) v1.Incarnation {
-	out := v1.Incarnation{
+func IncarnationWire(inc container.Incarnation) agentv1.Incarnation {
+	out := agentv1.Incarnation{
 		N: inc.N, Started: inc.Started, RestoredFrom: inc.RestoredFrom, Restored: inc.Restored,
 		Checkpointed: inc.Checkpointed, Current: inc.Current, Bytes: inc.Bytes,
 	}

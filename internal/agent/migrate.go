@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/failpoint"
 	"cairn/internal/image"
 	"cairn/internal/netw"
@@ -63,17 +63,17 @@ func (s *Server) release(name string) {
 // rankStall locks and freezes ranks that stay where they are while
 // another rank of their job moves. All or nothing: on error the ranks
 // stalled so far run again.
-func (s *Server) rankStall(ctx context.Context, req v1.RankStall) error {
+func (s *Server) rankStall(ctx context.Context, req agentv1.RankStall) error {
 	hold := req.Hold
 	if hold <= 0 {
 		hold = DefaultHold
 	}
-	var stalled []v1.Rank
+	var stalled []agentv1.Rank
 	undo := func() {
-		_ = s.rankResume(context.WithoutCancel(ctx), v1.RankResume{Ranks: stalled})
+		_ = s.rankResume(context.WithoutCancel(ctx), agentv1.RankResume{Ranks: stalled})
 	}
 	for _, r := range req.Ranks {
-		name := v1.RankName(r.Job, r.Rank)
+		name := agentv1.RankName(r.Job, r.Rank)
 		cfg, err := s.Manager.Config(name)
 		if err != nil {
 			undo()
@@ -92,7 +92,7 @@ func (s *Server) rankStall(ctx context.Context, req v1.RankStall) error {
 		}
 		s.hold(name, hold, func() {
 			s.log().Warn("no resume within the hold: resuming the stalled rank", "rank", name, "hold", hold)
-			_ = s.rankResume(context.Background(), v1.RankResume{Ranks: []v1.Rank{r}})
+			_ = s.rankResume(context.Background(), agentv1.RankResume{Ranks: []agentv1.Rank{r}})
 		})
 	}
 	return nil
@@ -110,14 +110,14 @@ func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 	p := s.ranks.pending[pendingKey{name, seq}]
 	s.ranks.mu.Unlock()
 	if p == nil {
-		fail(w, http.StatusNotFound, v1.CodeNotFound, fmt.Sprintf("no prepared image %s:%d here", name, seq))
+		fail(w, http.StatusNotFound, agentv1.CodeNotFound, fmt.Sprintf("no prepared image %s:%d here", name, seq))
 		return
 	}
 	started := false
 	announce := func(size int64) {
 		started = true
 		w.Header().Set("Content-Type", "application/x-tar")
-		w.Header().Set(v1.HeaderStagedSize, strconv.FormatInt(size, 10))
+		w.Header().Set(agentv1.HeaderStagedSize, strconv.FormatInt(size, 10))
 		w.WriteHeader(http.StatusOK)
 	}
 	rec := p.prep.Record()
@@ -132,10 +132,10 @@ func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 }
 
 // migrateIn receives a rank prepared on another node, stores its image
-// and restores it frozen with its network locked; see v1.MigrateIn.
-func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn, error) {
-	var out v1.MigratedIn
-	name := v1.RankName(req.Job, req.Rank.Rank)
+// and restores it frozen with its network locked; see agentv1.MigrateIn.
+func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.MigratedIn, error) {
+	var out agentv1.MigratedIn
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	start := time.Now()
 	c := rpc.NewAgentClient(req.From, req.FromNode, s.Creds)
 	defer c.Close()
@@ -167,7 +167,7 @@ func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 	// Restored straight from the staged image: the store is no part of a
 	// move (the image is no consistent cut of the job, so no checkpoint).
 	t := time.Now()
-	if _, err := s.rankRestore(ctx, v1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}, dir, &rec); err != nil {
+	if _, err := s.rankRestore(ctx, agentv1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}, dir, &rec); err != nil {
 		return out, fmt.Errorf("migrate %s: restore: %w", name, err)
 	}
 	out.Restore = time.Since(t)
@@ -180,7 +180,7 @@ func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 		// The source thaws by itself when its hold ends: this copy must
 		// never run beside it.
 		s.log().Warn("no resume within the hold: removing the migrated rank", "rank", name, "hold", hold)
-		_ = s.rankRemove(context.Background(), v1.RankRemove{Rank: req.Rank, VNI: vni, Addr: req.Addr})
+		_ = s.rankRemove(context.Background(), agentv1.RankRemove{Rank: req.Rank, VNI: vni, Addr: req.Addr})
 	})
 	return out, nil
 }
@@ -189,9 +189,9 @@ func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 // dropped without unlocking its network (the rank runs again only to be
 // killed, and cannot send a packet meanwhile), then its container and
 // network namespace go.
-func (s *Server) migrateOut(ctx context.Context, req v1.MigrateOut) error {
+func (s *Server) migrateOut(ctx context.Context, req agentv1.MigrateOut) error {
 	ctx = context.WithoutCancel(ctx)
-	name := v1.RankName(req.Job, req.Rank.Rank)
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	if p := s.takePending(pendingKey{name, req.Seq}); p != nil {
 		p.timer.Stop()
 		p.expire.Stop()
@@ -200,7 +200,7 @@ func (s *Server) migrateOut(ctx context.Context, req v1.MigrateOut) error {
 		p.mu.Unlock()
 		_ = p.prep.Abort(ctx)
 	}
-	return s.rankRemove(ctx, v1.RankRemove{Rank: req.Rank, VNI: req.VNI, Addr: req.Addr})
+	return s.rankRemove(ctx, agentv1.RankRemove{Rank: req.Rank, VNI: req.VNI, Addr: req.Addr})
 }
 
 // failpoint hangs the request at a named point when CAIRN_FAILPOINT

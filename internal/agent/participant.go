@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/netw"
 )
@@ -36,21 +36,21 @@ type pending struct {
 
 // prepare locks, freezes and dumps a rank, and keeps it so until Commit,
 // Abort or the end of the hold.
-func (s *Server) prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, error) {
+func (s *Server) prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prepared, error) {
 	start := time.Now()
-	name := v1.RankName(req.Job, req.Rank.Rank)
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	key := pendingKey{name, req.Seq}
 	s.ranks.mu.Lock()
 	if _, ok := s.ranks.pending[key]; ok {
 		s.ranks.mu.Unlock()
-		return v1.Prepared{}, fmt.Errorf("%w: %s:%d is already prepared", container.ErrExists, name, req.Seq)
+		return agentv1.Prepared{}, fmt.Errorf("%w: %s:%d is already prepared", container.ErrExists, name, req.Seq)
 	}
 	if s.ranks.preparing == nil {
 		s.ranks.preparing = map[pendingKey]chan struct{}{}
 	}
 	if _, ok := s.ranks.preparing[key]; ok {
 		s.ranks.mu.Unlock()
-		return v1.Prepared{}, fmt.Errorf("%w: %s:%d is being prepared", container.ErrExists, name, req.Seq)
+		return agentv1.Prepared{}, fmt.Errorf("%w: %s:%d is being prepared", container.ErrExists, name, req.Seq)
 	}
 	ended := make(chan struct{})
 	s.ranks.preparing[key] = ended
@@ -63,13 +63,13 @@ func (s *Server) prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, erro
 	}()
 	cfg, err := s.Manager.Config(name)
 	if err != nil {
-		return v1.Prepared{}, err
+		return agentv1.Prepared{}, err
 	}
 	netns := ""
 	if cfg.Net != nil {
 		netns = cfg.Net.Netns
 		if err := netw.LockNetns(ctx, netns); err != nil {
-			return v1.Prepared{}, err
+			return agentv1.Prepared{}, err
 		}
 	}
 	// The prepare belongs to the round, not to this request: a caller that
@@ -79,7 +79,7 @@ func (s *Server) prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, erro
 		if netns != "" {
 			_ = netw.UnlockNetns(context.WithoutCancel(ctx), netns)
 		}
-		return v1.Prepared{}, err
+		return agentv1.Prepared{}, err
 	}
 	p := &pending{prep: prep, netns: netns}
 	hold := req.Hold
@@ -111,9 +111,9 @@ func (s *Server) prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, erro
 		p.timer.Stop()
 		p.expire.Stop()
 		err := errors.Join(p.thaw(context.WithoutCancel(ctx)), prep.Abort(context.WithoutCancel(ctx)))
-		return v1.Prepared{}, errors.Join(&v1.Error{Code: v1.CodeNoSuchRound, Message: fmt.Sprintf("%s:%d was aborted while it prepared", name, req.Seq)}, err)
+		return agentv1.Prepared{}, errors.Join(&agentv1.Error{Code: agentv1.CodeNoSuchRound, Message: fmt.Sprintf("%s:%d was aborted while it prepared", name, req.Seq)}, err)
 	}
-	return v1.Prepared{Size: prep.Size(), Dump: time.Since(start), CRIU: prep.CRIUTime()}, nil
+	return agentv1.Prepared{Size: prep.Size(), Dump: time.Since(start), CRIU: prep.CRIUTime()}, nil
 }
 
 // Defaults of the prepare hold.
@@ -169,7 +169,7 @@ func (s *Server) dropPending(ctx context.Context, name string) {
 
 // finish commits or aborts a prepared rank. A commit of a rank whose image
 // is already in the store (a commit sent again) succeeds.
-func (s *Server) finish(ctx context.Context, key pendingKey, commit bool) (*v1.Committed, error) {
+func (s *Server) finish(ctx context.Context, key pendingKey, commit bool) (*agentv1.Committed, error) {
 	ctx = context.WithoutCancel(ctx)
 	p := s.takePending(key)
 	if p == nil {
@@ -202,9 +202,9 @@ func (s *Server) finish(ctx context.Context, key pendingKey, commit bool) (*v1.C
 			<-wait
 		}
 		if rec, err := s.Manager.Repo().Load(key.name, key.seq); err == nil {
-			return &v1.Committed{Checkpoint: checkpointWire(rec)}, nil
+			return &agentv1.Committed{Checkpoint: checkpointWire(rec)}, nil
 		}
-		return nil, &v1.Error{Code: v1.CodeNoSuchRound, Message: fmt.Sprintf("%s:%d is not prepared on this node", key.name, key.seq)}
+		return nil, &agentv1.Error{Code: agentv1.CodeNoSuchRound, Message: fmt.Sprintf("%s:%d is not prepared on this node", key.name, key.seq)}
 	}
 	p.timer.Stop()
 	p.expire.Stop()
@@ -231,5 +231,5 @@ func (s *Server) finish(ctx context.Context, key pendingKey, commit bool) (*v1.C
 	if err != nil {
 		return nil, errors.Join(err, thawErr)
 	}
-	return &v1.Committed{Checkpoint: checkpointWire(rec), Stall: rec.Timing.Stall}, thawErr
+	return &agentv1.Committed{Checkpoint: checkpointWire(rec), Stall: rec.Timing.Stall}, thawErr
 }

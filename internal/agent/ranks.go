@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/image"
 	"cairn/internal/launch"
@@ -46,7 +46,7 @@ type ranks struct {
 	held map[string]*time.Timer
 }
 
-func (s *Server) jobNet(j v1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr, error) {
+func (s *Server) jobNet(j agentv1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr, error) {
 	sub, err := netip.ParsePrefix(j.Subnet)
 	if err != nil {
 		return netw.NodeJobNet{}, nil, fmt.Errorf("job subnet: %w", err)
@@ -66,7 +66,7 @@ func (s *Server) jobNet(j v1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr
 
 // ensureJobNet makes the job's devices on this node and points them at the
 // ranks on other nodes.
-func (s *Server) ensureJobNet(ctx context.Context, j v1.JobNet) (netw.NodeJobNet, error) {
+func (s *Server) ensureJobNet(ctx context.Context, j agentv1.JobNet) (netw.NodeJobNet, error) {
 	n, remotes, err := s.jobNet(j)
 	if err != nil {
 		return n, err
@@ -86,7 +86,7 @@ func (s *Server) rankNetns(vni uint32, addr netip.Addr) string {
 	return netw.NetnsPath(n.RankNetns(addr))
 }
 
-func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, error) {
+func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.Info, error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
 		return nil, badRequest(err)
@@ -95,7 +95,7 @@ func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, 
 	if err != nil {
 		return nil, err
 	}
-	name := v1.RankName(req.Job, req.Rank.Rank)
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	args, tools := req.Args, ""
 	if req.MPI != "" {
 		if err := launch.CheckKind(req.MPI); err != nil {
@@ -131,8 +131,8 @@ func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, 
 	return in, nil
 }
 
-func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
-	name := v1.RankName(req.Job, req.Rank.Rank)
+func (s *Server) rankRemove(ctx context.Context, req agentv1.RankRemove) error {
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	s.dropPending(ctx, name)
 	var errs []error
 	remove := func() error { return s.Manager.Remove(ctx, name, true) }
@@ -158,12 +158,12 @@ func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
 // with staged set, from an image staged there (a migration). A container
 // of that name left on this node (a rank that died here) is replaced, its
 // output kept as an earlier incarnation's.
-func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged string, rec *image.Record) (_ *container.Info, err error) {
+func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, staged string, rec *image.Record) (_ *container.Info, err error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
 		return nil, badRequest(err)
 	}
-	name := v1.RankName(req.Job, req.Rank.Rank)
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	var lz *container.Lazy
 	if staged == "" {
 		_, err = s.Manager.Repo().Load(name, req.Seq)
@@ -209,10 +209,10 @@ func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged str
 	return in, nil
 }
 
-func (s *Server) rankResume(ctx context.Context, req v1.RankResume) error {
+func (s *Server) rankResume(ctx context.Context, req agentv1.RankResume) error {
 	var errs []error
 	for _, r := range req.Ranks {
-		name := v1.RankName(r.Job, r.Rank)
+		name := agentv1.RankName(r.Job, r.Rank)
 		s.release(name)
 		in, err := s.Manager.Get(ctx, name)
 		if err != nil {
@@ -231,7 +231,9 @@ func (s *Server) rankResume(ctx context.Context, req v1.RankResume) error {
 	return errors.Join(errs...)
 }
 
-func badRequest(err error) error { return &v1.Error{Code: v1.CodeBadRequest, Message: err.Error()} }
+func badRequest(err error) error {
+	return &agentv1.Error{Code: agentv1.CodeBadRequest, Message: err.Error()}
+}
 
 // findProgram checks that a rank's program exists in the rank's root (its
 // lower layer: root, or the node's /), as its PATH would find it: a job

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/criu"
 	"cairn/internal/image"
@@ -59,30 +59,30 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool { return rpc.Dec
 
 // failErr maps a Manager error to the wire: this is the API boundary.
 func failErr(w http.ResponseWriter, err error) {
-	var we *v1.Error
+	var we *agentv1.Error
 	switch {
 	case errors.As(err, &we):
 		rpc.FailError(w, we)
 	case errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig):
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
-		fail(w, http.StatusNotFound, v1.CodeNotFound, err.Error())
+		fail(w, http.StatusNotFound, agentv1.CodeNotFound, err.Error())
 	case errors.Is(err, container.ErrExists):
-		fail(w, http.StatusConflict, v1.CodeExists, err.Error())
+		fail(w, http.StatusConflict, agentv1.CodeExists, err.Error())
 	case errors.Is(err, container.ErrRunning):
-		fail(w, http.StatusConflict, v1.CodeRunning, err.Error())
+		fail(w, http.StatusConflict, agentv1.CodeRunning, err.Error())
 	case errors.Is(err, container.ErrNotRunning):
-		fail(w, http.StatusConflict, v1.CodeNotRunning, err.Error())
+		fail(w, http.StatusConflict, agentv1.CodeNotRunning, err.Error())
 	case errors.Is(err, image.ErrCorrupt):
-		fail(w, http.StatusUnprocessableEntity, v1.CodeCorrupt, err.Error())
+		fail(w, http.StatusUnprocessableEntity, agentv1.CodeCorrupt, err.Error())
 	case errors.Is(err, criu.ErrUnusable):
-		fail(w, http.StatusServiceUnavailable, v1.CodeCRIU, err.Error())
+		fail(w, http.StatusServiceUnavailable, agentv1.CodeCRIU, err.Error())
 	case errors.Is(err, container.ErrDamaged):
-		fail(w, http.StatusInternalServerError, v1.CodeDamaged, err.Error())
+		fail(w, http.StatusInternalServerError, agentv1.CodeDamaged, err.Error())
 	case errors.Is(err, container.ErrDumpFailed):
-		fail(w, http.StatusInternalServerError, v1.CodeDumpFailed, err.Error())
+		fail(w, http.StatusInternalServerError, agentv1.CodeDumpFailed, err.Error())
 	default:
-		fail(w, http.StatusInternalServerError, v1.CodeInternal, err.Error())
+		fail(w, http.StatusInternalServerError, agentv1.CodeInternal, err.Error())
 	}
 }
 
@@ -94,40 +94,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Other agents may only read images (to fetch a rank's image to their
 	// node); everything else is for the coordinator and clients.
-	imageRead := r.URL.Path == v1.PathExport || r.URL.Path == v1.PathChunks || r.URL.Path == v1.PathExportDelta || r.URL.Path == v1.PathChunkData || r.URL.Path == v1.PathStaged
+	imageRead := r.URL.Path == agentv1.PathExport || r.URL.Path == agentv1.PathChunks || r.URL.Path == agentv1.PathExportDelta || r.URL.Path == agentv1.PathChunkData || r.URL.Path == agentv1.PathStaged
 	if id.Role != pki.Coordinator && id.Role != pki.Client && !(id.Role == pki.Agent && imageRead) {
-		fail(w, http.StatusForbidden, v1.CodeForbidden, fmt.Sprintf("%s %s may not call %s on an agent", id.Role, id.Name, r.URL.Path))
+		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("%s %s may not call %s on an agent", id.Role, id.Name, r.URL.Path))
 		return
 	}
 	ctx := r.Context()
 	m := s.Manager
 	switch {
-	case r.URL.Path == v1.PathHealth && r.Method == http.MethodGet:
-		h := v1.Health{Node: s.Creds.Name, Cluster: s.Creds.ClusterID, Version: "v1"}
+	case r.URL.Path == agentv1.PathHealth && r.Method == http.MethodGet:
+		h := agentv1.Health{Node: s.Creds.Name, Cluster: s.Creds.ClusterID, Version: "v1"}
 		if info, err := m.CRIU(ctx); err != nil {
 			h.CRIUError = err.Error()
 		} else {
 			h.CRIU = info.Version.String()
 		}
 		writeJSON(w, http.StatusOK, h)
-	case r.URL.Path == v1.PathContainers && r.Method == http.MethodGet:
+	case r.URL.Path == agentv1.PathContainers && r.Method == http.MethodGet:
 		list, err := m.List(ctx)
 		if err != nil {
 			failErr(w, err)
 			return
 		}
-		out := []v1.Container{}
+		out := []agentv1.Container{}
 		for _, in := range list {
 			out = append(out, toWire(in))
 		}
 		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathContainers && r.Method == http.MethodPost:
-		var req v1.RunRequest
+	case r.URL.Path == agentv1.PathContainers && r.Method == http.MethodPost:
+		var req agentv1.RunRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		if err := container.ValidName(req.Name); err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
 			return
 		}
 		in, err := m.Run(ctx, container.Config{Name: req.Name, Args: req.Args, Env: req.Env, RootFS: req.RootFS, Hostname: req.Hostname, Cwd: req.Cwd})
@@ -136,10 +136,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusCreated, toWire(in))
-	case strings.HasPrefix(r.URL.Path, v1.PathContainer) && (r.Method == http.MethodGet || r.Method == http.MethodDelete):
-		name := strings.TrimPrefix(r.URL.Path, v1.PathContainer)
+	case strings.HasPrefix(r.URL.Path, agentv1.PathContainer) && (r.Method == http.MethodGet || r.Method == http.MethodDelete):
+		name := strings.TrimPrefix(r.URL.Path, agentv1.PathContainer)
 		if err := container.ValidName(name); err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
 			return
 		}
 		if r.Method == http.MethodDelete {
@@ -156,8 +156,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, toWire(in))
-	case r.URL.Path == v1.PathCheckpoint && r.Method == http.MethodPost:
-		var req v1.CheckpointRequest
+	case r.URL.Path == agentv1.PathCheckpoint && r.Method == http.MethodPost:
+		var req agentv1.CheckpointRequest
 		if !decode(w, r, &req) {
 			return
 		}
@@ -167,8 +167,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, checkpointWire(rec))
-	case r.URL.Path == v1.PathRestore && r.Method == http.MethodPost:
-		var req v1.RestoreRequest
+	case r.URL.Path == agentv1.PathRestore && r.Method == http.MethodPost:
+		var req agentv1.RestoreRequest
 		if !decode(w, r, &req) {
 			return
 		}
@@ -178,19 +178,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, toWire(in))
-	case r.URL.Path == v1.PathCheckpoints && r.Method == http.MethodGet:
+	case r.URL.Path == agentv1.PathCheckpoints && r.Method == http.MethodGet:
 		recs, err := m.Checkpoints(r.URL.Query().Get("container"))
 		if err != nil {
 			failErr(w, err)
 			return
 		}
-		out := []v1.Checkpoint{}
+		out := []agentv1.Checkpoint{}
 		for _, rec := range recs {
 			out = append(out, checkpointWire(rec))
 		}
 		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathJobNet && r.Method == http.MethodPut:
-		var req v1.JobNet
+	case r.URL.Path == agentv1.PathJobNet && r.Method == http.MethodPut:
+		var req agentv1.JobNet
 		if !decode(w, r, &req) {
 			return
 		}
@@ -199,10 +199,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathJobNet && r.Method == http.MethodDelete:
+	case r.URL.Path == agentv1.PathJobNet && r.Method == http.MethodDelete:
 		vni, err := strconv.ParseUint(r.URL.Query().Get("vni"), 10, 24)
 		if err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "?vni=N required")
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "?vni=N required")
 			return
 		}
 		n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: uint32(vni), Prefix: s.Node.NetnsPrefix}
@@ -211,8 +211,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathRankRun && r.Method == http.MethodPost:
-		var req v1.RankRun
+	case r.URL.Path == agentv1.PathRankRun && r.Method == http.MethodPost:
+		var req agentv1.RankRun
 		if !decode(w, r, &req) {
 			return
 		}
@@ -222,8 +222,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusCreated, toWire(in))
-	case r.URL.Path == v1.PathRankRestore && r.Method == http.MethodPost:
-		var req v1.RankRestore
+	case r.URL.Path == agentv1.PathRankRestore && r.Method == http.MethodPost:
+		var req agentv1.RankRestore
 		if !decode(w, r, &req) {
 			return
 		}
@@ -233,8 +233,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, toWire(in))
-	case r.URL.Path == v1.PathRankResume && r.Method == http.MethodPost:
-		var req v1.RankResume
+	case r.URL.Path == agentv1.PathRankResume && r.Method == http.MethodPost:
+		var req agentv1.RankResume
 		if !decode(w, r, &req) {
 			return
 		}
@@ -243,8 +243,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathRankRemove && r.Method == http.MethodPost:
-		var req v1.RankRemove
+	case r.URL.Path == agentv1.PathRankRemove && r.Method == http.MethodPost:
+		var req agentv1.RankRemove
 		if !decode(w, r, &req) {
 			return
 		}
@@ -253,8 +253,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathDropImages && r.Method == http.MethodPost:
-		var req v1.DropImages
+	case r.URL.Path == agentv1.PathDropImages && r.Method == http.MethodPost:
+		var req agentv1.DropImages
 		if !decode(w, r, &req) {
 			return
 		}
@@ -264,8 +264,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathRankStall && r.Method == http.MethodPost:
-		var req v1.RankStall
+	case r.URL.Path == agentv1.PathRankStall && r.Method == http.MethodPost:
+		var req agentv1.RankStall
 		if !decode(w, r, &req) {
 			return
 		}
@@ -274,10 +274,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathStaged && r.Method == http.MethodGet:
+	case r.URL.Path == agentv1.PathStaged && r.Method == http.MethodGet:
 		s.staged(w, r)
-	case r.URL.Path == v1.PathMigrateIn && r.Method == http.MethodPost:
-		var req v1.MigrateIn
+	case r.URL.Path == agentv1.PathMigrateIn && r.Method == http.MethodPost:
+		var req agentv1.MigrateIn
 		if !decode(w, r, &req) {
 			return
 		}
@@ -287,8 +287,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathMigrateOut && r.Method == http.MethodPost:
-		var req v1.MigrateOut
+	case r.URL.Path == agentv1.PathMigrateOut && r.Method == http.MethodPost:
+		var req agentv1.MigrateOut
 		if !decode(w, r, &req) {
 			return
 		}
@@ -297,8 +297,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathPrepare && r.Method == http.MethodPost:
-		var req v1.Prepare
+	case r.URL.Path == agentv1.PathPrepare && r.Method == http.MethodPost:
+		var req agentv1.Prepare
 		if !decode(w, r, &req) {
 			return
 		}
@@ -308,13 +308,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
-	case (r.URL.Path == v1.PathCommit || r.URL.Path == v1.PathAbort) && r.Method == http.MethodPost:
-		var req v1.Finish
+	case (r.URL.Path == agentv1.PathCommit || r.URL.Path == agentv1.PathAbort) && r.Method == http.MethodPost:
+		var req agentv1.Finish
 		if !decode(w, r, &req) {
 			return
 		}
-		commit := r.URL.Path == v1.PathCommit
-		out, err := s.finish(ctx, pendingKey{v1.RankName(req.Job, req.Rank.Rank), req.Seq}, commit)
+		commit := r.URL.Path == agentv1.PathCommit
+		out, err := s.finish(ctx, pendingKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq}, commit)
 		if err != nil {
 			failErr(w, err)
 			return
@@ -324,8 +324,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathFetch && r.Method == http.MethodPost:
-		var req v1.Fetch
+	case r.URL.Path == agentv1.PathFetch && r.Method == http.MethodPost:
+		var req agentv1.Fetch
 		if !decode(w, r, &req) {
 			return
 		}
@@ -335,33 +335,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathExport && r.Method == http.MethodGet:
+	case r.URL.Path == agentv1.PathExport && r.Method == http.MethodGet:
 		s.export(w, r)
-	case r.URL.Path == v1.PathChunks && r.Method == http.MethodGet:
+	case r.URL.Path == agentv1.PathChunks && r.Method == http.MethodGet:
 		s.chunks(w, r)
-	case r.URL.Path == v1.PathExportDelta && r.Method == http.MethodPost:
+	case r.URL.Path == agentv1.PathExportDelta && r.Method == http.MethodPost:
 		s.exportDelta(w, r)
-	case r.URL.Path == v1.PathChunkData && r.Method == http.MethodPost:
+	case r.URL.Path == agentv1.PathChunkData && r.Method == http.MethodPost:
 		s.chunkData(w, r)
-	case strings.HasPrefix(r.URL.Path, v1.PathLogs) && r.Method == http.MethodGet:
-		name := strings.TrimPrefix(r.URL.Path, v1.PathLogs)
+	case strings.HasPrefix(r.URL.Path, agentv1.PathLogs) && r.Method == http.MethodGet:
+		name := strings.TrimPrefix(r.URL.Path, agentv1.PathLogs)
 		if err := container.ValidName(name); err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
 			return
 		}
 		s.logs(w, r, name)
-	case strings.HasPrefix(r.URL.Path, v1.PathIncarnations) && r.Method == http.MethodGet:
-		name := strings.TrimPrefix(r.URL.Path, v1.PathIncarnations)
+	case strings.HasPrefix(r.URL.Path, agentv1.PathIncarnations) && r.Method == http.MethodGet:
+		name := strings.TrimPrefix(r.URL.Path, agentv1.PathIncarnations)
 		if err := container.ValidName(name); err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
 			return
 		}
 		s.incarnations(w, name)
-	case strings.HasPrefix(r.URL.Path, v1.PathKill) && r.Method == http.MethodPost:
-		name := strings.TrimPrefix(r.URL.Path, v1.PathKill)
+	case strings.HasPrefix(r.URL.Path, agentv1.PathKill) && r.Method == http.MethodPost:
+		name := strings.TrimPrefix(r.URL.Path, agentv1.PathKill)
 		sig, err := strconv.Atoi(r.URL.Query().Get("signal"))
 		if err != nil || sig <= 0 || sig > 64 || container.ValidName(name) != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "kill needs a container name and ?signal=N")
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "kill needs a container name and ?signal=N")
 			return
 		}
 		if err := m.Kill(ctx, name, syscall.Signal(sig)); err != nil {
@@ -370,12 +370,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		fail(w, http.StatusNotFound, v1.CodeNotFound, r.Method+" "+r.URL.Path+" is not in the agent API")
+		fail(w, http.StatusNotFound, agentv1.CodeNotFound, r.Method+" "+r.URL.Path+" is not in the agent API")
 	}
 }
 
-func toWire(in *container.Info) v1.Container {
-	c := v1.Container{Name: in.Name, Status: in.Status, Pid: in.Pid, Addr: in.Addr.String(),
+func toWire(in *container.Info) agentv1.Container {
+	c := agentv1.Container{Name: in.Name, Status: in.Status, Pid: in.Pid, Addr: in.Addr.String(),
 		Args: in.Config.Args, Created: in.Created, RestoredFrom: in.RestoredFrom}
 	if in.Exit != nil {
 		code := in.Exit.Code
@@ -384,8 +384,8 @@ func toWire(in *container.Info) v1.Container {
 	return c
 }
 
-func checkpointWire(rec *image.Record) v1.Checkpoint {
+func checkpointWire(rec *image.Record) agentv1.Checkpoint {
 	raw, _ := json.Marshal(rec)
-	return v1.Checkpoint{Container: rec.Container, Seq: rec.Seq, Created: rec.Created, Size: rec.Size(),
+	return agentv1.Checkpoint{Container: rec.Container, Seq: rec.Seq, Created: rec.Created, Size: rec.Size(),
 		NewBytes: rec.NewBytes, Stall: rec.Timing.Stall, Total: rec.Timing.Total, Pinned: rec.Pinned, Record: raw}
 }
