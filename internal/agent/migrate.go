@@ -12,7 +12,6 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/failpoint"
 	"cairn/internal/image"
-	"cairn/internal/netw"
 	"cairn/internal/rpc"
 )
 
@@ -24,78 +23,10 @@ import (
 // frozen from there, without a round trip through either store, the source
 // drops its copy (migrateOut), and RankResume starts everything again.
 
-// hold arms a timer for a rank that waits for RankResume: fire runs if
-// none comes within d.
-func (s *Server) hold(name string, d time.Duration, fire func()) {
-	s.ranks.mu.Lock()
-	defer s.ranks.mu.Unlock()
-	if s.ranks.held == nil {
-		s.ranks.held = map[string]*time.Timer{}
-	}
-	if t := s.ranks.held[name]; t != nil {
-		t.Stop()
-	}
-	var t *time.Timer
-	t = time.AfterFunc(d, func() {
-		s.ranks.mu.Lock()
-		mine := s.ranks.held[name] == t
-		if mine {
-			delete(s.ranks.held, name)
-		}
-		s.ranks.mu.Unlock()
-		if mine {
-			fire()
-		}
-	})
-	s.ranks.held[name] = t
-}
-
-// release disarms a rank's hold: RankResume came.
-func (s *Server) release(name string) {
-	s.ranks.mu.Lock()
-	defer s.ranks.mu.Unlock()
-	if t := s.ranks.held[name]; t != nil {
-		t.Stop()
-		delete(s.ranks.held, name)
-	}
-}
-
-// rankStall locks and freezes ranks that stay where they are while
-// another rank of their job moves. All or nothing: on error the ranks
-// stalled so far run again.
+// rankStall stalls ranks that stay where they are while another rank of
+// their job moves (participant.stall).
 func (s *Server) rankStall(ctx context.Context, req agentv1.RankStall) error {
-	hold := req.Hold
-	if hold <= 0 {
-		hold = DefaultHold
-	}
-	var stalled []agentv1.Rank
-	undo := func() {
-		_ = s.rankResume(context.WithoutCancel(ctx), agentv1.RankResume{Ranks: stalled})
-	}
-	for _, r := range req.Ranks {
-		name := agentv1.RankName(r.Job, r.Rank)
-		cfg, err := s.Manager.Config(name)
-		if err != nil {
-			undo()
-			return err
-		}
-		if cfg.Net != nil {
-			if err := netw.LockNetns(ctx, cfg.Net.Netns); err != nil {
-				undo()
-				return err
-			}
-		}
-		stalled = append(stalled, r)
-		if err := s.Manager.Pause(ctx, name); err != nil {
-			undo()
-			return fmt.Errorf("stall %s: %w", name, err)
-		}
-		s.hold(name, hold, func() {
-			s.log().Warn("no resume within the hold: resuming the stalled rank", "rank", name, "hold", hold)
-			_ = s.rankResume(context.Background(), agentv1.RankResume{Ranks: []agentv1.Rank{r}})
-		})
-	}
-	return nil
+	return s.part.stall(ctx, rankNames(req.Ranks), req.Hold)
 }
 
 // staged streams a prepared rank's staged image (image.WriteStaged): the
@@ -106,9 +37,7 @@ func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.ranks.mu.Lock()
-	p := s.ranks.pending[pendingKey{name, seq}]
-	s.ranks.mu.Unlock()
+	p := s.part.staged(ckptKey{name, seq})
 	if p == nil {
 		fail(w, http.StatusNotFound, agentv1.CodeNotFound, fmt.Sprintf("no prepared image %s:%d here", name, seq))
 		return
@@ -120,8 +49,8 @@ func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(agentv1.HeaderStagedSize, strconv.FormatInt(size, 10))
 		w.WriteHeader(http.StatusOK)
 	}
-	rec := p.prep.Record()
-	if err := image.WriteStaged(w, p.prep.ImageDir(), &rec, announce); err != nil {
+	rec := p.Record()
+	if err := image.WriteStaged(w, p.ImageDir(), &rec, announce); err != nil {
 		if !started {
 			failErr(w, err)
 			return
@@ -171,16 +100,15 @@ func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.
 		return out, fmt.Errorf("migrate %s: restore: %w", name, err)
 	}
 	out.Restore = time.Since(t)
-	hold := req.Hold
-	if hold <= 0 {
-		hold = DefaultHold
-	}
+	hold := holdOr(req.Hold)
 	vni := req.Net.VNI
-	s.hold(name, hold, func() {
+	s.part.hold(name, hold, func() {
 		// The source thaws by itself when its hold ends: this copy must
 		// never run beside it.
 		s.log().Warn("no resume within the hold: removing the migrated rank", "rank", name, "hold", hold)
-		_ = s.rankRemove(context.Background(), agentv1.RankRemove{Rank: req.Rank, VNI: vni, Addr: req.Addr})
+		if err := s.rankRemove(context.Background(), agentv1.RankRemove{Rank: req.Rank, VNI: vni, Addr: req.Addr}); err != nil {
+			s.log().Error("remove the migrated rank at the end of the hold", "rank", name, "err", err)
+		}
 	})
 	return out, nil
 }
@@ -192,14 +120,7 @@ func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.
 func (s *Server) migrateOut(ctx context.Context, req agentv1.MigrateOut) error {
 	ctx = context.WithoutCancel(ctx)
 	name := agentv1.RankName(req.Job, req.Rank.Rank)
-	if p := s.takePending(pendingKey{name, req.Seq}); p != nil {
-		p.timer.Stop()
-		p.expire.Stop()
-		p.mu.Lock()
-		p.thawed = true // its network stays locked
-		p.mu.Unlock()
-		_ = p.prep.Abort(ctx)
-	}
+	_ = s.part.migrateOut(ctx, ckptKey{name, req.Seq})
 	return s.rankRemove(ctx, agentv1.RankRemove{Rank: req.Rank, VNI: req.VNI, Addr: req.Addr})
 }
 

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
@@ -25,25 +23,6 @@ type Node struct {
 	// NetnsPrefix starts the names of the rank network namespaces this
 	// agent makes; it must be unique on the machine.
 	NetnsPrefix string
-}
-
-// ranks is the agent's state for job ranks.
-type ranks struct {
-	netMu   sync.Mutex // job network changes on this node
-	mu      sync.Mutex
-	pending map[pendingKey]*pending
-	// committing holds commits in progress, so that a commit sent again
-	// (by a coordinator that restarted) waits for the first.
-	committing map[pendingKey]chan struct{}
-	// aborted holds aborts that came while their prepare was still
-	// running: the prepare then gives up as soon as it ends, instead of
-	// holding its rank frozen until the hold expires.
-	aborted map[pendingKey]time.Time
-	// preparing holds prepares in progress; closed when each ends.
-	preparing map[pendingKey]chan struct{}
-	// held are the ranks waiting for RankResume (stalled, or migrated in),
-	// with what happens when the hold ends.
-	held map[string]*time.Timer
 }
 
 func (s *Server) jobNet(j agentv1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr, error) {
@@ -73,8 +52,8 @@ func (s *Server) ensureJobNet(ctx context.Context, j agentv1.JobNet) (netw.NodeJ
 	}
 	// Ranks of one job on this node start in parallel: one makes the
 	// devices, the others find them.
-	s.ranks.netMu.Lock()
-	defer s.ranks.netMu.Unlock()
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
 	if err := n.Ensure(ctx); err != nil {
 		return n, err
 	}
@@ -133,7 +112,7 @@ func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.I
 
 func (s *Server) rankRemove(ctx context.Context, req agentv1.RankRemove) error {
 	name := agentv1.RankName(req.Job, req.Rank.Rank)
-	s.dropPending(ctx, name)
+	s.part.dropRank(ctx, name)
 	var errs []error
 	remove := func() error { return s.Manager.Remove(ctx, name, true) }
 	if req.Keep {
@@ -185,7 +164,7 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 	if err != nil {
 		return nil, err
 	}
-	s.dropPending(ctx, name)
+	s.part.dropRank(ctx, name)
 	// A rank that died here is replaced in its dir: its log stays, as an
 	// earlier incarnation's.
 	if err := s.Manager.Stop(ctx, name); err != nil && !errors.Is(err, container.ErrNotFound) {
@@ -210,25 +189,31 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 }
 
 func (s *Server) rankResume(ctx context.Context, req agentv1.RankResume) error {
-	var errs []error
-	for _, r := range req.Ranks {
-		name := agentv1.RankName(r.Job, r.Rank)
-		s.release(name)
-		in, err := s.Manager.Get(ctx, name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if n := in.Config.Net; n != nil {
-			if err := netw.UnlockNetns(ctx, n.Netns); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if err := s.Manager.Resume(ctx, name); err != nil {
-			errs = append(errs, err)
-		}
+	return s.part.resume(ctx, rankNames(req.Ranks))
+}
+
+// prepare is the prepare phase of a global checkpoint on one rank
+// (participant.prepare).
+func (s *Server) prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prepared, error) {
+	return s.part.prepare(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq}, req.Hold)
+}
+
+// commit and abort are the decision on one rank's prepare.
+func (s *Server) commit(ctx context.Context, req agentv1.Finish) (*agentv1.Committed, error) {
+	return s.part.commit(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq})
+}
+
+func (s *Server) abort(ctx context.Context, req agentv1.Finish) error {
+	return s.part.abort(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq})
+}
+
+// rankNames are the containers of ranks.
+func rankNames(ranks []agentv1.Rank) []string {
+	names := make([]string, len(ranks))
+	for i, r := range ranks {
+		names[i] = agentv1.RankName(r.Job, r.Rank)
 	}
-	return errors.Join(errs...)
+	return names
 }
 
 func badRequest(err error) error {

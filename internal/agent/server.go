@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	agentv1 "cairn/api/agent/v1"
@@ -32,7 +33,9 @@ type Server struct {
 	// ranks that ask for it; "" refuses them.
 	Tools string
 
-	ranks   ranks
+	once    sync.Once // makes part, on the first request
+	part    *participant
+	netMu   sync.Mutex // job network changes on this node
 	sources chunkSources
 	fetches fetches
 }
@@ -88,6 +91,7 @@ func failErr(w http.ResponseWriter, err error) {
 
 // ServeHTTP authenticates the caller and routes the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.once.Do(func() { s.part = newParticipant(managerRanks{s.Manager}, s.log()) })
 	id, ok := rpc.Caller(w, r)
 	if !ok {
 		return
@@ -313,14 +317,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !decode(w, r, &req) {
 			return
 		}
-		commit := r.URL.Path == agentv1.PathCommit
-		out, err := s.finish(ctx, pendingKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq}, commit)
-		if err != nil {
-			failErr(w, err)
+		if r.URL.Path == agentv1.PathAbort {
+			if err := s.abort(ctx, req); err != nil {
+				failErr(w, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		if !commit {
-			w.WriteHeader(http.StatusNoContent)
+		out, err := s.commit(ctx, req)
+		if err != nil {
+			failErr(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
