@@ -87,7 +87,7 @@ func isFile(f *os.File, path string) bool {
 }
 
 // incarnations lists a container's incarnations on this node.
-func (s *Server) incarnations(w http.ResponseWriter, name string) {
+func (s *Server) incarnations(w http.ResponseWriter, _ *http.Request, name string) {
 	incs, err := s.Manager.Incarnations(name)
 	if err != nil {
 		failErr(w, err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	agentv1 "cairn/api/agent/v1"
@@ -60,6 +62,27 @@ func (s *Server) ensureJobNet(ctx context.Context, j agentv1.JobNet) (netw.NodeJ
 	return n, n.SetRemotes(ctx, remotes)
 }
 
+// putJobNet makes the job's network on this node (ensureJobNet).
+func (s *Server) putJobNet(ctx context.Context, j agentv1.JobNet) error {
+	_, err := s.ensureJobNet(ctx, j)
+	return err
+}
+
+// deleteJobNet removes the job network ?vni=N from this node.
+func (s *Server) deleteJobNet(w http.ResponseWriter, r *http.Request) {
+	vni, err := strconv.ParseUint(r.URL.Query().Get("vni"), 10, 24)
+	if err != nil {
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "?vni=N required")
+		return
+	}
+	n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: uint32(vni), Prefix: s.Node.NetnsPrefix}
+	if err := n.Delete(r.Context()); err != nil {
+		failErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 func (s *Server) rankNetns(vni uint32, addr netip.Addr) string {
 	n := netw.NodeJobNet{VNI: vni, Prefix: s.Node.NetnsPrefix}
 	return netw.NetnsPath(n.RankNetns(addr))
@@ -108,6 +131,14 @@ func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.I
 		return nil, err
 	}
 	return in, nil
+}
+
+func (s *Server) rankRunWire(ctx context.Context, req agentv1.RankRun) (agentv1.Container, error) {
+	in, err := s.rankRun(ctx, req)
+	if err != nil {
+		return agentv1.Container{}, err
+	}
+	return toWire(in), nil
 }
 
 func (s *Server) rankRemove(ctx context.Context, req agentv1.RankRemove) error {
@@ -186,6 +217,14 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 		return nil, err
 	}
 	return in, nil
+}
+
+func (s *Server) rankRestoreWire(ctx context.Context, req agentv1.RankRestore) (agentv1.Container, error) {
+	in, err := s.rankRestore(ctx, req, "", nil)
+	if err != nil {
+		return agentv1.Container{}, err
+	}
+	return toWire(in), nil
 }
 
 func (s *Server) rankResume(ctx context.Context, req agentv1.RankResume) error {

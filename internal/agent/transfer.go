@@ -4,6 +4,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -127,7 +128,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 
 // dropImages removes every checkpoint image of the given containers from
 // this node's catalog.
-func (s *Server) dropImages(req agentv1.DropImages) (agentv1.Dropped, error) {
+func (s *Server) dropImages(_ context.Context, req agentv1.DropImages) (agentv1.Dropped, error) {
 	var out agentv1.Dropped
 	repo := s.Manager.Repo()
 	var errs []error
