@@ -1,5 +1,6 @@
 // Images leaving the node: the chunk list, delta and whole export streams
-// this agent serves to other agents and the CLI (fetch.go takes them in).
+// this agent serves to other agents and the CLI (chunkdata.go serves a
+// fetch's shares; fetch.go takes them in).
 
 package agent
 
@@ -146,4 +147,17 @@ func (s *Server) dropImages(_ context.Context, req agentv1.DropImages) (agentv1.
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// parseIDs parses chunk ids in hex.
+func parseIDs(hexIDs []string) ([]store.ID, error) {
+	ids := make([]store.ID, len(hexIDs))
+	for i, x := range hexIDs {
+		id, err := store.ParseID(x)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
