@@ -268,7 +268,7 @@ func (f *fetcher) fetchChunks(ctx context.Context, missing []store.ID) (err erro
 					n, err := f.fetchShare(ctx, h, cw, ids)
 					q.done(ids[n:])
 					if err != nil {
-						f.s.log().Warn("fetch: holder given up; its share goes to the others", "ckpt", f.image, "holder", h.Node, "err", err)
+						f.s.log().Warn("fetch: holder given up; its share goes to the others", "ckpt", f.image, "peer", h.Node, "err", err)
 						h.giveUp(err)
 					}
 				}

@@ -176,7 +176,7 @@ func (c *lazyChunks) fetch(ctx context.Context, part []store.ID, first int, keep
 			return ctx.Err()
 		}
 		if h.failed() == nil {
-			c.f.s.log().Warn("lazy restore: holder given up; its pages come from the others", "ckpt", c.f.image, "holder", h.Node, "err", err)
+			c.f.s.log().Warn("lazy restore: holder given up; its pages come from the others", "ckpt", c.f.image, "peer", h.Node, "err", err)
 		}
 		h.giveUp(err)
 	}
@@ -228,9 +228,9 @@ func (c *lazyChunks) repairDamaged(image string) {
 		img, err := h.c.Fetch(ctx, req)
 		cancel()
 		if err != nil {
-			c.f.s.log().Warn("lazy restore: repair of a damaged copy failed", "ckpt", image, "holder", h.Node, "from", good.Node, "err", err)
+			c.f.s.log().Warn("lazy restore: repair of a damaged copy failed", "ckpt", image, "peer", h.Node, "from", good.Node, "err", err)
 			continue
 		}
-		c.f.s.log().Info("lazy restore: damaged copy repaired", "ckpt", image, "holder", h.Node, "from", good.Node, "chunks", img.Repaired)
+		c.f.s.log().Info("lazy restore: damaged copy repaired", "ckpt", image, "peer", h.Node, "from", good.Node, "chunks", img.Repaired)
 	}
 }
