@@ -92,8 +92,9 @@ type ckptKey struct {
 //   - gone: committed (a commit answers from the store), aborted, expired
 //     (PendingTTL after the hold: aborted), moved away (migrateOut: the
 //     image dropped, the network left locked) or dropped with its rank.
-//     An abort of a rank part that is not there does nothing; a commit of
-//     one the store lacks is refused (no-such-round).
+//     An abort of a rank part that is not there is remembered: a prepare
+//     of it yet to come gives its rank up as soon as its dump ends. A
+//     commit of one the store lacks is refused (no-such-round).
 //
 // A rank held for a migration is stalled (locked and frozen) or migrated
 // in, until release; if its hold ends first, what hold was given runs

@@ -327,6 +327,22 @@ func TestParticipantAbortWhilePreparing(t *testing.T) {
 	})
 }
 
+// TestParticipantAbortBeforePrepare: an abort that overtakes its prepare
+// is not lost.
+func TestParticipantAbortBeforePrepare(t *testing.T) {
+	participantTest(t, func(t *testing.T, p *participant, f *fakeRanks) {
+		if err := p.abort(t.Context(), r0c1); err != nil {
+			t.Fatal(err)
+		}
+		_, err := p.prepare(t.Context(), r0c1, testHold)
+		wantCode(t, err, agentv1.CodeNoSuchRound)
+		wantEvents(t, f, "prepare j.0:1", "thaw j.0:1", "abort j.0:1")
+		// Only once: the next prepare of it goes ahead.
+		mustPrepare(t, p, r0c1)
+		wantEvents(t, f, "prepare j.0:1")
+	})
+}
+
 // TestParticipantCommitTwice: a commit sent again while the first stores
 // the image waits for it.
 func TestParticipantCommitTwice(t *testing.T) {
