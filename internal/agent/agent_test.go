@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -71,7 +71,7 @@ func startAgentAs(t *testing.T, ca *pki.CA, name string) (string, *testutil.Env)
 
 func apiErr(t *testing.T, err error, code string) {
 	t.Helper()
-	var e *v1.Error
+	var e *agentv1.Error
 	if !errors.As(err, &e) || e.Code != code {
 		t.Fatalf("error %v, want API error %s", err, code)
 	}
@@ -90,19 +90,19 @@ func TestAgentAPI(t *testing.T) {
 		t.Fatalf("health: %+v %v", h, err)
 	}
 	bin := testutil.CairnBinary(t)
-	ct, err := c.Run(ctx, v1.RunRequest{Name: "r0", Args: []string{bin, "stateapp", "-no-stream", "-dir", "/var/lib/stateapp"}})
-	if err != nil || ct.Status != "running" || ct.Addr == "" {
+	ct, err := c.Run(ctx, agentv1.RunRequest{Name: "r0", Args: []string{bin, "stateapp", "-no-stream", "-dir", "/var/lib/stateapp"}})
+	if err != nil || ct.Status != agentv1.StatusRunning || ct.Addr == "" {
 		t.Fatalf("run: %+v %v", ct, err)
 	}
-	_, err = c.Run(ctx, v1.RunRequest{Name: "r0", Args: []string{"true"}})
-	apiErr(t, err, v1.CodeExists)
-	_, err = c.Run(ctx, v1.RunRequest{Name: "../x", Args: []string{"true"}})
-	apiErr(t, err, v1.CodeBadRequest)
+	_, err = c.Run(ctx, agentv1.RunRequest{Name: "r0", Args: []string{"true"}})
+	apiErr(t, err, agentv1.CodeExists)
+	_, err = c.Run(ctx, agentv1.RunRequest{Name: "../x", Args: []string{"true"}})
+	apiErr(t, err, agentv1.CodeBadRequest)
 	_, err = c.Get(ctx, "ghost")
-	apiErr(t, err, v1.CodeNotFound)
+	apiErr(t, err, agentv1.CodeNotFound)
 
 	time.Sleep(300 * time.Millisecond)
-	ck, err := c.Checkpoint(ctx, v1.CheckpointRequest{Name: "r0"})
+	ck, err := c.Checkpoint(ctx, agentv1.CheckpointRequest{Name: "r0"})
 	if err != nil || ck.Seq != 1 || ck.Size == 0 || ck.Stall <= 0 {
 		t.Fatalf("checkpoint: %+v %v", ck, err)
 	}
@@ -110,13 +110,13 @@ func TestAgentAPI(t *testing.T) {
 	if err != nil || len(cks) != 1 {
 		t.Fatalf("checkpoints: %v %v", cks, err)
 	}
-	_, err = c.Restore(ctx, v1.RestoreRequest{Name: "r0"})
-	apiErr(t, err, v1.CodeRunning)
+	_, err = c.Restore(ctx, agentv1.RestoreRequest{Name: "r0"})
+	apiErr(t, err, agentv1.CodeRunning)
 	if err := c.Remove(ctx, "r0", true); err != nil {
 		t.Fatal(err)
 	}
-	ct, err = c.Restore(ctx, v1.RestoreRequest{Name: "r0"})
-	if err != nil || ct.Status != "running" || ct.RestoredFrom != "r0:1" {
+	ct, err = c.Restore(ctx, agentv1.RestoreRequest{Name: "r0"})
+	if err != nil || ct.Status != agentv1.StatusRunning || ct.RestoredFrom != "r0:1" {
 		t.Fatalf("restore: %+v %v", ct, err)
 	}
 	list, err := c.List(ctx)
@@ -146,7 +146,7 @@ func TestAgentRefusesStrangers(t *testing.T) {
 	peer := rpc.NewAgentClient(cl.addr, "n1", issue(t, cl.ca, "n2", pki.Agent))
 	defer peer.Close()
 	_, err := peer.Health(ctx)
-	apiErr(t, err, v1.CodeForbidden)
+	apiErr(t, err, agentv1.CodeForbidden)
 
 	// Another cluster's coordinator cannot even connect.
 	other, err := pki.Init(t.TempDir(), pki.InitOptions{})
@@ -157,13 +157,13 @@ func TestAgentRefusesStrangers(t *testing.T) {
 	defer stranger.Close()
 	if _, err := stranger.Health(ctx); err == nil {
 		t.Fatal("a coordinator of another cluster was let in")
-	} else if apiE := (*v1.Error)(nil); errors.As(err, &apiE) {
+	} else if apiE := (*agentv1.Error)(nil); errors.As(err, &apiE) {
 		t.Fatalf("another cluster got an API answer: %v", err)
 	}
 
 	// No client certificate at all.
 	plain := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 10 * time.Second}
-	resp, err := plain.Get("https://" + cl.addr + v1.PathHealth)
+	resp, err := plain.Get("https://" + cl.addr + agentv1.PathHealth)
 	if err == nil {
 		resp.Body.Close()
 		t.Fatalf("a client without a certificate got HTTP %d", resp.StatusCode)
@@ -183,25 +183,28 @@ func TestAgentRefusesHostileNames(t *testing.T) {
 	defer c.Close()
 	for _, bad := range []string{"../../x", "/abs", "..", "a/b"} {
 		calls := map[string]func() error{
-			"run":        func() error { _, err := c.Run(ctx, v1.RunRequest{Name: bad, Args: []string{"true"}}); return err },
+			"run":        func() error { _, err := c.Run(ctx, agentv1.RunRequest{Name: bad, Args: []string{"true"}}); return err },
 			"get":        func() error { _, err := c.Get(ctx, bad); return err },
 			"remove":     func() error { return c.Remove(ctx, bad, true) },
-			"checkpoint": func() error { _, err := c.Checkpoint(ctx, v1.CheckpointRequest{Name: bad}); return err },
-			"restore":    func() error { _, err := c.Restore(ctx, v1.RestoreRequest{Name: bad}); return err },
-			"restore as": func() error { _, err := c.Restore(ctx, v1.RestoreRequest{Name: "x", As: bad}); return err },
+			"checkpoint": func() error { _, err := c.Checkpoint(ctx, agentv1.CheckpointRequest{Name: bad}); return err },
+			"restore":    func() error { _, err := c.Restore(ctx, agentv1.RestoreRequest{Name: bad}); return err },
+			"restore as": func() error { _, err := c.Restore(ctx, agentv1.RestoreRequest{Name: "x", As: bad}); return err },
 			"ckpts":      func() error { _, err := c.Checkpoints(ctx, bad); return err },
 			"kill":       func() error { return c.Kill(ctx, bad, 9) },
-			"prepare":    func() error { _, err := c.Prepare(ctx, v1.Prepare{Rank: v1.Rank{Job: bad}, Seq: 1}); return err },
-			"drop":       func() error { _, err := c.DropImages(ctx, v1.DropImages{Containers: []string{bad}}); return err },
+			"prepare": func() error {
+				_, err := c.Prepare(ctx, agentv1.Prepare{Rank: agentv1.Rank{Job: bad}, Seq: 1})
+				return err
+			},
+			"drop": func() error { _, err := c.DropImages(ctx, agentv1.DropImages{Containers: []string{bad}}); return err },
 		}
 		for what, call := range calls {
-			var e *v1.Error
-			if err := call(); !errors.As(err, &e) || e.Code != v1.CodeBadRequest {
-				t.Errorf("%s %q: %v, want %s", what, bad, err, v1.CodeBadRequest)
+			var e *agentv1.Error
+			if err := call(); !errors.As(err, &e) || e.Code != agentv1.CodeBadRequest {
+				t.Errorf("%s %q: %v, want %s", what, bad, err, agentv1.CodeBadRequest)
 			}
 		}
 	}
-	if _, err := c.Prepare(ctx, v1.Prepare{Rank: v1.Rank{Job: "j"}, Seq: -1}); err == nil {
+	if _, err := c.Prepare(ctx, agentv1.Prepare{Rank: agentv1.Rank{Job: "j"}, Seq: -1}); err == nil {
 		t.Error("prepare of checkpoint -1 accepted")
 	}
 	locks, _ := os.ReadDir(filepath.Join(env.DataDir, "locks"))

@@ -1,3 +1,6 @@
+// Images coming to the node: fetches from their holders (chunkdata.go and
+// transfer.go serve the other end).
+
 package agent
 
 import (
@@ -6,13 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/image"
 	"cairn/internal/names"
 	"cairn/internal/rpc"
@@ -42,27 +43,27 @@ const (
 // one, and are checked against req before any chunk is asked for; they
 // are stored last, once every chunk is here, and only then is the image
 // listed.
-func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
+func (s *Server) fetch(ctx context.Context, req agentv1.Fetch) (agentv1.Image, error) {
 	start := time.Now()
-	holders := append([]v1.Holder{{Addr: req.From, Node: req.FromNode}}, req.Also...)
+	holders := append([]agentv1.Holder{{Addr: req.From, Node: req.FromNode}}, req.Also...)
 	errs := []error{names.Container(req.Container), names.Seq(req.Seq)}
 	for _, h := range holders {
 		errs = append(errs, names.Node(h.Node))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return v1.Image{}, badRequest(err)
+		return agentv1.Image{}, badRequest(err)
 	}
 	repo := s.Manager.Repo()
 	var damage image.Damage
 	if rec, err := repo.Load(req.Container, req.Seq); err == nil {
 		if !req.Repair {
-			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+			return agentv1.Image{Checkpoint: checkpointWire(rec)}, nil
 		}
 		if damage, err = repo.SetAsideDamaged(ctx, req.Container, req.Seq); err != nil {
-			return v1.Image{}, fmt.Errorf("check %s:%d: %w", req.Container, req.Seq, err)
+			return agentv1.Image{}, fmt.Errorf("check %s:%d: %w", req.Container, req.Seq, err)
 		}
 		if !damage.Any() {
-			return v1.Image{Checkpoint: checkpointWire(rec)}, nil
+			return agentv1.Image{Checkpoint: checkpointWire(rec)}, nil
 		}
 		s.log().Warn("damaged image; fetching the damaged parts again", "ckpt", rec.Name(),
 			"chunks", damage.Chunks, "manifest", damage.Manifest, "peer", req.FromNode)
@@ -82,7 +83,7 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 			select {
 			case <-other.finished:
 			case <-ctx.Done():
-				return v1.Image{}, ctx.Err()
+				return agentv1.Image{}, ctx.Err()
 			}
 			img, err := s.fetch(ctx, req) // here now, or fetched by this call
 			if err == nil && !img.Fetched {
@@ -98,9 +99,9 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 	defer f.close()
 	rec, err := f.run(ctx)
 	if err != nil {
-		return v1.Image{}, err
+		return agentv1.Image{}, err
 	}
-	img := v1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Duration: time.Since(start),
+	img := agentv1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Duration: time.Since(start),
 		Repaired: damage.Chunks, RepairedManifest: damage.Manifest}
 	for _, h := range f.holders {
 		sh := h.share()
@@ -113,7 +114,7 @@ func (s *Server) fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
 // fetcher is one fetch of an image from its holders.
 type fetcher struct {
 	s       *Server
-	req     v1.Fetch
+	req     agentv1.Fetch
 	image   string // container:seq
 	holders []*holder
 	limit   *rateLimit // shared by all streams
@@ -157,55 +158,6 @@ func (fs *fetches) begin(f *fetcher) (other *fetcher, done func()) {
 		delete(fs.m, f.image)
 		close(f.finished)
 	}
-}
-
-// holder is one holder of the image, and what it has sent.
-type holder struct {
-	v1.Holder
-	c *rpc.AgentClient
-
-	mu      sync.Mutex
-	chunks  int
-	bytes   int64
-	err     error // why it was given up; nil while it serves
-	damaged bool
-}
-
-func (h *holder) add(chunks int, bytes int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.chunks += chunks
-	h.bytes += bytes
-}
-
-// giveUp records that h failed with err, and whether it served damage: a
-// chunk that did not verify, or one it reported damaged in its own store.
-// A cut stream (its node died, the link broke) is not damage.
-func (h *holder) giveUp(err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.err == nil {
-		h.err = err
-	}
-	if errors.Is(err, store.ErrSenderDamaged) || errors.Is(err, image.ErrCorrupt) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		h.damaged = true
-	}
-}
-
-func (h *holder) failed() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.err
-}
-
-func (h *holder) share() v1.HolderShare {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	sh := v1.HolderShare{Node: h.Node, Chunks: h.chunks, Bytes: h.bytes, Damaged: h.damaged}
-	if h.err != nil {
-		sh.Error = h.err.Error()
-	}
-	return sh
 }
 
 func (f *fetcher) close() {
@@ -268,7 +220,7 @@ func (f *fetcher) run(ctx context.Context) (*image.Record, error) {
 // says.
 func (f *fetcher) head(ctx context.Context) ([]byte, *image.Head, error) {
 	for _, h := range f.holders {
-		body, err := h.c.ExportDelta(ctx, v1.ExportDelta{Container: f.req.Container, Seq: f.req.Seq, Missing: []string{}, Background: f.background.Load()})
+		body, err := h.c.ExportDelta(ctx, agentv1.ExportDelta{Container: f.req.Container, Seq: f.req.Seq, Missing: []string{}, Background: f.background.Load()})
 		if err != nil {
 			h.giveUp(err)
 			continue
@@ -316,7 +268,7 @@ func (f *fetcher) fetchChunks(ctx context.Context, missing []store.ID) (err erro
 					n, err := f.fetchShare(ctx, h, cw, ids)
 					q.done(ids[n:])
 					if err != nil {
-						f.s.log().Warn("fetch: holder given up; its share goes to the others", "ckpt", f.image, "holder", h.Node, "err", err)
+						f.s.log().Warn("fetch: holder given up; its share goes to the others", "ckpt", f.image, "peer", h.Node, "err", err)
 						h.giveUp(err)
 					}
 				}
@@ -334,7 +286,7 @@ func (f *fetcher) fetchChunks(ctx context.Context, missing []store.ID) (err erro
 // chunks arrived, verified.
 func (f *fetcher) fetchShare(ctx context.Context, h *holder, cw *image.ChunkWriter, ids []store.ID) (int, error) {
 	bg := f.background.Load()
-	req := v1.ChunkData{Container: f.req.Container, Seq: f.req.Seq, IDs: make([]string, len(ids)), Background: bg}
+	req := agentv1.ChunkData{Container: f.req.Container, Seq: f.req.Seq, IDs: make([]string, len(ids)), Background: bg}
 	for i, id := range ids {
 		req.IDs[i] = id.String()
 	}
@@ -356,210 +308,4 @@ func (f *fetcher) fetchShare(ctx context.Context, h *holder, cw *image.ChunkWrit
 	}
 	h.add(n, cr.n)
 	return n, err
-}
-
-// shareQueue hands out the shares of a chunk list to the streams of a
-// fetch. A share a stream could not finish goes back to the front, for
-// the next stream that asks.
-type shareQueue struct {
-	mu       sync.Mutex
-	cond     *sync.Cond
-	shares   [][]store.ID
-	inFlight int
-}
-
-func newShareQueue(ids []store.ID, size int) *shareQueue {
-	q := &shareQueue{}
-	q.cond = sync.NewCond(&q.mu)
-	for len(ids) > 0 {
-		n := min(size, len(ids))
-		q.shares = append(q.shares, ids[:n:n])
-		ids = ids[n:]
-	}
-	return q
-}
-
-// next returns the next share, waiting while the queue is empty but
-// shares are in flight (one may come back); false when everything is
-// done.
-func (q *shareQueue) next() ([]store.ID, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.shares) == 0 && q.inFlight > 0 {
-		q.cond.Wait()
-	}
-	if len(q.shares) == 0 {
-		return nil, false
-	}
-	s := q.shares[0]
-	q.shares = q.shares[1:]
-	q.inFlight++
-	return s, true
-}
-
-// done ends a share handed out by next; rest is what of it did not
-// arrive, which goes back to the front of the queue.
-func (q *shareQueue) done(rest []store.ID) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(rest) > 0 {
-		q.shares = append([][]store.ID{rest}, q.shares...)
-	}
-	q.inFlight--
-	q.cond.Broadcast()
-}
-
-// left counts the chunks no stream fetched.
-func (q *shareQueue) left() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := 0
-	for _, s := range q.shares {
-		n += len(s)
-	}
-	return n
-}
-
-// parseIDs parses chunk ids in hex.
-func parseIDs(hexIDs []string) ([]store.ID, error) {
-	ids := make([]store.ID, len(hexIDs))
-	for i, x := range hexIDs {
-		id, err := store.ParseID(x)
-		if err != nil {
-			return nil, err
-		}
-		ids[i] = id
-	}
-	return ids, nil
-}
-
-// chunkData streams chunks of an image to another agent fetching it.
-func (s *Server) chunkData(w http.ResponseWriter, r *http.Request) {
-	var req v1.ChunkData
-	if !rpc.DecodeLimit(w, r, &req, 8<<20) {
-		return
-	}
-	name, seq, ok := imageRef(w, req.Container, strconv.Itoa(req.Seq))
-	if !ok {
-		return
-	}
-	if len(req.IDs) > store.MaxStreamChunks {
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, fmt.Sprintf("at most %d chunks per request", store.MaxStreamChunks))
-		return
-	}
-	ids, err := parseIDs(req.IDs)
-	if err != nil {
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "ids: "+err.Error())
-		return
-	}
-	if s.sources.requests.Add(1) > 1 {
-		s.failpoint(r.Context(), "chunk-data") // every share but the first
-	}
-	src, release, err := s.sources.get(r.Context(), s.Manager.Repo(), name, seq)
-	if err != nil {
-		failErr(w, err)
-		return
-	}
-	defer release()
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.WriteHeader(http.StatusOK)
-	export := func() error { return src.Export(r.Context(), w, ids) }
-	if req.Background {
-		fg := export
-		export = func() error { return inBackground(fg) }
-	}
-	// Errors after the header cut the stream short or mark a damaged
-	// chunk in it; the receiver verifies everything.
-	if err := export(); err != nil {
-		s.log().Warn("chunk export", "ckpt", fmt.Sprintf("%s:%d", name, seq), "err", err)
-	}
-}
-
-// chunkSources keeps the chunk sources of images being fetched from this
-// node open between their shares, and closes each once unused for
-// sourceIdle.
-type chunkSources struct {
-	mu       sync.Mutex
-	m        map[string]*chunkSource
-	requests atomic.Int64 // shares served, for the chunk-data failpoint
-}
-
-type chunkSource struct {
-	src   *image.ChunkSource
-	users int
-	idle  *time.Timer
-}
-
-const sourceIdle = 10 * time.Second
-
-// get returns the open source of container:seq, opening it if need be,
-// and the function to call once done with it.
-func (c *chunkSources) get(ctx context.Context, repo image.Repo, container string, seq int) (*image.ChunkSource, func(), error) {
-	key := fmt.Sprintf("%s:%d", container, seq)
-	rec, err := repo.Load(container, seq)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	e := c.m[key]
-	if e != nil && e.src.Manifest() != rec.Manifest {
-		// Not the image cached under that name (removed and taken
-		// again): serve this share from a source of its own.
-		c.mu.Unlock()
-		src, err := repo.OpenChunkSource(ctx, container, seq)
-		if err != nil {
-			return nil, nil, err
-		}
-		return src, func() { src.Close() }, nil
-	}
-	if e == nil {
-		c.mu.Unlock()
-		src, err := repo.OpenChunkSource(ctx, container, seq)
-		if err != nil {
-			return nil, nil, err
-		}
-		c.mu.Lock()
-		if e = c.m[key]; e != nil {
-			src.Close() // opened meanwhile by another share
-		} else {
-			e = &chunkSource{src: src}
-			if c.m == nil {
-				c.m = map[string]*chunkSource{}
-			}
-			c.m[key] = e
-		}
-	}
-	e.users++
-	if e.idle != nil {
-		e.idle.Stop()
-	}
-	c.mu.Unlock()
-	release := sync.OnceFunc(func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if e.users--; e.users == 0 {
-			e.idle = time.AfterFunc(sourceIdle, func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				if e.users == 0 && c.m[key] == e {
-					delete(c.m, key)
-					e.src.Close()
-				}
-			})
-		}
-	})
-	return e.src, release, nil
-}
-
-// closeAll closes every source, when the server stops.
-func (c *chunkSources) closeAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for key, e := range c.m {
-		if e.idle != nil {
-			e.idle.Stop()
-		}
-		e.src.Close()
-		delete(c.m, key)
-	}
 }

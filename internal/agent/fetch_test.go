@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/image"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -100,9 +100,9 @@ func hostilePeer(t *testing.T, cl *cluster, stream []byte, ids []string) string 
 		TLSConfig: pki.ServerConfig(creds),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch r.URL.Path {
-			case v1.PathChunks:
-				json.NewEncoder(w).Encode(v1.Chunks{IDs: ids})
-			case v1.PathExport, v1.PathExportDelta:
+			case agentv1.PathChunks:
+				json.NewEncoder(w).Encode(agentv1.Chunks{IDs: ids})
+			case agentv1.PathExport, agentv1.PathExportDelta:
 				w.Write(stream)
 			default:
 				http.NotFound(w, r)
@@ -138,8 +138,8 @@ func TestFetchRefusesHostilePeer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			stream, ids := exportStream(t, tc.edit)
 			peer := hostilePeer(t, cl, stream, ids)
-			_, err := c.Fetch(ctx, v1.Fetch{Container: "c", Seq: 1, From: peer, FromNode: "n2"})
-			apiErr(t, err, v1.CodeCorrupt)
+			_, err := c.Fetch(ctx, agentv1.Fetch{Container: "c", Seq: 1, From: peer, FromNode: "n2"})
+			apiErr(t, err, agentv1.CodeCorrupt)
 			if recs, errs := repo.All(); len(recs) != 0 || len(errs) != 0 {
 				t.Fatalf("after a refused fetch the catalog lists %v (%v)", recs, errs)
 			}
@@ -152,9 +152,9 @@ func TestFetchRefusesHostilePeer(t *testing.T) {
 		})
 	}
 	t.Run("bad request", func(t *testing.T) {
-		_, err := c.Fetch(ctx, v1.Fetch{Container: "../x", Seq: 1, From: "127.0.0.1:1", FromNode: "n2"})
-		apiErr(t, err, v1.CodeBadRequest)
-		_, err = c.Fetch(ctx, v1.Fetch{Container: "c", Seq: 0, From: "127.0.0.1:1", FromNode: "n2"})
-		apiErr(t, err, v1.CodeBadRequest)
+		_, err := c.Fetch(ctx, agentv1.Fetch{Container: "../x", Seq: 1, From: "127.0.0.1:1", FromNode: "n2"})
+		apiErr(t, err, agentv1.CodeBadRequest)
+		_, err = c.Fetch(ctx, agentv1.Fetch{Container: "c", Seq: 0, From: "127.0.0.1:1", FromNode: "n2"})
+		apiErr(t, err, agentv1.CodeBadRequest)
 	})
 }

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/image"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -52,13 +52,13 @@ func holders(t *testing.T, mib int) (ca *pki.CA, addrs map[string]string, envs m
 }
 
 // fetchOnN1 has n1 fetch c:1 from from, and from also at once.
-func fetchOnN1(t *testing.T, ca *pki.CA, addrs map[string]string, from string, also ...string) (v1.Image, error) {
+func fetchOnN1(t *testing.T, ca *pki.CA, addrs map[string]string, from string, also ...string) (agentv1.Image, error) {
 	t.Helper()
 	c := rpc.NewAgentClient(addrs["n1"], "n1", issue(t, ca, "coord", pki.Coordinator))
 	defer c.Close()
-	req := v1.Fetch{Container: "c", Seq: 1, From: addrs[from], FromNode: from}
+	req := agentv1.Fetch{Container: "c", Seq: 1, From: addrs[from], FromNode: from}
 	for _, n := range also {
-		req.Also = append(req.Also, v1.Holder{Addr: addrs[n], Node: n})
+		req.Also = append(req.Also, agentv1.Holder{Addr: addrs[n], Node: n})
 	}
 	return c.Fetch(context.Background(), req)
 }
@@ -71,13 +71,13 @@ func verified(t *testing.T, env *testutil.Env) {
 	}
 }
 
-func share(img v1.Image, node string) v1.HolderShare {
+func share(img agentv1.Image, node string) agentv1.HolderShare {
 	for _, sh := range img.Holders {
 		if sh.Node == node {
 			return sh
 		}
 	}
-	return v1.HolderShare{}
+	return agentv1.HolderShare{}
 }
 
 // TestFetchFromHolders: an image held by two nodes is fetched from both
@@ -264,7 +264,7 @@ func TestFetchPromoted(t *testing.T) {
 	bg := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := c.Fetch(ctx, v1.Fetch{Container: "c", Seq: 1, From: addrs["n2"], FromNode: "n2", Rate: 1 << 20, Background: true})
+		_, err := c.Fetch(ctx, agentv1.Fetch{Container: "c", Seq: 1, From: addrs["n2"], FromNode: "n2", Rate: 1 << 20, Background: true})
 		bg <- err
 	}()
 	time.Sleep(time.Second) // the replication is under way, at 1 MiB/s: 16 s for the image

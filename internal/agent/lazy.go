@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/image"
 	"cairn/internal/rpc"
@@ -19,11 +19,11 @@ import (
 // this node does not hold, from its holders: the head first, from the
 // first holder that sends a good one, then chunks as the restore and the
 // page server ask for them (lazyChunks), which the caller closes.
-func (s *Server) lazySource(ctx context.Context, container string, seq int, holders []v1.Holder) (*image.Head, *lazyChunks, error) {
+func (s *Server) lazySource(ctx context.Context, container string, seq int, holders []agentv1.Holder) (*image.Head, *lazyChunks, error) {
 	if len(holders) == 0 {
 		return nil, nil, badRequest(errors.New("a lazy restore needs at least one holder of the image"))
 	}
-	f := &fetcher{s: s, req: v1.Fetch{Container: container, Seq: seq}, image: fmt.Sprintf("%s:%d", container, seq)}
+	f := &fetcher{s: s, req: agentv1.Fetch{Container: container, Seq: seq}, image: fmt.Sprintf("%s:%d", container, seq)}
 	for _, h := range holders {
 		f.holders = append(f.holders, &holder{Holder: h, c: rpc.NewAgentClient(h.Addr, h.Node, s.Creds)})
 	}
@@ -68,8 +68,8 @@ func (c *lazyChunks) close() {
 }
 
 // holders reports what every holder sent, and why one was given up.
-func (c *lazyChunks) shares() []v1.HolderShare {
-	var out []v1.HolderShare
+func (c *lazyChunks) shares() []agentv1.HolderShare {
+	var out []agentv1.HolderShare
 	for _, h := range c.f.holders {
 		out = append(out, h.share())
 	}
@@ -156,7 +156,7 @@ func (c *lazyChunks) fetch(ctx context.Context, part []store.ID, first int, keep
 		if h.failed() != nil {
 			continue
 		}
-		req := v1.ChunkData{Container: c.f.req.Container, Seq: c.f.req.Seq, IDs: make([]string, len(part))}
+		req := agentv1.ChunkData{Container: c.f.req.Container, Seq: c.f.req.Seq, IDs: make([]string, len(part))}
 		for i, id := range part {
 			req.IDs[i] = id.String()
 		}
@@ -176,7 +176,7 @@ func (c *lazyChunks) fetch(ctx context.Context, part []store.ID, first int, keep
 			return ctx.Err()
 		}
 		if h.failed() == nil {
-			c.f.s.log().Warn("lazy restore: holder given up; its pages come from the others", "ckpt", c.f.image, "holder", h.Node, "err", err)
+			c.f.s.log().Warn("lazy restore: holder given up; its pages come from the others", "ckpt", c.f.image, "peer", h.Node, "err", err)
 		}
 		h.giveUp(err)
 	}
@@ -189,7 +189,7 @@ func (c *lazyChunks) fetch(ctx context.Context, part []store.ID, first int, keep
 // lazyRestore is the container.Lazy of a rank restored from holders, and
 // what to call if the restore fails before it starts. Once every page is
 // here, a holder that served damage is repaired from one that did not.
-func (s *Server) lazyRestore(ctx context.Context, name string, seq int, holders []v1.Holder) (*container.Lazy, func(), error) {
+func (s *Server) lazyRestore(ctx context.Context, name string, seq int, holders []agentv1.Holder) (*container.Lazy, func(), error) {
 	head, lc, err := s.lazySource(ctx, name, seq, holders)
 	if err != nil {
 		return nil, nil, err
@@ -223,14 +223,14 @@ func (c *lazyChunks) repairDamaged(image string) {
 		return
 	}
 	for _, h := range damaged {
-		req := v1.Fetch{Container: c.f.req.Container, Seq: c.f.req.Seq, From: good.Addr, FromNode: good.Node, Repair: true}
+		req := agentv1.Fetch{Container: c.f.req.Container, Seq: c.f.req.Seq, From: good.Addr, FromNode: good.Node, Repair: true}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		img, err := h.c.Fetch(ctx, req)
 		cancel()
 		if err != nil {
-			c.f.s.log().Warn("lazy restore: repair of a damaged copy failed", "ckpt", image, "holder", h.Node, "from", good.Node, "err", err)
+			c.f.s.log().Warn("lazy restore: repair of a damaged copy failed", "ckpt", image, "peer", h.Node, "from", good.Node, "err", err)
 			continue
 		}
-		c.f.s.log().Info("lazy restore: damaged copy repaired", "ckpt", image, "holder", h.Node, "from", good.Node, "chunks", img.Repaired)
+		c.f.s.log().Info("lazy restore: damaged copy repaired", "ckpt", image, "peer", h.Node, "from", good.Node, "chunks", img.Repaired)
 	}
 }

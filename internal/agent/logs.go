@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 )
 
@@ -22,7 +22,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
 	if v := q.Get("incarnation"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "incarnation must be a number from 1")
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "incarnation must be a number from 1")
 			return
 		}
 	}
@@ -62,7 +62,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
 		if !follow {
 			return
 		}
-		if in, err := s.Manager.Get(r.Context(), name); err != nil || (in.Status != "running" && in.Status != "paused" && in.Status != "created" && in.Status != "exiting") || !isFile(f, path) {
+		if in, err := s.Manager.Get(r.Context(), name); err != nil || !in.Status.Active() || !isFile(f, path) {
 			// One more read for what was written before the exit (or
 			// before a restore made a new incarnation).
 			if n, _ := f.Read(buf); n > 0 {
@@ -87,13 +87,13 @@ func isFile(f *os.File, path string) bool {
 }
 
 // incarnations lists a container's incarnations on this node.
-func (s *Server) incarnations(w http.ResponseWriter, name string) {
+func (s *Server) incarnations(w http.ResponseWriter, _ *http.Request, name string) {
 	incs, err := s.Manager.Incarnations(name)
 	if err != nil {
 		failErr(w, err)
 		return
 	}
-	out := make([]v1.Incarnation, len(incs))
+	out := make([]agentv1.Incarnation, len(incs))
 	for i, inc := range incs {
 		out[i] = IncarnationWire(inc)
 	}
@@ -101,8 +101,8 @@ func (s *Server) incarnations(w http.ResponseWriter, name string) {
 }
 
 // IncarnationWire is an incarnation as the API shows it.
-func IncarnationWire(inc container.Incarnation) v1.Incarnation {
-	out := v1.Incarnation{
+func IncarnationWire(inc container.Incarnation) agentv1.Incarnation {
+	out := agentv1.Incarnation{
 		N: inc.N, Started: inc.Started, RestoredFrom: inc.RestoredFrom, Restored: inc.Restored,
 		Checkpointed: inc.Checkpointed, Current: inc.Current, Bytes: inc.Bytes,
 	}

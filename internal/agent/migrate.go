@@ -9,10 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/failpoint"
 	"cairn/internal/image"
-	"cairn/internal/netw"
 	"cairn/internal/rpc"
 )
 
@@ -24,78 +23,10 @@ import (
 // frozen from there, without a round trip through either store, the source
 // drops its copy (migrateOut), and RankResume starts everything again.
 
-// hold arms a timer for a rank that waits for RankResume: fire runs if
-// none comes within d.
-func (s *Server) hold(name string, d time.Duration, fire func()) {
-	s.ranks.mu.Lock()
-	defer s.ranks.mu.Unlock()
-	if s.ranks.held == nil {
-		s.ranks.held = map[string]*time.Timer{}
-	}
-	if t := s.ranks.held[name]; t != nil {
-		t.Stop()
-	}
-	var t *time.Timer
-	t = time.AfterFunc(d, func() {
-		s.ranks.mu.Lock()
-		mine := s.ranks.held[name] == t
-		if mine {
-			delete(s.ranks.held, name)
-		}
-		s.ranks.mu.Unlock()
-		if mine {
-			fire()
-		}
-	})
-	s.ranks.held[name] = t
-}
-
-// release disarms a rank's hold: RankResume came.
-func (s *Server) release(name string) {
-	s.ranks.mu.Lock()
-	defer s.ranks.mu.Unlock()
-	if t := s.ranks.held[name]; t != nil {
-		t.Stop()
-		delete(s.ranks.held, name)
-	}
-}
-
-// rankStall locks and freezes ranks that stay where they are while
-// another rank of their job moves. All or nothing: on error the ranks
-// stalled so far run again.
-func (s *Server) rankStall(ctx context.Context, req v1.RankStall) error {
-	hold := req.Hold
-	if hold <= 0 {
-		hold = DefaultHold
-	}
-	var stalled []v1.Rank
-	undo := func() {
-		_ = s.rankResume(context.WithoutCancel(ctx), v1.RankResume{Ranks: stalled})
-	}
-	for _, r := range req.Ranks {
-		name := v1.RankName(r.Job, r.Rank)
-		cfg, err := s.Manager.Config(name)
-		if err != nil {
-			undo()
-			return err
-		}
-		if cfg.Net != nil {
-			if err := netw.LockNetns(ctx, cfg.Net.Netns); err != nil {
-				undo()
-				return err
-			}
-		}
-		stalled = append(stalled, r)
-		if err := s.Manager.Pause(ctx, name); err != nil {
-			undo()
-			return fmt.Errorf("stall %s: %w", name, err)
-		}
-		s.hold(name, hold, func() {
-			s.log().Warn("no resume within the hold: resuming the stalled rank", "rank", name, "hold", hold)
-			_ = s.rankResume(context.Background(), v1.RankResume{Ranks: []v1.Rank{r}})
-		})
-	}
-	return nil
+// rankStall stalls ranks that stay where they are while another rank of
+// their job moves (participant.stall).
+func (s *Server) rankStall(ctx context.Context, req agentv1.RankStall) error {
+	return s.part.stall(ctx, rankNames(req.Ranks), req.Hold)
 }
 
 // staged streams a prepared rank's staged image (image.WriteStaged): the
@@ -106,22 +37,20 @@ func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.ranks.mu.Lock()
-	p := s.ranks.pending[pendingKey{name, seq}]
-	s.ranks.mu.Unlock()
+	p := s.part.staged(ckptKey{name, seq})
 	if p == nil {
-		fail(w, http.StatusNotFound, v1.CodeNotFound, fmt.Sprintf("no prepared image %s:%d here", name, seq))
+		fail(w, http.StatusNotFound, agentv1.CodeNotFound, fmt.Sprintf("no prepared image %s:%d here", name, seq))
 		return
 	}
 	started := false
 	announce := func(size int64) {
 		started = true
 		w.Header().Set("Content-Type", "application/x-tar")
-		w.Header().Set(v1.HeaderStagedSize, strconv.FormatInt(size, 10))
+		w.Header().Set(agentv1.HeaderStagedSize, strconv.FormatInt(size, 10))
 		w.WriteHeader(http.StatusOK)
 	}
-	rec := p.prep.Record()
-	if err := image.WriteStaged(w, p.prep.ImageDir(), &rec, announce); err != nil {
+	rec := p.Record()
+	if err := image.WriteStaged(w, p.ImageDir(), &rec, announce); err != nil {
 		if !started {
 			failErr(w, err)
 			return
@@ -132,10 +61,10 @@ func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 }
 
 // migrateIn receives a rank prepared on another node, stores its image
-// and restores it frozen with its network locked; see v1.MigrateIn.
-func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn, error) {
-	var out v1.MigratedIn
-	name := v1.RankName(req.Job, req.Rank.Rank)
+// and restores it frozen with its network locked; see agentv1.MigrateIn.
+func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.MigratedIn, error) {
+	var out agentv1.MigratedIn
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	start := time.Now()
 	c := rpc.NewAgentClient(req.From, req.FromNode, s.Creds)
 	defer c.Close()
@@ -167,20 +96,19 @@ func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 	// Restored straight from the staged image: the store is no part of a
 	// move (the image is no consistent cut of the job, so no checkpoint).
 	t := time.Now()
-	if _, err := s.rankRestore(ctx, v1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}, dir, &rec); err != nil {
+	if _, err := s.rankRestore(ctx, agentv1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}, dir, &rec); err != nil {
 		return out, fmt.Errorf("migrate %s: restore: %w", name, err)
 	}
 	out.Restore = time.Since(t)
-	hold := req.Hold
-	if hold <= 0 {
-		hold = DefaultHold
-	}
+	hold := holdOr(req.Hold)
 	vni := req.Net.VNI
-	s.hold(name, hold, func() {
+	s.part.hold(name, hold, func() {
 		// The source thaws by itself when its hold ends: this copy must
 		// never run beside it.
 		s.log().Warn("no resume within the hold: removing the migrated rank", "rank", name, "hold", hold)
-		_ = s.rankRemove(context.Background(), v1.RankRemove{Rank: req.Rank, VNI: vni, Addr: req.Addr})
+		if err := s.rankRemove(context.Background(), agentv1.RankRemove{Rank: req.Rank, VNI: vni, Addr: req.Addr}); err != nil {
+			s.log().Error("remove the migrated rank at the end of the hold", "rank", name, "err", err)
+		}
 	})
 	return out, nil
 }
@@ -189,18 +117,11 @@ func (s *Server) migrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn
 // dropped without unlocking its network (the rank runs again only to be
 // killed, and cannot send a packet meanwhile), then its container and
 // network namespace go.
-func (s *Server) migrateOut(ctx context.Context, req v1.MigrateOut) error {
+func (s *Server) migrateOut(ctx context.Context, req agentv1.MigrateOut) error {
 	ctx = context.WithoutCancel(ctx)
-	name := v1.RankName(req.Job, req.Rank.Rank)
-	if p := s.takePending(pendingKey{name, req.Seq}); p != nil {
-		p.timer.Stop()
-		p.expire.Stop()
-		p.mu.Lock()
-		p.thawed = true // its network stays locked
-		p.mu.Unlock()
-		_ = p.prep.Abort(ctx)
-	}
-	return s.rankRemove(ctx, v1.RankRemove{Rank: req.Rank, VNI: req.VNI, Addr: req.Addr})
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
+	_ = s.part.migrateOut(ctx, ckptKey{name, req.Seq})
+	return s.rankRemove(ctx, agentv1.RankRemove{Rank: req.Rank, VNI: req.VNI, Addr: req.Addr})
 }
 
 // failpoint hangs the request at a named point when CAIRN_FAILPOINT

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
-	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/image"
 	"cairn/internal/launch"
@@ -27,26 +27,7 @@ type Node struct {
 	NetnsPrefix string
 }
 
-// ranks is the agent's state for job ranks.
-type ranks struct {
-	netMu   sync.Mutex // job network changes on this node
-	mu      sync.Mutex
-	pending map[pendingKey]*pending
-	// committing holds commits in progress, so that a commit sent again
-	// (by a coordinator that restarted) waits for the first.
-	committing map[pendingKey]chan struct{}
-	// aborted holds aborts that came while their prepare was still
-	// running: the prepare then gives up as soon as it ends, instead of
-	// holding its rank frozen until the hold expires.
-	aborted map[pendingKey]time.Time
-	// preparing holds prepares in progress; closed when each ends.
-	preparing map[pendingKey]chan struct{}
-	// held are the ranks waiting for RankResume (stalled, or migrated in),
-	// with what happens when the hold ends.
-	held map[string]*time.Timer
-}
-
-func (s *Server) jobNet(j v1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr, error) {
+func (s *Server) jobNet(j agentv1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr, error) {
 	sub, err := netip.ParsePrefix(j.Subnet)
 	if err != nil {
 		return netw.NodeJobNet{}, nil, fmt.Errorf("job subnet: %w", err)
@@ -66,19 +47,40 @@ func (s *Server) jobNet(j v1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr
 
 // ensureJobNet makes the job's devices on this node and points them at the
 // ranks on other nodes.
-func (s *Server) ensureJobNet(ctx context.Context, j v1.JobNet) (netw.NodeJobNet, error) {
+func (s *Server) ensureJobNet(ctx context.Context, j agentv1.JobNet) (netw.NodeJobNet, error) {
 	n, remotes, err := s.jobNet(j)
 	if err != nil {
 		return n, err
 	}
 	// Ranks of one job on this node start in parallel: one makes the
 	// devices, the others find them.
-	s.ranks.netMu.Lock()
-	defer s.ranks.netMu.Unlock()
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
 	if err := n.Ensure(ctx); err != nil {
 		return n, err
 	}
 	return n, n.SetRemotes(ctx, remotes)
+}
+
+// putJobNet makes the job's network on this node (ensureJobNet).
+func (s *Server) putJobNet(ctx context.Context, j agentv1.JobNet) error {
+	_, err := s.ensureJobNet(ctx, j)
+	return err
+}
+
+// deleteJobNet removes the job network ?vni=N from this node.
+func (s *Server) deleteJobNet(w http.ResponseWriter, r *http.Request) {
+	vni, err := strconv.ParseUint(r.URL.Query().Get("vni"), 10, 24)
+	if err != nil {
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "?vni=N required")
+		return
+	}
+	n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: uint32(vni), Prefix: s.Node.NetnsPrefix}
+	if err := n.Delete(r.Context()); err != nil {
+		failErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) rankNetns(vni uint32, addr netip.Addr) string {
@@ -86,7 +88,7 @@ func (s *Server) rankNetns(vni uint32, addr netip.Addr) string {
 	return netw.NetnsPath(n.RankNetns(addr))
 }
 
-func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, error) {
+func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.Info, error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
 		return nil, badRequest(err)
@@ -95,7 +97,7 @@ func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, 
 	if err != nil {
 		return nil, err
 	}
-	name := v1.RankName(req.Job, req.Rank.Rank)
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	args, tools := req.Args, ""
 	if req.MPI != "" {
 		if err := launch.CheckKind(req.MPI); err != nil {
@@ -131,9 +133,17 @@ func (s *Server) rankRun(ctx context.Context, req v1.RankRun) (*container.Info, 
 	return in, nil
 }
 
-func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
-	name := v1.RankName(req.Job, req.Rank.Rank)
-	s.dropPending(ctx, name)
+func (s *Server) rankRunWire(ctx context.Context, req agentv1.RankRun) (agentv1.Container, error) {
+	in, err := s.rankRun(ctx, req)
+	if err != nil {
+		return agentv1.Container{}, err
+	}
+	return toWire(in), nil
+}
+
+func (s *Server) rankRemove(ctx context.Context, req agentv1.RankRemove) error {
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
+	s.part.dropRank(ctx, name)
 	var errs []error
 	remove := func() error { return s.Manager.Remove(ctx, name, true) }
 	if req.Keep {
@@ -158,12 +168,12 @@ func (s *Server) rankRemove(ctx context.Context, req v1.RankRemove) error {
 // with staged set, from an image staged there (a migration). A container
 // of that name left on this node (a rank that died here) is replaced, its
 // output kept as an earlier incarnation's.
-func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged string, rec *image.Record) (_ *container.Info, err error) {
+func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, staged string, rec *image.Record) (_ *container.Info, err error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
 		return nil, badRequest(err)
 	}
-	name := v1.RankName(req.Job, req.Rank.Rank)
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	var lz *container.Lazy
 	if staged == "" {
 		_, err = s.Manager.Repo().Load(name, req.Seq)
@@ -185,7 +195,7 @@ func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged str
 	if err != nil {
 		return nil, err
 	}
-	s.dropPending(ctx, name)
+	s.part.dropRank(ctx, name)
 	// A rank that died here is replaced in its dir: its log stays, as an
 	// earlier incarnation's.
 	if err := s.Manager.Stop(ctx, name); err != nil && !errors.Is(err, container.ErrNotFound) {
@@ -209,29 +219,45 @@ func (s *Server) rankRestore(ctx context.Context, req v1.RankRestore, staged str
 	return in, nil
 }
 
-func (s *Server) rankResume(ctx context.Context, req v1.RankResume) error {
-	var errs []error
-	for _, r := range req.Ranks {
-		name := v1.RankName(r.Job, r.Rank)
-		s.release(name)
-		in, err := s.Manager.Get(ctx, name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if n := in.Config.Net; n != nil {
-			if err := netw.UnlockNetns(ctx, n.Netns); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if err := s.Manager.Resume(ctx, name); err != nil {
-			errs = append(errs, err)
-		}
+func (s *Server) rankRestoreWire(ctx context.Context, req agentv1.RankRestore) (agentv1.Container, error) {
+	in, err := s.rankRestore(ctx, req, "", nil)
+	if err != nil {
+		return agentv1.Container{}, err
 	}
-	return errors.Join(errs...)
+	return toWire(in), nil
 }
 
-func badRequest(err error) error { return &v1.Error{Code: v1.CodeBadRequest, Message: err.Error()} }
+func (s *Server) rankResume(ctx context.Context, req agentv1.RankResume) error {
+	return s.part.resume(ctx, rankNames(req.Ranks))
+}
+
+// prepare is the prepare phase of a global checkpoint on one rank
+// (participant.prepare).
+func (s *Server) prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prepared, error) {
+	return s.part.prepare(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq}, req.Hold)
+}
+
+// commit and abort are the decision on one rank's prepare.
+func (s *Server) commit(ctx context.Context, req agentv1.Finish) (*agentv1.Committed, error) {
+	return s.part.commit(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq})
+}
+
+func (s *Server) abort(ctx context.Context, req agentv1.Finish) error {
+	return s.part.abort(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq})
+}
+
+// rankNames are the containers of ranks.
+func rankNames(ranks []agentv1.Rank) []string {
+	names := make([]string, len(ranks))
+	for i, r := range ranks {
+		names[i] = agentv1.RankName(r.Job, r.Rank)
+	}
+	return names
+}
+
+func badRequest(err error) error {
+	return &agentv1.Error{Code: agentv1.CodeBadRequest, Message: err.Error()}
+}
 
 // findProgram checks that a rank's program exists in the rank's root (its
 // lower layer: root, or the node's /), as its PATH would find it: a job

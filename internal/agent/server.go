@@ -2,22 +2,19 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/criu"
 	"cairn/internal/image"
 	"cairn/internal/names"
-	"cairn/internal/netw"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 )
@@ -32,7 +29,10 @@ type Server struct {
 	// ranks that ask for it; "" refuses them.
 	Tools string
 
-	ranks   ranks
+	once    sync.Once // makes api and part, on the first request
+	api     *api
+	part    *participant
+	netMu   sync.Mutex // job network changes on this node
 	sources chunkSources
 	fetches fetches
 }
@@ -51,6 +51,200 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// ServeHTTP authenticates the caller and routes the request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.once.Do(func() {
+		s.api = newAPI(s.routes())
+		s.part = newParticipant(managerRanks{s.Manager}, s.log())
+	})
+	s.api.ServeHTTP(w, r)
+}
+
+// route is one operation of the agent API.
+type route struct {
+	method string
+	path   string // an http.ServeMux path pattern: {name...} is a container
+	// agents: other agents may call it too. They may only read images,
+	// to fetch a rank's image to their node; every other operation is
+	// for the coordinator and clients.
+	agents bool
+	serve  http.HandlerFunc
+}
+
+func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.serve(w, r) }
+
+// named is the path pattern of an operation on container NAME: path +
+// NAME. The name may hold slashes (escaped or not) so that every name
+// reaches the operation, which refuses a bad one as a bad request.
+func named(path string) string { return path + "{name...}" }
+
+// routes is the agent API.
+func (s *Server) routes() []route {
+	const get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
+	return []route{
+		// method, path, other agents may call it, operation
+		// Containers (cairn CLI), containers.go.
+		{get, agentv1.PathHealth, false, s.health},
+		{get, agentv1.PathContainers, false, s.listContainers},
+		{post, agentv1.PathContainers, false, s.runContainer},
+		{get, named(agentv1.PathContainer), false, withName(s.getContainer)},
+		{del, named(agentv1.PathContainer), false, withName(s.removeContainer)},
+		{post, agentv1.PathCheckpoint, false, s.checkpoint},
+		{post, agentv1.PathRestore, false, s.restore},
+		{get, agentv1.PathCheckpoints, false, s.checkpoints},
+		{post, named(agentv1.PathKill), false, s.kill},
+		{get, named(agentv1.PathLogs), false, withName(s.logs)},
+		{get, named(agentv1.PathIncarnations), false, withName(s.incarnations)},
+
+		// Job networks and ranks (coordinator), ranks.go.
+		{put, agentv1.PathJobNet, false, do(s.putJobNet)},
+		{del, agentv1.PathJobNet, false, s.deleteJobNet},
+		{post, agentv1.PathRankRun, false, call(http.StatusCreated, s.rankRunWire)},
+		{post, agentv1.PathRankRestore, false, call(http.StatusOK, s.rankRestoreWire)},
+		{post, agentv1.PathRankResume, false, do(s.rankResume)},
+		{post, agentv1.PathRankRemove, false, do(s.rankRemove)},
+
+		// Global checkpoints (coordinator), ranks.go and participant.go.
+		{post, agentv1.PathPrepare, false, call(http.StatusOK, s.prepare)},
+		{post, agentv1.PathCommit, false, call(http.StatusOK, s.commit)},
+		{post, agentv1.PathAbort, false, do(s.abort)},
+
+		// Migrations (coordinator; the target node reads the staged
+		// image), migrate.go.
+		{post, agentv1.PathRankStall, false, do(s.rankStall)},
+		{get, agentv1.PathStaged, true, s.staged},
+		{post, agentv1.PathMigrateIn, false, call(http.StatusOK, s.migrateIn)},
+		{post, agentv1.PathMigrateOut, false, do(s.migrateOut)},
+
+		// Images: fetched from other agents (fetch.go), served to them
+		// and the CLI (transfer.go), dropped.
+		{post, agentv1.PathFetch, false, call(http.StatusOK, s.fetch)},
+		{get, agentv1.PathExport, true, s.export},
+		{get, agentv1.PathChunks, true, s.chunks},
+		{post, agentv1.PathExportDelta, true, s.exportDelta},
+		{post, agentv1.PathChunkData, true, s.chunkData},
+		{post, agentv1.PathDropImages, false, call(http.StatusOK, s.dropImages)},
+	}
+}
+
+// api routes requests to the agent API's operations, once the caller's
+// role allows them.
+type api struct {
+	mux    *http.ServeMux
+	agents map[string]bool // paths other agents may call
+}
+
+func newAPI(routes []route) *api {
+	a := &api{mux: http.NewServeMux(), agents: map[string]bool{}}
+	for i := range routes {
+		rt := &routes[i]
+		a.mux.Handle(rt.method+" "+rt.path, rt)
+		if rt.agents {
+			a.agents[rt.path] = true
+		}
+	}
+	return a
+}
+
+// ServeHTTP answers 401 to a caller without credentials of the cluster,
+// 403 to an agent calling a path no agent may call (whatever the method),
+// and 404 to a method and path not in the API.
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, ok := rpc.Caller(w, r)
+	if !ok {
+		return
+	}
+	if id.Role != pki.Coordinator && id.Role != pki.Client && !(id.Role == pki.Agent && a.agents[r.URL.Path]) {
+		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("%s %s may not call %s on an agent", id.Role, id.Name, r.URL.Path))
+		return
+	}
+	r = asSent(r)
+	// What ServeMux answers itself (405 for another method, a redirect to
+	// the path with a trailing slash) is not in the API, nor is HEAD for
+	// GET.
+	if h, _ := a.mux.Handler(r); !isRoute(h, r.Method) {
+		fail(w, http.StatusNotFound, agentv1.CodeNotFound, r.Method+" "+r.URL.Path+" is not in the agent API")
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+func isRoute(h http.Handler, method string) bool {
+	rt, ok := h.(*route)
+	return ok && rt.method == method
+}
+
+// asSent returns r with its path escaped as ServeMux must see it to match
+// the path as it was sent. The mux cleans a path before it matches it
+// ("/v1/containers/.." becomes "/v1") and redirects to the clean one,
+// where the agent API refuses such a name as a bad request: so the dots of
+// every "." and ".." segment and the second slash of every "//" are
+// escaped, which leaves the path the same once unescaped.
+func asSent(r *http.Request) *http.Request {
+	sent := r.URL.EscapedPath()
+	segs := strings.Split(strings.ReplaceAll(sent, "//", "/%2F"), "/")
+	for i, seg := range segs {
+		if seg == "." || seg == ".." {
+			segs[i] = strings.ReplaceAll(seg, ".", "%2E")
+		}
+	}
+	esc := strings.Join(segs, "/")
+	if esc == sent {
+		return r
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	u := *r.URL
+	u.RawPath = esc
+	r2.URL = &u
+	return r2
+}
+
+// call is the operation that decodes a request of type Req, calls fn and
+// answers with its result as JSON with status, or with its error.
+func call[Req, Resp any](status int, fn func(context.Context, Req) (Resp, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if !decode(w, r, &req) {
+			return
+		}
+		out, err := fn(r.Context(), req)
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, status, out)
+	}
+}
+
+// do is call for operations that answer nothing (204).
+func do[Req any](fn func(context.Context, Req) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if !decode(w, r, &req) {
+			return
+		}
+		if err := fn(r.Context(), req); err != nil {
+			failErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// withName is the operation on the container its path names, refused as
+// a bad request if the name is not a container's.
+func withName(fn func(w http.ResponseWriter, r *http.Request, name string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if err := container.ValidName(name); err != nil {
+			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
+			return
+		}
+		fn(w, r, name)
+	}
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) { rpc.WriteJSON(w, status, v) }
 
 func fail(w http.ResponseWriter, status int, code, msg string) { rpc.Fail(w, status, code, msg) }
@@ -59,333 +253,29 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool { return rpc.Dec
 
 // failErr maps a Manager error to the wire: this is the API boundary.
 func failErr(w http.ResponseWriter, err error) {
-	var we *v1.Error
+	var we *agentv1.Error
 	switch {
 	case errors.As(err, &we):
 		rpc.FailError(w, we)
 	case errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig):
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
-		fail(w, http.StatusNotFound, v1.CodeNotFound, err.Error())
+		fail(w, http.StatusNotFound, agentv1.CodeNotFound, err.Error())
 	case errors.Is(err, container.ErrExists):
-		fail(w, http.StatusConflict, v1.CodeExists, err.Error())
+		fail(w, http.StatusConflict, agentv1.CodeExists, err.Error())
 	case errors.Is(err, container.ErrRunning):
-		fail(w, http.StatusConflict, v1.CodeRunning, err.Error())
+		fail(w, http.StatusConflict, agentv1.CodeRunning, err.Error())
 	case errors.Is(err, container.ErrNotRunning):
-		fail(w, http.StatusConflict, v1.CodeNotRunning, err.Error())
+		fail(w, http.StatusConflict, agentv1.CodeNotRunning, err.Error())
 	case errors.Is(err, image.ErrCorrupt):
-		fail(w, http.StatusUnprocessableEntity, v1.CodeCorrupt, err.Error())
+		fail(w, http.StatusUnprocessableEntity, agentv1.CodeCorrupt, err.Error())
 	case errors.Is(err, criu.ErrUnusable):
-		fail(w, http.StatusServiceUnavailable, v1.CodeCRIU, err.Error())
+		fail(w, http.StatusServiceUnavailable, agentv1.CodeCRIU, err.Error())
 	case errors.Is(err, container.ErrDamaged):
-		fail(w, http.StatusInternalServerError, v1.CodeDamaged, err.Error())
+		fail(w, http.StatusInternalServerError, agentv1.CodeDamaged, err.Error())
 	case errors.Is(err, container.ErrDumpFailed):
-		fail(w, http.StatusInternalServerError, v1.CodeDumpFailed, err.Error())
+		fail(w, http.StatusInternalServerError, agentv1.CodeDumpFailed, err.Error())
 	default:
-		fail(w, http.StatusInternalServerError, v1.CodeInternal, err.Error())
+		fail(w, http.StatusInternalServerError, agentv1.CodeInternal, err.Error())
 	}
-}
-
-// ServeHTTP authenticates the caller and routes the request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id, ok := rpc.Caller(w, r)
-	if !ok {
-		return
-	}
-	// Other agents may only read images (to fetch a rank's image to their
-	// node); everything else is for the coordinator and clients.
-	imageRead := r.URL.Path == v1.PathExport || r.URL.Path == v1.PathChunks || r.URL.Path == v1.PathExportDelta || r.URL.Path == v1.PathChunkData || r.URL.Path == v1.PathStaged
-	if id.Role != pki.Coordinator && id.Role != pki.Client && !(id.Role == pki.Agent && imageRead) {
-		fail(w, http.StatusForbidden, v1.CodeForbidden, fmt.Sprintf("%s %s may not call %s on an agent", id.Role, id.Name, r.URL.Path))
-		return
-	}
-	ctx := r.Context()
-	m := s.Manager
-	switch {
-	case r.URL.Path == v1.PathHealth && r.Method == http.MethodGet:
-		h := v1.Health{Node: s.Creds.Name, Cluster: s.Creds.ClusterID, Version: "v1"}
-		if info, err := m.CRIU(ctx); err != nil {
-			h.CRIUError = err.Error()
-		} else {
-			h.CRIU = info.Version.String()
-		}
-		writeJSON(w, http.StatusOK, h)
-	case r.URL.Path == v1.PathContainers && r.Method == http.MethodGet:
-		list, err := m.List(ctx)
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		out := []v1.Container{}
-		for _, in := range list {
-			out = append(out, toWire(in))
-		}
-		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathContainers && r.Method == http.MethodPost:
-		var req v1.RunRequest
-		if !decode(w, r, &req) {
-			return
-		}
-		if err := container.ValidName(req.Name); err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
-			return
-		}
-		in, err := m.Run(ctx, container.Config{Name: req.Name, Args: req.Args, Env: req.Env, RootFS: req.RootFS, Hostname: req.Hostname, Cwd: req.Cwd})
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, toWire(in))
-	case strings.HasPrefix(r.URL.Path, v1.PathContainer) && (r.Method == http.MethodGet || r.Method == http.MethodDelete):
-		name := strings.TrimPrefix(r.URL.Path, v1.PathContainer)
-		if err := container.ValidName(name); err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
-			return
-		}
-		if r.Method == http.MethodDelete {
-			if err := m.Remove(ctx, name, r.URL.Query().Get("force") == "1"); err != nil {
-				failErr(w, err)
-				return
-			}
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		in, err := m.Get(ctx, name)
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, toWire(in))
-	case r.URL.Path == v1.PathCheckpoint && r.Method == http.MethodPost:
-		var req v1.CheckpointRequest
-		if !decode(w, r, &req) {
-			return
-		}
-		rec, err := m.Checkpoint(ctx, req.Name, container.CheckpointOptions{Stop: req.Stop})
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, checkpointWire(rec))
-	case r.URL.Path == v1.PathRestore && r.Method == http.MethodPost:
-		var req v1.RestoreRequest
-		if !decode(w, r, &req) {
-			return
-		}
-		in, err := m.Restore(ctx, req.Name, container.RestoreOptions{Seq: req.Seq, As: req.As})
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, toWire(in))
-	case r.URL.Path == v1.PathCheckpoints && r.Method == http.MethodGet:
-		recs, err := m.Checkpoints(r.URL.Query().Get("container"))
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		out := []v1.Checkpoint{}
-		for _, rec := range recs {
-			out = append(out, checkpointWire(rec))
-		}
-		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathJobNet && r.Method == http.MethodPut:
-		var req v1.JobNet
-		if !decode(w, r, &req) {
-			return
-		}
-		if _, err := s.ensureJobNet(ctx, req); err != nil {
-			failErr(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathJobNet && r.Method == http.MethodDelete:
-		vni, err := strconv.ParseUint(r.URL.Query().Get("vni"), 10, 24)
-		if err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "?vni=N required")
-			return
-		}
-		n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: uint32(vni), Prefix: s.Node.NetnsPrefix}
-		if err := n.Delete(ctx); err != nil {
-			failErr(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathRankRun && r.Method == http.MethodPost:
-		var req v1.RankRun
-		if !decode(w, r, &req) {
-			return
-		}
-		in, err := s.rankRun(ctx, req)
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, toWire(in))
-	case r.URL.Path == v1.PathRankRestore && r.Method == http.MethodPost:
-		var req v1.RankRestore
-		if !decode(w, r, &req) {
-			return
-		}
-		in, err := s.rankRestore(ctx, req, "", nil)
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, toWire(in))
-	case r.URL.Path == v1.PathRankResume && r.Method == http.MethodPost:
-		var req v1.RankResume
-		if !decode(w, r, &req) {
-			return
-		}
-		if err := s.rankResume(ctx, req); err != nil {
-			failErr(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathRankRemove && r.Method == http.MethodPost:
-		var req v1.RankRemove
-		if !decode(w, r, &req) {
-			return
-		}
-		if err := s.rankRemove(ctx, req); err != nil {
-			failErr(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathDropImages && r.Method == http.MethodPost:
-		var req v1.DropImages
-		if !decode(w, r, &req) {
-			return
-		}
-		out, err := s.dropImages(req)
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathRankStall && r.Method == http.MethodPost:
-		var req v1.RankStall
-		if !decode(w, r, &req) {
-			return
-		}
-		if err := s.rankStall(ctx, req); err != nil {
-			failErr(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathStaged && r.Method == http.MethodGet:
-		s.staged(w, r)
-	case r.URL.Path == v1.PathMigrateIn && r.Method == http.MethodPost:
-		var req v1.MigrateIn
-		if !decode(w, r, &req) {
-			return
-		}
-		out, err := s.migrateIn(ctx, req)
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathMigrateOut && r.Method == http.MethodPost:
-		var req v1.MigrateOut
-		if !decode(w, r, &req) {
-			return
-		}
-		if err := s.migrateOut(ctx, req); err != nil {
-			failErr(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case r.URL.Path == v1.PathPrepare && r.Method == http.MethodPost:
-		var req v1.Prepare
-		if !decode(w, r, &req) {
-			return
-		}
-		out, err := s.prepare(ctx, req)
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
-	case (r.URL.Path == v1.PathCommit || r.URL.Path == v1.PathAbort) && r.Method == http.MethodPost:
-		var req v1.Finish
-		if !decode(w, r, &req) {
-			return
-		}
-		commit := r.URL.Path == v1.PathCommit
-		out, err := s.finish(ctx, pendingKey{v1.RankName(req.Job, req.Rank.Rank), req.Seq}, commit)
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		if !commit {
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathFetch && r.Method == http.MethodPost:
-		var req v1.Fetch
-		if !decode(w, r, &req) {
-			return
-		}
-		out, err := s.fetch(ctx, req)
-		if err != nil {
-			failErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
-	case r.URL.Path == v1.PathExport && r.Method == http.MethodGet:
-		s.export(w, r)
-	case r.URL.Path == v1.PathChunks && r.Method == http.MethodGet:
-		s.chunks(w, r)
-	case r.URL.Path == v1.PathExportDelta && r.Method == http.MethodPost:
-		s.exportDelta(w, r)
-	case r.URL.Path == v1.PathChunkData && r.Method == http.MethodPost:
-		s.chunkData(w, r)
-	case strings.HasPrefix(r.URL.Path, v1.PathLogs) && r.Method == http.MethodGet:
-		name := strings.TrimPrefix(r.URL.Path, v1.PathLogs)
-		if err := container.ValidName(name); err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
-			return
-		}
-		s.logs(w, r, name)
-	case strings.HasPrefix(r.URL.Path, v1.PathIncarnations) && r.Method == http.MethodGet:
-		name := strings.TrimPrefix(r.URL.Path, v1.PathIncarnations)
-		if err := container.ValidName(name); err != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, err.Error())
-			return
-		}
-		s.incarnations(w, name)
-	case strings.HasPrefix(r.URL.Path, v1.PathKill) && r.Method == http.MethodPost:
-		name := strings.TrimPrefix(r.URL.Path, v1.PathKill)
-		sig, err := strconv.Atoi(r.URL.Query().Get("signal"))
-		if err != nil || sig <= 0 || sig > 64 || container.ValidName(name) != nil {
-			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "kill needs a container name and ?signal=N")
-			return
-		}
-		if err := m.Kill(ctx, name, syscall.Signal(sig)); err != nil {
-			failErr(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	default:
-		fail(w, http.StatusNotFound, v1.CodeNotFound, r.Method+" "+r.URL.Path+" is not in the agent API")
-	}
-}
-
-func toWire(in *container.Info) v1.Container {
-	c := v1.Container{Name: in.Name, Status: v1.Status(in.Status), Pid: in.Pid, Addr: in.Addr.String(),
-		Args: in.Config.Args, Created: in.Created, RestoredFrom: in.RestoredFrom}
-	if in.Exit != nil {
-		code := in.Exit.Code
-		c.ExitCode = &code
-	}
-	return c
-}
-
-func checkpointWire(rec *image.Record) v1.Checkpoint {
-	raw, _ := json.Marshal(rec)
-	return v1.Checkpoint{Container: rec.Container, Seq: rec.Seq, Created: rec.Created, Size: rec.Size(),
-		NewBytes: rec.NewBytes, Stall: rec.Timing.Stall, Total: rec.Timing.Total, Pinned: rec.Pinned, Record: raw}
 }

@@ -1,16 +1,18 @@
 // Images leaving the node: the chunk list, delta and whole export streams
-// this agent serves to other agents and the CLI (fetch.go takes them in).
+// this agent serves to other agents and the CLI (chunkdata.go serves a
+// fetch's shares; fetch.go takes them in).
 
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/image"
 	"cairn/internal/rpc"
@@ -28,7 +30,7 @@ func (s *Server) chunks(w http.ResponseWriter, r *http.Request) {
 		failErr(w, err)
 		return
 	}
-	out := v1.Chunks{IDs: make([]string, len(ids))}
+	out := agentv1.Chunks{IDs: make([]string, len(ids))}
 	for i, id := range ids {
 		out.IDs[i] = id.String()
 	}
@@ -38,7 +40,7 @@ func (s *Server) chunks(w http.ResponseWriter, r *http.Request) {
 // exportDelta streams a checkpoint image without the chunks the caller
 // has (every chunk but the ones it says it misses).
 func (s *Server) exportDelta(w http.ResponseWriter, r *http.Request) {
-	var req v1.ExportDelta
+	var req agentv1.ExportDelta
 	if !rpc.DecodeLimit(w, r, &req, 64<<20) {
 		return
 	}
@@ -48,7 +50,7 @@ func (s *Server) exportDelta(w http.ResponseWriter, r *http.Request) {
 	}
 	ids, err := parseIDs(req.Missing)
 	if err != nil {
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "missing: "+err.Error())
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "missing: "+err.Error())
 		return
 	}
 	missing := make(map[store.ID]bool, len(ids))
@@ -78,7 +80,7 @@ func (s *Server) exportDelta(w http.ResponseWriter, r *http.Request) {
 func imageRef(w http.ResponseWriter, name, seqs string) (string, int, bool) {
 	seq, err := strconv.Atoi(seqs)
 	if err != nil || container.ValidName(name) != nil {
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "want a container name and a checkpoint number")
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "want a container name and a checkpoint number")
 		return "", 0, false
 	}
 	return name, seq, true
@@ -101,7 +103,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	name := q.Get("container")
 	seq, err := strconv.Atoi(q.Get("seq"))
 	if err != nil || container.ValidName(name) != nil {
-		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "export needs ?container=NAME&seq=N")
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "export needs ?container=NAME&seq=N")
 		return
 	}
 	if _, err := s.Manager.Repo().Load(name, seq); err != nil {
@@ -127,8 +129,8 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 
 // dropImages removes every checkpoint image of the given containers from
 // this node's catalog.
-func (s *Server) dropImages(req v1.DropImages) (v1.Dropped, error) {
-	var out v1.Dropped
+func (s *Server) dropImages(_ context.Context, req agentv1.DropImages) (agentv1.Dropped, error) {
+	var out agentv1.Dropped
 	repo := s.Manager.Repo()
 	var errs []error
 	for _, name := range req.Containers {
@@ -145,4 +147,17 @@ func (s *Server) dropImages(req v1.DropImages) (v1.Dropped, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// parseIDs parses chunk ids in hex.
+func parseIDs(hexIDs []string) ([]store.ID, error) {
+	ids := make([]store.ID, len(hexIDs))
+	for i, x := range hexIDs {
+		id, err := store.ParseID(x)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
