@@ -20,7 +20,7 @@ import (
 
 // overheadReplRE matches the coordinator's log line for one finished copy
 // of a rank image (coord.copyImage).
-var overheadReplRE = regexp.MustCompile(`msg=replicated job=(\S+) ckpt=(\d+) rank=(\d+) from=\S+ to=\S+ bytes=(\d+) took=(\S+)`)
+var overheadReplRE = regexp.MustCompile(`msg=replicated job=(\S+) ckpt=(\d+) rank=(\d+) node=\S+ peer=\S+ bytes=(\d+) took=(\S+)`)
 
 var overheadResultRE = regexp.MustCompile(`result=([0-9a-f]+)`)
 

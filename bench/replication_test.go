@@ -23,9 +23,9 @@ import (
 	"cairn/internal/testutil"
 )
 
-var fetchedRE = regexp.MustCompile(`msg="fetched for restart" job=mem rank=0 to=\S+ from=\S+ bytes=\d+ took=(\S+)`)
+var fetchedRE = regexp.MustCompile(`msg="fetched for restart" job=mem ckpt=\d+ rank=0 node=\S+ peer=\S+ bytes=\d+ took=(\S+)`)
 
-var replLogRE = regexp.MustCompile(`msg=replicated job=(\S+) ckpt=(\d+) rank=\d+ from=\S+ to=\S+ bytes=(\d+) took=(\S+)`)
+var replLogRE = regexp.MustCompile(`msg=replicated job=(\S+) ckpt=(\d+) rank=\d+ node=\S+ peer=\S+ bytes=(\d+) took=(\S+)`)
 
 // BenchmarkReplication measures replication between two nodes of a local
 // cluster next to raw TCP between the same two nodes in the same run: a

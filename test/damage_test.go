@@ -142,7 +142,7 @@ func TestDamagedCopy(t *testing.T) {
 	log := coordLog(t, c)
 	for _, want := range []string{
 		"damaged image at restore; repairing it from another copy",
-		fmt.Sprintf(`msg="damaged copy repaired" job=ring ckpt=%d rank=1 node=%s from=%s chunks=1`, ck.Seq, home, replica),
+		fmt.Sprintf(`msg="damaged copy repaired" job=ring ckpt=%d rank=1 node=%s peer=%s chunks=1`, ck.Seq, home, replica),
 	} {
 		if !strings.Contains(log, want) {
 			t.Fatalf("coordinator log lacks %q:\n%s", want, log)

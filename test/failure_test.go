@@ -111,7 +111,7 @@ func testNodeLoss(t *testing.T, k int, lose []int) {
 	}
 }
 
-var replicatedRE = regexp.MustCompile(`msg=replicated job=ring ckpt=(\d+) rank=\d+ from=\S+ to=\S+ bytes=(\d+)`)
+var replicatedRE = regexp.MustCompile(`msg=replicated job=ring ckpt=(\d+) rank=\d+ node=\S+ peer=\S+ bytes=(\d+)`)
 
 // replicatedBytes sums what the coordinator logged as sent to replicate
 // checkpoint seq of the ring.

@@ -65,16 +65,16 @@ func TestRestartFromHolders(t *testing.T) {
 	// Rank 1's new node fetched from the survivor, and gave the victim up.
 	// The fetch may be the restart's own, or the repair of the lost copy
 	// that happened to target the same node, which the restart's then
-	// waits for (from="": it fetched nothing itself).
+	// waits for (peer="": it fetched nothing itself).
 	log := coordLog(t, c)
-	m := regexp.MustCompile(`msg="fetched for restart" job=ring rank=1 to=` + regexp.QuoteMeta(next[1]) + ` from=(\S+)`).FindStringSubmatch(log)
+	m := regexp.MustCompile(`msg="fetched for restart" job=ring ckpt=\d+ rank=1 node=` + regexp.QuoteMeta(next[1]) + ` peer=(\S+)`).FindStringSubmatch(log)
 	if m == nil {
 		t.Fatalf("no fetch of rank 1 onto %s in the coordinator's log:\n%s", next[1], log)
 	}
 	if from := strings.Split(m[1], ","); m[1] != `""` && !slices.Contains(from, survivor) {
 		t.Errorf("rank 1 fetched from %v, want %s among them", from, survivor)
 	}
-	if !regexp.MustCompile(`fetch: holder given up; its share goes to the others" ckpt=ring\.1:\d+ holder=` + regexp.QuoteMeta(victim)).MatchString(agentLog(t, c, next[1])) {
+	if !regexp.MustCompile(`fetch: holder given up; its share goes to the others" ckpt=ring\.1:\d+ peer=` + regexp.QuoteMeta(victim)).MatchString(agentLog(t, c, next[1])) {
 		t.Errorf("%s's agent log does not show %s given up mid-fetch:\n%s", next[1], victim, agentLog(t, c, next[1]))
 	}
 }

@@ -59,7 +59,7 @@ func TestLazyRestartHolderDies(t *testing.T) {
 	if pages, _ := strconv.Atoi(m[1]); pages < 192<<20/4096 {
 		t.Errorf("rank 1's page server served %s pages, want at least its ballast's %d", m[1], 192<<20/4096)
 	}
-	if !regexp.MustCompile(`lazy restore: holder given up; its pages come from the others" ckpt=ring\.1:\d+ holder=` + regexp.QuoteMeta(victim)).MatchString(log) {
+	if !regexp.MustCompile(`lazy restore: holder given up; its pages come from the others" ckpt=ring\.1:\d+ peer=` + regexp.QuoteMeta(victim)).MatchString(log) {
 		t.Errorf("%s's agent log does not show %s given up mid-restore:\n%s", next[1], victim, log)
 	}
 	for _, line := range strings.Split(log, "\n") {

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -51,6 +52,8 @@ type Config struct {
 // concurrently.
 type Catalog struct {
 	cli       *clientv3.Client
+	writes    atomic.Int64  // puts that took effect
+	written   atomic.Int64  // bytes of their keys and values
 	done      chan struct{} // closed by Close; ends Watch goroutines
 	closeOnce sync.Once
 	closeErr  error
@@ -193,7 +196,26 @@ func (c *Catalog) Put(ctx context.Context, key string, v any) error {
 	if _, err := c.cli.Put(ctx, Root+key, val); err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
+	c.wrote(Root+key, val)
 	return nil
+}
+
+// Written is what a Catalog has written to etcd: the puts that took
+// effect and the bytes of their keys and values (what etcd stores, before
+// its own overhead).
+type Written struct {
+	Puts  int64
+	Bytes int64
+}
+
+// Written returns what c has written since it was opened.
+func (c *Catalog) Written() Written {
+	return Written{Puts: c.writes.Load(), Bytes: c.written.Load()}
+}
+
+func (c *Catalog) wrote(key, val string) {
+	c.writes.Add(1)
+	c.written.Add(int64(len(key) + len(val)))
 }
 
 // Update reads key into v (reset to its zero value first), calls fn, and

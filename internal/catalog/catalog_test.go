@@ -384,3 +384,24 @@ func TestWatchCompacted(t *testing.T) {
 		t.Fatal("channel not closed after the error event")
 	}
 }
+
+// TestWritten counts the puts that took effect and their bytes: a
+// transaction whose condition fails writes nothing.
+func TestWritten(t *testing.T) {
+	c := newCatalog(t)
+	ctx := context.Background()
+	if err := c.Put(ctx, "a", "xy"); err != nil { // "xy" is 4 bytes of JSON
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, "a", 1); !errors.Is(err, catalog.ErrExists) {
+		t.Fatalf("create over a: %v", err)
+	}
+	if err := c.Create(ctx, "b", 12); err != nil {
+		t.Fatal(err)
+	}
+	got := c.Written()
+	want := catalog.Written{Puts: 2, Bytes: int64(len(catalog.Root+"a") + 4 + len(catalog.Root+"b") + 2)}
+	if got != want {
+		t.Fatalf("written %+v, want %+v", got, want)
+	}
+}

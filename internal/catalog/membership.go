@@ -52,6 +52,7 @@ func (c *Catalog) Register(ctx context.Context, name string, ttl time.Duration) 
 		_, _ = c.cli.Revoke(rctx, g.ID)
 		return nil, fmt.Errorf("register %s: %w", name, err)
 	}
+	c.wrote(Root+AlivePrefix+name, "")
 	return &Membership{c: c, name: name, lease: g.ID, ttl: time.Duration(g.TTL) * time.Second}, nil
 }
 

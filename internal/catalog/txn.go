@@ -51,6 +51,7 @@ func (c *Catalog) Txn(ctx context.Context, conds []Cond, ops ...Op) (rev int64, 
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(Root+cd.key), "=", cd.rev))
 	}
 	then := make([]clientv3.Op, 0, len(ops))
+	var puts [][2]string
 	for _, op := range ops {
 		if err := checkKey(op.key); err != nil {
 			return 0, err
@@ -64,6 +65,7 @@ func (c *Catalog) Txn(ctx context.Context, conds []Cond, ops ...Op) (rev int64, 
 			return 0, err
 		}
 		then = append(then, clientv3.OpPut(Root+op.key, val))
+		puts = append(puts, [2]string{Root + op.key, val})
 	}
 	resp, err := c.cli.Txn(ctx).If(cmps...).Then(then...).Commit()
 	if err != nil {
@@ -71,6 +73,9 @@ func (c *Catalog) Txn(ctx context.Context, conds []Cond, ops ...Op) (rev int64, 
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("txn on %s: %w", txnKeys(conds, ops), ErrConflict)
+	}
+	for _, p := range puts {
+		c.wrote(p[0], p[1])
 	}
 	return resp.Header.Revision, nil
 }

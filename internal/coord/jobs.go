@@ -162,31 +162,61 @@ func (c *Coordinator) candidates(ctx context.Context, names []string, withSpares
 	return out, nil
 }
 
-// allocNet gives a new job a VNI and a /24 of the job subnets.
-func (c *Coordinator) allocNet(ctx context.Context) (uint32, netip.Prefix, error) {
-	var last uint32
-	err := c.cat.Update(ctx, "counters/vni", &last, func() error {
-		last++
-		return nil
-	})
+// MaxRanks is the most ranks a job may have: a /18 of addresses, less
+// the network's, the first host's and the broadcast address.
+const MaxRanks = 1<<14 - 3
+
+// allocNet gives a new job a VNI and a subnet of the job subnets with room
+// for ranks addresses beside the network's, the first host's (kept free)
+// and the broadcast address: a /24, or a larger block of /24s (aligned on
+// its size) for a job of more than 253 ranks.
+func (c *Coordinator) allocNet(ctx context.Context, ranks int) (uint32, netip.Prefix, error) {
+	var vni uint32
+	err := c.cat.Update(ctx, "counters/vni", &vni, func() error { vni++; return nil })
 	if errors.Is(err, catalog.ErrNotFound) {
-		last = 1
-		err = c.cat.Create(ctx, "counters/vni", &last)
-		if errors.Is(err, catalog.ErrExists) {
-			return c.allocNet(ctx)
+		vni = 1
+		if err = c.cat.Create(ctx, "counters/vni", &vni); errors.Is(err, catalog.ErrExists) {
+			return c.allocNet(ctx, ranks)
 		}
 	}
 	if err != nil {
 		return 0, netip.Prefix{}, err
 	}
+	bits := 24
+	for 1<<(32-bits) < ranks+3 {
+		bits--
+	}
+	blocks := uint32(1) << (24 - bits) // /24s in the job's subnet
 	base := c.opts.JobSubnets.Masked()
-	slots := uint32(1) << (24 - base.Bits())
-	idx := (last - 1) % slots
+	if base.Bits() > bits {
+		return 0, netip.Prefix{}, apiErr(agentv1.CodeBadRequest, "%d ranks need a /%d: the job subnets %s are smaller", ranks, bits, base)
+	}
+	// counters/subnet counts the /24s given out; a job's block starts at
+	// the next multiple of its size. Clusters from before jobs could be
+	// larger than a /24 gave one /24 per VNI.
+	var used, start uint32
+	take := func() error {
+		start = (used + blocks - 1) / blocks * blocks
+		used = start + blocks
+		return nil
+	}
+	err = c.cat.Update(ctx, "counters/subnet", &used, take)
+	if errors.Is(err, catalog.ErrNotFound) {
+		used = vni - 1
+		_ = take()
+		if err = c.cat.Create(ctx, "counters/subnet", &used); errors.Is(err, catalog.ErrExists) {
+			err = c.cat.Update(ctx, "counters/subnet", &used, take)
+		}
+	}
+	if err != nil {
+		return 0, netip.Prefix{}, err
+	}
+	idx := start % (uint32(1) << (24 - base.Bits()))
 	b := base.Addr().As4()
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	v += idx << 8
 	a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), 0})
-	return last, netip.PrefixFrom(a, 24), nil
+	return vni, netip.PrefixFrom(a, bits), nil
 }
 
 // RunJob places and starts a job's ranks.
@@ -194,8 +224,8 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 	if err := validJobName(req.Name); err != nil {
 		return nil, err
 	}
-	if req.Ranks < 1 || req.Ranks > 250 {
-		return nil, apiErr(agentv1.CodeBadRequest, "ranks must be 1..250, not %d", req.Ranks)
+	if req.Ranks < 1 || req.Ranks > MaxRanks {
+		return nil, apiErr(agentv1.CodeBadRequest, "ranks must be 1..%d, not %d", MaxRanks, req.Ranks)
 	}
 	if len(req.Args) == 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "no command given")
@@ -231,7 +261,7 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 	if err != nil {
 		return nil, err
 	}
-	vni, subnet, err := c.allocNet(ctx)
+	vni, subnet, err := c.allocNet(ctx, req.Ranks)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package coord_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,30 @@ func TestTraceRestartDamagedCopy(t *testing.T) {
 	golden(t, "restart_damaged_copy", e.takeTrace())
 	if err := e.consistent(j, seq); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestJobSubnets: every job gets a subnet of its own, large enough for
+// its ranks, aligned on its size, never overlapping another's.
+func TestJobSubnets(t *testing.T) {
+	e := newMemEnv(t, 3, memagent.Options{}, coord.Options{})
+	c1 := e.start()
+	want := map[string]string{"a": "10.224.0.0/24", "b": "10.224.2.0/23", "c": "10.224.4.0/24", "d": "10.224.8.0/22"}
+	for _, job := range []struct {
+		name  string
+		ranks int
+	}{{"a", 2}, {"b", 300}, {"c", 253}, {"d", 600}} {
+		j := c1.runJob(t, job.name, job.ranks, 0)
+		if j.Subnet != want[job.name] || len(j.Addrs) != job.ranks {
+			t.Errorf("job %s of %d ranks: subnet %s, %d addresses; want %s", job.name, job.ranks, j.Subnet, len(j.Addrs), want[job.name])
+		}
+		p := netip.MustParsePrefix(j.Subnet)
+		last := netip.MustParseAddr(j.Addrs[len(j.Addrs)-1])
+		if !p.Contains(last) || !p.Contains(last.Next()) {
+			t.Errorf("job %s: its last rank's address %s is not inside %s, below its broadcast address", job.name, last, j.Subnet)
+		}
+	}
+	if _, err := c1.RunJob(context.Background(), coordv1.RunJob{Name: "e", Ranks: coord.MaxRanks + 1, Args: []string{"x"}}); err == nil {
+		t.Errorf("a job of %d ranks was accepted", coord.MaxRanks+1)
 	}
 }

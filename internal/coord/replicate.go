@@ -158,12 +158,12 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 	img, damaged, err := fetchImage(ctx, cl, job, seq, rank, holders, live, agentv1.Fetch{Rate: rate, Background: true})
 	from := strings.Join(holders, ",")
 	if err != nil {
-		c.log.Warn("replication", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to, "err", err)
+		c.log.Warn("replication", "job", job, "ckpt", seq, "rank", rank, "node", to, "peer", from, "err", err)
 		c.publish(evv1.Event{Type: evv1.ReplicaFailed, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from, Message: err.Error()})
 		return fmt.Errorf("copy %s:%d rank %d from %s to %s: %w", job, seq, rank, from, to, err)
 	}
 	from = strings.Join(sentBy(img), ",")
-	c.log.Info("replicated", "job", job, "ckpt", seq, "rank", rank, "from", from, "to", to,
+	c.log.Info("replicated", "job", job, "ckpt", seq, "rank", rank, "node", to, "peer", from,
 		"bytes", img.Bytes, "took", time.Since(start))
 	c.publish(evv1.Event{Type: evv1.ReplicaCopied, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from,
 		Bytes: img.Bytes, Duration: time.Since(start)})
@@ -246,7 +246,7 @@ func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int,
 			continue
 		}
 		if img.Repaired > 0 || img.RepairedManifest {
-			c.log.Warn("damaged copy repaired", "job", job, "ckpt", seq, "rank", rank, "node", node, "from", from,
+			c.log.Warn("damaged copy repaired", "job", job, "ckpt", seq, "rank", rank, "node", node, "peer", from,
 				"chunks", img.Repaired, "manifest", img.RepairedManifest, "bytes", img.Bytes)
 			c.publish(evv1.Event{Type: evv1.ReplicaRepaired, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: node, Peer: from,
 				Bytes: img.Bytes, Message: fmt.Sprintf("%d damaged chunks replaced (manifest: %v)", img.Repaired, img.RepairedManifest)})

@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/pki"
 )
 
-// AgentClient calls one agent. Errors the agent returns are *v1.Error.
+// AgentClient calls one agent. Errors the agent returns are *agentv1.Error.
 type AgentClient struct{ rpc *Client }
 
 // NewAgentClient returns a client for the agent at addr (host:port) whose
@@ -36,105 +36,105 @@ func (c *AgentClient) stream(ctx context.Context, path string) (io.ReadCloser, e
 
 // Chunks lists the chunk ids of a checkpoint image on the agent.
 func (c *AgentClient) Chunks(ctx context.Context, container string, seq int) ([]string, error) {
-	var out v1.Chunks
-	err := c.do(ctx, http.MethodGet, fmt.Sprintf("%s?container=%s&seq=%d", v1.PathChunks, url.QueryEscape(container), seq), nil, &out)
+	var out agentv1.Chunks
+	err := c.do(ctx, http.MethodGet, fmt.Sprintf("%s?container=%s&seq=%d", agentv1.PathChunks, url.QueryEscape(container), seq), nil, &out)
 	return out.IDs, err
 }
 
 // ExportDelta opens a delta export stream of a checkpoint image holding
 // only the given chunks.
-func (c *AgentClient) ExportDelta(ctx context.Context, req v1.ExportDelta) (io.ReadCloser, error) {
-	return c.rpc.Stream(ctx, v1.PathExportDelta, req)
+func (c *AgentClient) ExportDelta(ctx context.Context, req agentv1.ExportDelta) (io.ReadCloser, error) {
+	return c.rpc.Stream(ctx, agentv1.PathExportDelta, req)
 }
 
 // ChunkData opens a chunk stream of the given chunks of a checkpoint
 // image.
-func (c *AgentClient) ChunkData(ctx context.Context, req v1.ChunkData) (io.ReadCloser, error) {
-	return c.rpc.Stream(ctx, v1.PathChunkData, req)
+func (c *AgentClient) ChunkData(ctx context.Context, req agentv1.ChunkData) (io.ReadCloser, error) {
+	return c.rpc.Stream(ctx, agentv1.PathChunkData, req)
 }
 
 // JobNet ensures a job's network on the agent's node.
-func (c *AgentClient) JobNet(ctx context.Context, req v1.JobNet) error {
-	return c.do(ctx, http.MethodPut, v1.PathJobNet, req, nil)
+func (c *AgentClient) JobNet(ctx context.Context, req agentv1.JobNet) error {
+	return c.do(ctx, http.MethodPut, agentv1.PathJobNet, req, nil)
 }
 
 // DeleteJobNet removes a job's network devices from the agent's node.
 func (c *AgentClient) DeleteJobNet(ctx context.Context, vni uint32) error {
-	return c.do(ctx, http.MethodDelete, fmt.Sprintf("%s?vni=%d", v1.PathJobNet, vni), nil, nil)
+	return c.do(ctx, http.MethodDelete, fmt.Sprintf("%s?vni=%d", agentv1.PathJobNet, vni), nil, nil)
 }
 
 // RankRun starts a rank.
-func (c *AgentClient) RankRun(ctx context.Context, req v1.RankRun) (v1.Container, error) {
-	var out v1.Container
-	return out, c.do(ctx, http.MethodPost, v1.PathRankRun, req, &out)
+func (c *AgentClient) RankRun(ctx context.Context, req agentv1.RankRun) (agentv1.Container, error) {
+	var out agentv1.Container
+	return out, c.do(ctx, http.MethodPost, agentv1.PathRankRun, req, &out)
 }
 
 // RankRestore restores a rank frozen, with its network locked.
-func (c *AgentClient) RankRestore(ctx context.Context, req v1.RankRestore) (v1.Container, error) {
-	var out v1.Container
-	return out, c.do(ctx, http.MethodPost, v1.PathRankRestore, req, &out)
+func (c *AgentClient) RankRestore(ctx context.Context, req agentv1.RankRestore) (agentv1.Container, error) {
+	var out agentv1.Container
+	return out, c.do(ctx, http.MethodPost, agentv1.PathRankRestore, req, &out)
 }
 
 // RankResume unlocks and thaws restored ranks.
-func (c *AgentClient) RankResume(ctx context.Context, req v1.RankResume) error {
-	return c.do(ctx, http.MethodPost, v1.PathRankResume, req, nil)
+func (c *AgentClient) RankResume(ctx context.Context, req agentv1.RankResume) error {
+	return c.do(ctx, http.MethodPost, agentv1.PathRankResume, req, nil)
 }
 
 // RankRemove removes a rank's container and network.
-func (c *AgentClient) RankRemove(ctx context.Context, req v1.RankRemove) error {
-	return c.do(ctx, http.MethodPost, v1.PathRankRemove, req, nil)
+func (c *AgentClient) RankRemove(ctx context.Context, req agentv1.RankRemove) error {
+	return c.do(ctx, http.MethodPost, agentv1.PathRankRemove, req, nil)
 }
 
 // Prepare runs phase one of a global checkpoint for a rank.
-func (c *AgentClient) Prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, error) {
-	var out v1.Prepared
-	return out, c.do(ctx, http.MethodPost, v1.PathPrepare, req, &out)
+func (c *AgentClient) Prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prepared, error) {
+	var out agentv1.Prepared
+	return out, c.do(ctx, http.MethodPost, agentv1.PathPrepare, req, &out)
 }
 
 // Commit commits a prepared rank and returns once its image is durable.
-func (c *AgentClient) Commit(ctx context.Context, req v1.Finish) (v1.Committed, error) {
-	var out v1.Committed
-	return out, c.do(ctx, http.MethodPost, v1.PathCommit, req, &out)
+func (c *AgentClient) Commit(ctx context.Context, req agentv1.Finish) (agentv1.Committed, error) {
+	var out agentv1.Committed
+	return out, c.do(ctx, http.MethodPost, agentv1.PathCommit, req, &out)
 }
 
 // Abort aborts a prepared rank.
-func (c *AgentClient) Abort(ctx context.Context, req v1.Finish) error {
-	return c.do(ctx, http.MethodPost, v1.PathAbort, req, nil)
+func (c *AgentClient) Abort(ctx context.Context, req agentv1.Finish) error {
+	return c.do(ctx, http.MethodPost, agentv1.PathAbort, req, nil)
 }
 
 // Fetch has the agent copy an image from another agent.
-func (c *AgentClient) Fetch(ctx context.Context, req v1.Fetch) (v1.Image, error) {
-	var out v1.Image
-	return out, c.do(ctx, http.MethodPost, v1.PathFetch, req, &out)
+func (c *AgentClient) Fetch(ctx context.Context, req agentv1.Fetch) (agentv1.Image, error) {
+	var out agentv1.Image
+	return out, c.do(ctx, http.MethodPost, agentv1.PathFetch, req, &out)
 }
 
 // Kill sends a signal to a container's processes.
 func (c *AgentClient) Kill(ctx context.Context, name string, sig int) error {
-	return c.do(ctx, http.MethodPost, fmt.Sprintf("%s%s?signal=%d", v1.PathKill, url.PathEscape(name), sig), nil, nil)
+	return c.do(ctx, http.MethodPost, fmt.Sprintf("%s%s?signal=%d", agentv1.PathKill, url.PathEscape(name), sig), nil, nil)
 }
 
 // Health asks who the agent is.
-func (c *AgentClient) Health(ctx context.Context) (v1.Health, error) {
-	var h v1.Health
-	return h, c.do(ctx, http.MethodGet, v1.PathHealth, nil, &h)
+func (c *AgentClient) Health(ctx context.Context) (agentv1.Health, error) {
+	var h agentv1.Health
+	return h, c.do(ctx, http.MethodGet, agentv1.PathHealth, nil, &h)
 }
 
 // List returns the agent's containers.
-func (c *AgentClient) List(ctx context.Context) ([]v1.Container, error) {
-	var out []v1.Container
-	return out, c.do(ctx, http.MethodGet, v1.PathContainers, nil, &out)
+func (c *AgentClient) List(ctx context.Context) ([]agentv1.Container, error) {
+	var out []agentv1.Container
+	return out, c.do(ctx, http.MethodGet, agentv1.PathContainers, nil, &out)
 }
 
 // Run starts a container.
-func (c *AgentClient) Run(ctx context.Context, req v1.RunRequest) (v1.Container, error) {
-	var out v1.Container
-	return out, c.do(ctx, http.MethodPost, v1.PathContainers, req, &out)
+func (c *AgentClient) Run(ctx context.Context, req agentv1.RunRequest) (agentv1.Container, error) {
+	var out agentv1.Container
+	return out, c.do(ctx, http.MethodPost, agentv1.PathContainers, req, &out)
 }
 
 // Get returns one container.
-func (c *AgentClient) Get(ctx context.Context, name string) (v1.Container, error) {
-	var out v1.Container
-	return out, c.do(ctx, http.MethodGet, v1.PathContainer+url.PathEscape(name), nil, &out)
+func (c *AgentClient) Get(ctx context.Context, name string) (agentv1.Container, error) {
+	var out agentv1.Container
+	return out, c.do(ctx, http.MethodGet, agentv1.PathContainer+url.PathEscape(name), nil, &out)
 }
 
 // Remove deletes a container (killing it first if force).
@@ -143,47 +143,47 @@ func (c *AgentClient) Remove(ctx context.Context, name string, force bool) error
 	if force {
 		q = "?force=1"
 	}
-	return c.do(ctx, http.MethodDelete, v1.PathContainer+url.PathEscape(name)+q, nil, nil)
+	return c.do(ctx, http.MethodDelete, agentv1.PathContainer+url.PathEscape(name)+q, nil, nil)
 }
 
 // Checkpoint checkpoints a container.
-func (c *AgentClient) Checkpoint(ctx context.Context, req v1.CheckpointRequest) (v1.Checkpoint, error) {
-	var out v1.Checkpoint
-	return out, c.do(ctx, http.MethodPost, v1.PathCheckpoint, req, &out)
+func (c *AgentClient) Checkpoint(ctx context.Context, req agentv1.CheckpointRequest) (agentv1.Checkpoint, error) {
+	var out agentv1.Checkpoint
+	return out, c.do(ctx, http.MethodPost, agentv1.PathCheckpoint, req, &out)
 }
 
 // Restore restores a container.
-func (c *AgentClient) Restore(ctx context.Context, req v1.RestoreRequest) (v1.Container, error) {
-	var out v1.Container
-	return out, c.do(ctx, http.MethodPost, v1.PathRestore, req, &out)
+func (c *AgentClient) Restore(ctx context.Context, req agentv1.RestoreRequest) (agentv1.Container, error) {
+	var out agentv1.Container
+	return out, c.do(ctx, http.MethodPost, agentv1.PathRestore, req, &out)
 }
 
 // Checkpoints lists a container's checkpoints.
-func (c *AgentClient) Checkpoints(ctx context.Context, container string) ([]v1.Checkpoint, error) {
-	var out []v1.Checkpoint
-	return out, c.do(ctx, http.MethodGet, v1.PathCheckpoints+"?container="+url.QueryEscape(container), nil, &out)
+func (c *AgentClient) Checkpoints(ctx context.Context, container string) ([]agentv1.Checkpoint, error) {
+	var out []agentv1.Checkpoint
+	return out, c.do(ctx, http.MethodGet, agentv1.PathCheckpoints+"?container="+url.QueryEscape(container), nil, &out)
 }
 
 // RankStall locks and freezes ranks on the agent (a migration's stall).
-func (c *AgentClient) RankStall(ctx context.Context, req v1.RankStall) error {
-	return c.do(ctx, http.MethodPost, v1.PathRankStall, req, nil)
+func (c *AgentClient) RankStall(ctx context.Context, req agentv1.RankStall) error {
+	return c.do(ctx, http.MethodPost, agentv1.PathRankStall, req, nil)
 }
 
 // MigrateIn brings a rank prepared on another node here, restored frozen.
-func (c *AgentClient) MigrateIn(ctx context.Context, req v1.MigrateIn) (v1.MigratedIn, error) {
-	var out v1.MigratedIn
-	return out, c.do(ctx, http.MethodPost, v1.PathMigrateIn, req, &out)
+func (c *AgentClient) MigrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.MigratedIn, error) {
+	var out agentv1.MigratedIn
+	return out, c.do(ctx, http.MethodPost, agentv1.PathMigrateIn, req, &out)
 }
 
 // MigrateOut removes a rank that moved away.
-func (c *AgentClient) MigrateOut(ctx context.Context, req v1.MigrateOut) error {
-	return c.do(ctx, http.MethodPost, v1.PathMigrateOut, req, nil)
+func (c *AgentClient) MigrateOut(ctx context.Context, req agentv1.MigrateOut) error {
+	return c.do(ctx, http.MethodPost, agentv1.PathMigrateOut, req, nil)
 }
 
 // DropImages removes every checkpoint image of the named containers.
-func (c *AgentClient) DropImages(ctx context.Context, req v1.DropImages) (v1.Dropped, error) {
-	var out v1.Dropped
-	return out, c.do(ctx, http.MethodPost, v1.PathDropImages, req, &out)
+func (c *AgentClient) DropImages(ctx context.Context, req agentv1.DropImages) (agentv1.Dropped, error) {
+	var out agentv1.Dropped
+	return out, c.do(ctx, http.MethodPost, agentv1.PathDropImages, req, &out)
 }
 
 // ErrNoStagedSize is matched by the error of Staged when the agent did
@@ -193,11 +193,11 @@ var ErrNoStagedSize = errors.New("no size announced")
 // Staged opens the staged-image stream of a rank prepared on the agent
 // and returns it with the size the agent announced for it.
 func (c *AgentClient) Staged(ctx context.Context, container string, seq int) (io.ReadCloser, int64, error) {
-	body, h, err := c.rpc.StreamHeader(ctx, v1.PathStaged+"?container="+url.QueryEscape(container)+"&seq="+strconv.Itoa(seq), nil)
+	body, h, err := c.rpc.StreamHeader(ctx, agentv1.PathStaged+"?container="+url.QueryEscape(container)+"&seq="+strconv.Itoa(seq), nil)
 	if err != nil {
 		return nil, 0, err
 	}
-	size, err := strconv.ParseInt(h.Get(v1.HeaderStagedSize), 10, 64)
+	size, err := strconv.ParseInt(h.Get(agentv1.HeaderStagedSize), 10, 64)
 	if err != nil {
 		body.Close()
 		return nil, 0, fmt.Errorf("staged image stream of %s:%d: %w: %v", container, seq, ErrNoStagedSize, err)
@@ -212,7 +212,7 @@ func (c *AgentClient) Export(ctx context.Context, container string, seq int, bac
 	if background {
 		q += "&background=1"
 	}
-	return c.stream(ctx, v1.PathExport+q)
+	return c.stream(ctx, agentv1.PathExport+q)
 }
 
 // Logs opens a container's output; with follow until it exits.
@@ -230,7 +230,7 @@ func (c *AgentClient) IncarnationLog(ctx context.Context, name string, n int, fo
 	if n > 0 {
 		q.Set("incarnation", strconv.Itoa(n))
 	}
-	p := v1.PathLogs + url.PathEscape(name)
+	p := agentv1.PathLogs + url.PathEscape(name)
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
@@ -239,8 +239,8 @@ func (c *AgentClient) IncarnationLog(ctx context.Context, name string, n int, fo
 
 // Incarnations lists a container's incarnations on the agent's node,
 // oldest first.
-func (c *AgentClient) Incarnations(ctx context.Context, name string) ([]v1.Incarnation, error) {
-	var out []v1.Incarnation
-	err := c.do(ctx, http.MethodGet, v1.PathIncarnations+url.PathEscape(name), nil, &out)
+func (c *AgentClient) Incarnations(ctx context.Context, name string) ([]agentv1.Incarnation, error) {
+	var out []agentv1.Incarnation
+	err := c.do(ctx, http.MethodGet, agentv1.PathIncarnations+url.PathEscape(name), nil, &out)
 	return out, err
 }

@@ -8,14 +8,14 @@ import (
 	"strconv"
 	"time"
 
-	v1 "cairn/api/coord/v1"
+	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/pki"
 )
 
 // CoordServerName is the name in the coordinator's certificate.
 const CoordServerName = "coordinator"
 
-// CoordClient calls the coordinator. Errors it returns are *v1.Error.
+// CoordClient calls the coordinator. Errors it returns are *coordv1.Error.
 type CoordClient struct{ rpc *Client }
 
 // NewCoordClient returns a client for the coordinator at addr.
@@ -26,53 +26,53 @@ func NewCoordClient(addr string, creds *pki.Credentials) *CoordClient {
 // Close releases idle connections.
 func (c *CoordClient) Close() { c.rpc.Close() }
 
-func jobPath(name, suffix string) string { return v1.PathJob + url.PathEscape(name) + suffix }
+func jobPath(name, suffix string) string { return coordv1.PathJob + url.PathEscape(name) + suffix }
 
 // Health asks who the coordinator is.
-func (c *CoordClient) Health(ctx context.Context) (v1.Health, error) {
-	var h v1.Health
-	return h, c.rpc.Do(ctx, http.MethodGet, v1.PathHealth, nil, &h)
+func (c *CoordClient) Health(ctx context.Context) (coordv1.Health, error) {
+	var h coordv1.Health
+	return h, c.rpc.Do(ctx, http.MethodGet, coordv1.PathHealth, nil, &h)
 }
 
 // Join registers the caller's node (agents only).
-func (c *CoordClient) Join(ctx context.Context, j v1.Join) (v1.JoinReply, error) {
-	var out v1.JoinReply
-	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathJoin, j, &out)
+func (c *CoordClient) Join(ctx context.Context, j coordv1.Join) (coordv1.JoinReply, error) {
+	var out coordv1.JoinReply
+	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathJoin, j, &out)
 }
 
 // Heartbeat keeps the caller's node alive (agents only).
-func (c *CoordClient) Heartbeat(ctx context.Context, hb v1.Heartbeat) error {
-	return c.rpc.Do(ctx, http.MethodPost, v1.PathHeartbeat, hb, nil)
+func (c *CoordClient) Heartbeat(ctx context.Context, hb coordv1.Heartbeat) error {
+	return c.rpc.Do(ctx, http.MethodPost, coordv1.PathHeartbeat, hb, nil)
 }
 
 // Nodes lists the cluster's nodes.
-func (c *CoordClient) Nodes(ctx context.Context) ([]v1.Node, error) {
-	var out []v1.Node
-	return out, c.rpc.Do(ctx, http.MethodGet, v1.PathNodes, nil, &out)
+func (c *CoordClient) Nodes(ctx context.Context) ([]coordv1.Node, error) {
+	var out []coordv1.Node
+	return out, c.rpc.Do(ctx, http.MethodGet, coordv1.PathNodes, nil, &out)
 }
 
 // Jobs lists the jobs.
-func (c *CoordClient) Jobs(ctx context.Context) ([]v1.Job, error) {
-	var out []v1.Job
-	return out, c.rpc.Do(ctx, http.MethodGet, v1.PathJobs, nil, &out)
+func (c *CoordClient) Jobs(ctx context.Context) ([]coordv1.Job, error) {
+	var out []coordv1.Job
+	return out, c.rpc.Do(ctx, http.MethodGet, coordv1.PathJobs, nil, &out)
 }
 
 // RunJob starts a job.
-func (c *CoordClient) RunJob(ctx context.Context, req v1.RunJob) (v1.Job, error) {
-	var out v1.Job
-	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathJobs, req, &out)
+func (c *CoordClient) RunJob(ctx context.Context, req coordv1.RunJob) (coordv1.Job, error) {
+	var out coordv1.Job
+	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathJobs, req, &out)
 }
 
 // Status returns a job with the live state of its ranks.
-func (c *CoordClient) Status(ctx context.Context, name string) (v1.JobStatus, error) {
-	var out v1.JobStatus
+func (c *CoordClient) Status(ctx context.Context, name string) (coordv1.JobStatus, error) {
+	var out coordv1.JobStatus
 	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(name, ""), nil, &out)
 }
 
 // RemoveJob removes a job; without force, only one that has no
 // checkpoints and no running ranks.
-func (c *CoordClient) RemoveJob(ctx context.Context, name string, force bool) (v1.Removed, error) {
-	var out v1.Removed
+func (c *CoordClient) RemoveJob(ctx context.Context, name string, force bool) (coordv1.Removed, error) {
+	var out coordv1.Removed
 	q := ""
 	if force {
 		q = "?force=1"
@@ -81,35 +81,35 @@ func (c *CoordClient) RemoveJob(ctx context.Context, name string, force bool) (v
 }
 
 // KillJob sends sig (0: SIGKILL) to every rank of a job.
-func (c *CoordClient) KillJob(ctx context.Context, name string, sig int) (v1.Job, error) {
-	var out v1.Job
-	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixKill), v1.Kill{Signal: sig}, &out)
+func (c *CoordClient) KillJob(ctx context.Context, name string, sig int) (coordv1.Job, error) {
+	var out coordv1.Job
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, coordv1.SuffixKill), coordv1.Kill{Signal: sig}, &out)
 }
 
 // Checkpoint runs a global checkpoint round and returns its outcome. An
 // aborted round returns the checkpoint record and an error of code
 // aborted.
-func (c *CoordClient) Checkpoint(ctx context.Context, name string) (v1.Ckpt, error) {
-	var out v1.Ckpt
-	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixCheckpoint), nil, &out)
+func (c *CoordClient) Checkpoint(ctx context.Context, name string) (coordv1.Ckpt, error) {
+	var out coordv1.Ckpt
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, coordv1.SuffixCheckpoint), nil, &out)
 }
 
 // Checkpoints lists a job's checkpoints.
-func (c *CoordClient) Checkpoints(ctx context.Context, name string) ([]v1.Ckpt, error) {
-	var out []v1.Ckpt
-	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(name, v1.SuffixCheckpoints), nil, &out)
+func (c *CoordClient) Checkpoints(ctx context.Context, name string) ([]coordv1.Ckpt, error) {
+	var out []coordv1.Ckpt
+	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(name, coordv1.SuffixCheckpoints), nil, &out)
 }
 
 // Restart restarts a job from a checkpoint.
-func (c *CoordClient) Restart(ctx context.Context, name string, req v1.Restart) (v1.Job, error) {
-	var out v1.Job
-	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, v1.SuffixRestart), req, &out)
+func (c *CoordClient) Restart(ctx context.Context, name string, req coordv1.Restart) (coordv1.Job, error) {
+	var out coordv1.Job
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, coordv1.SuffixRestart), req, &out)
 }
 
 // SetSpare marks a node as a spare or not.
-func (c *CoordClient) SetSpare(ctx context.Context, node string, spare bool) (v1.Node, error) {
-	var out v1.Node
-	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathNode+url.PathEscape(node)+v1.SuffixSpare, v1.Spare{Spare: spare}, &out)
+func (c *CoordClient) SetSpare(ctx context.Context, node string, spare bool) (coordv1.Node, error) {
+	var out coordv1.Node
+	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathNode+url.PathEscape(node)+coordv1.SuffixSpare, coordv1.Spare{Spare: spare}, &out)
 }
 
 // EventsQuery selects events: after an event number, since a time, of a
@@ -123,7 +123,7 @@ type EventsQuery struct {
 	Follow bool
 }
 
-// Events opens the event stream: one JSON api/events/v1.Event per line.
+// Events opens the event stream: one JSON api/events/coordv1.Event per line.
 func (c *CoordClient) Events(ctx context.Context, q EventsQuery) (io.ReadCloser, error) {
 	v := url.Values{}
 	if q.After > 0 {
@@ -141,25 +141,25 @@ func (c *CoordClient) Events(ctx context.Context, q EventsQuery) (io.ReadCloser,
 	if q.Follow {
 		v.Set("follow", "1")
 	}
-	return c.rpc.Stream(ctx, v1.PathEvents+"?"+v.Encode(), nil)
+	return c.rpc.Stream(ctx, coordv1.PathEvents+"?"+v.Encode(), nil)
 }
 
 // Migrate moves a rank of a job to another node (to empty: the
 // coordinator's choice) and returns once the migration has ended.
-func (c *CoordClient) Migrate(ctx context.Context, job string, rank int, to string) (v1.Migration, error) {
-	var out v1.Migration
-	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(job, v1.SuffixMigrate), v1.Migrate{Rank: rank, To: to}, &out)
+func (c *CoordClient) Migrate(ctx context.Context, job string, rank int, to string) (coordv1.Migration, error) {
+	var out coordv1.Migration
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(job, coordv1.SuffixMigrate), coordv1.Migrate{Rank: rank, To: to}, &out)
 }
 
 // Migrations lists a job's migrations.
-func (c *CoordClient) Migrations(ctx context.Context, job string) ([]v1.Migration, error) {
-	var out []v1.Migration
-	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(job, v1.SuffixMigrations), nil, &out)
+func (c *CoordClient) Migrations(ctx context.Context, job string) ([]coordv1.Migration, error) {
+	var out []coordv1.Migration
+	return out, c.rpc.Do(ctx, http.MethodGet, jobPath(job, coordv1.SuffixMigrations), nil, &out)
 }
 
 // Drain moves every rank off a node and keeps new ones away; with
 // undrain, lets them come again.
-func (c *CoordClient) Drain(ctx context.Context, node string, undrain bool) (v1.DrainResult, error) {
-	var out v1.DrainResult
-	return out, c.rpc.Do(ctx, http.MethodPost, v1.PathNode+url.PathEscape(node)+v1.SuffixDrain, v1.Drain{Undrain: undrain}, &out)
+func (c *CoordClient) Drain(ctx context.Context, node string, undrain bool) (coordv1.DrainResult, error) {
+	var out coordv1.DrainResult
+	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathNode+url.PathEscape(node)+coordv1.SuffixDrain, coordv1.Drain{Undrain: undrain}, &out)
 }

@@ -1,7 +1,7 @@
 // Package rpc is the client side of cairn's two wire APIs: AgentClient
 // calls an agent (api/agent/v1), CoordClient the coordinator
 // (api/coord/v1), both JSON over HTTPS with mutual TLS from package pki,
-// errors as a v1.Error body. The clients live beside the wire rather than
+// errors as a agentv1.Error body. The clients live beside the wire rather than
 // beside their servers, so that calling a node does not link the node's
 // stack (containers, CRIU, the store) into the caller, nor calling the
 // coordinator its etcd.
@@ -16,11 +16,11 @@ import (
 	"net/http"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/pki"
 )
 
-// Client calls one server. Errors the server returns are *v1.Error.
+// Client calls one server. Errors the server returns are *agentv1.Error.
 type Client struct {
 	base    string
 	http    *http.Client
@@ -106,7 +106,7 @@ func replyError(method, path string, resp *http.Response) error {
 	if resp.StatusCode < 300 {
 		return nil
 	}
-	var e v1.Error
+	var e agentv1.Error
 	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Code == "" {
 		return fmt.Errorf("%s %s: HTTP %d", method, path, resp.StatusCode)
 	}

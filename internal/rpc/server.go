@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/pki"
 )
@@ -47,12 +47,12 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, creds *pki.Cred
 // there is none, it answers 401 and returns false.
 func Caller(w http.ResponseWriter, r *http.Request) (pki.Identity, bool) {
 	if r.TLS == nil {
-		Fail(w, http.StatusUnauthorized, v1.CodeUnauthorized, "TLS required")
+		Fail(w, http.StatusUnauthorized, agentv1.CodeUnauthorized, "TLS required")
 		return pki.Identity{}, false
 	}
 	id, err := pki.PeerIdentity(*r.TLS)
 	if err != nil {
-		Fail(w, http.StatusUnauthorized, v1.CodeUnauthorized, err.Error())
+		Fail(w, http.StatusUnauthorized, agentv1.CodeUnauthorized, err.Error())
 		return pki.Identity{}, false
 	}
 	return id, true
@@ -60,26 +60,26 @@ func Caller(w http.ResponseWriter, r *http.Request) (pki.Identity, bool) {
 
 // statusOf is the HTTP status each error code of the two APIs is sent with.
 var statusOf = map[string]int{
-	v1.CodeBadRequest:    http.StatusBadRequest,
-	v1.CodeUnauthorized:  http.StatusUnauthorized,
-	v1.CodeForbidden:     http.StatusForbidden,
-	v1.CodeNotFound:      http.StatusNotFound,
-	v1.CodeNoSuchRound:   http.StatusNotFound,
-	coordv1.CodeNoCkpt:   http.StatusNotFound,
-	v1.CodeExists:        http.StatusConflict,
-	v1.CodeRunning:       http.StatusConflict,
-	v1.CodeNotRunning:    http.StatusConflict,
-	coordv1.CodeConflict: http.StatusConflict,
-	coordv1.CodeAborted:  http.StatusConflict,
-	v1.CodeCorrupt:       http.StatusUnprocessableEntity,
-	v1.CodeCRIU:          http.StatusServiceUnavailable,
-	coordv1.CodeNoNodes:  http.StatusServiceUnavailable,
-	coordv1.CodeNodeDead: http.StatusServiceUnavailable,
+	agentv1.CodeBadRequest:   http.StatusBadRequest,
+	agentv1.CodeUnauthorized: http.StatusUnauthorized,
+	agentv1.CodeForbidden:    http.StatusForbidden,
+	agentv1.CodeNotFound:     http.StatusNotFound,
+	agentv1.CodeNoSuchRound:  http.StatusNotFound,
+	coordv1.CodeNoCkpt:       http.StatusNotFound,
+	agentv1.CodeExists:       http.StatusConflict,
+	agentv1.CodeRunning:      http.StatusConflict,
+	agentv1.CodeNotRunning:   http.StatusConflict,
+	coordv1.CodeConflict:     http.StatusConflict,
+	coordv1.CodeAborted:      http.StatusConflict,
+	agentv1.CodeCorrupt:      http.StatusUnprocessableEntity,
+	agentv1.CodeCRIU:         http.StatusServiceUnavailable,
+	coordv1.CodeNoNodes:      http.StatusServiceUnavailable,
+	coordv1.CodeNodeDead:     http.StatusServiceUnavailable,
 }
 
 // FailError answers with e, with the HTTP status of its code (500 for
 // codes without one of their own).
-func FailError(w http.ResponseWriter, e *v1.Error) {
+func FailError(w http.ResponseWriter, e *agentv1.Error) {
 	status, ok := statusOf[e.Code]
 	if !ok {
 		status = http.StatusInternalServerError
@@ -98,7 +98,7 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 
 // Fail answers with an Error body.
 func Fail(w http.ResponseWriter, status int, code, msg string) {
-	WriteJSON(w, status, &v1.Error{Code: code, Message: msg})
+	WriteJSON(w, status, &agentv1.Error{Code: code, Message: msg})
 }
 
 // Decode reads a JSON request body of at most 1 MiB with no unknown
@@ -113,7 +113,7 @@ func DecodeLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) boo
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		Fail(w, http.StatusBadRequest, v1.CodeBadRequest, "request body: "+err.Error())
+		Fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "request body: "+err.Error())
 		return false
 	}
 	return true
