@@ -20,6 +20,8 @@ import (
 	"cairn/internal/failpoint"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // Options tunes a Coordinator.
@@ -71,6 +73,7 @@ type Coordinator struct {
 
 	mu      sync.Mutex
 	clients map[string]Agent // by node name
+	dialing singleflight.Group
 	members map[string]*catalog.Membership
 	jobMu   map[string]*jobMutex
 	lastRun map[string]time.Time // start of each job's last round
@@ -237,18 +240,26 @@ func (c *Coordinator) client(ctx context.Context, node string) (Agent, error) {
 	if cl != nil {
 		return cl, nil
 	}
-	var n coordv1.Node
-	if _, err := c.cat.Get(ctx, nodeKey(node), &n); err != nil {
-		return nil, fmt.Errorf("node %s: %w", node, err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cl := c.clients[node]; cl != nil {
+	// One catalog read per node, however many ranks ask at once (a round
+	// of 10,000 ranks on nodes not yet dialled).
+	v, err, _ := c.dialing.Do(node, func() (any, error) {
+		var n coordv1.Node
+		if _, err := c.cat.Get(ctx, nodeKey(node), &n); err != nil {
+			return nil, fmt.Errorf("node %s: %w", node, err)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if cl := c.clients[node]; cl != nil {
+			return cl, nil
+		}
+		cl := c.opts.Dial(n)
+		c.clients[node] = cl
 		return cl, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	cl = c.opts.Dial(n)
-	c.clients[node] = cl
-	return cl, nil
+	return v.(Agent), nil
 }
 
 // forgetClient drops a node's cached client: the node joined again,

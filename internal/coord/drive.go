@@ -52,7 +52,9 @@ func drive[E, A any](ctx context.Context, run machineRun[E, A], first E) (A, err
 	defer cancel()
 	var wg sync.WaitGroup // awaited actions
 	defer wg.Wait()
-	events := make(chan E)
+	// Buffered: a round of 10,000 ranks has as many replies coming in
+	// at once, each of which would otherwise wait for the loop.
+	events := make(chan E, 256)
 	stopped := make(chan struct{}) // drive reads no more events
 	defer close(stopped)
 	send := func(ev E) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +30,7 @@ type jobRun struct {
 	// restored).
 	placement []string
 	nodes     map[string]coordv1.Node // every node of the catalog, by name
+	underlays map[string]string       // their underlay addresses
 	persist   func(ctx context.Context, p machine.Persist) error
 	// run is the request that starts a rank (job start).
 	run func(rank int) agentv1.RankRun
@@ -35,6 +38,9 @@ type jobRun struct {
 	hold time.Duration
 	// observe, if set, sees every agent call and its Result.
 	observe func(a machine.Action, res machine.Result)
+
+	netsOnce sync.Once
+	nets     map[string]agentv1.JobNet // the job network by node, for x.placement
 
 	mu        sync.Mutex
 	prepared  agentv1.Prepared   // the migrating rank's prepare
@@ -48,7 +54,7 @@ func (c *Coordinator) newJobRun(ctx context.Context, j *coordv1.Job, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	return &jobRun{c: c, log: log, job: j, placement: j.Placement, nodes: nodes}, nil
+	return &jobRun{c: c, log: log, job: j, placement: j.Placement, nodes: nodes, underlays: underlaysOf(nodes)}, nil
 }
 
 // drive runs m to its end.
@@ -82,7 +88,44 @@ func (x *jobRun) rank(r int) agentv1.Rank { return agentv1.Rank{Job: x.job.Name,
 func (x *jobRun) jobNet(node string, placement []string) agentv1.JobNet {
 	j := *x.job
 	j.Placement = placement
-	return jobNet(&j, node, underlaysOf(x.nodes))
+	return jobNet(&j, node, x.underlays)
+}
+
+// ownNet is the job network as node sees it with the ranks on
+// x.placement. A job of 10,000 ranks makes a map of every remote rank for
+// each of its nodes: they are made once, all at once, from one map of
+// every rank.
+func (x *jobRun) ownNet(node string) agentv1.JobNet {
+	x.netsOnce.Do(func() {
+		all := make(map[string]string, len(x.placement))
+		for r, on := range x.placement {
+			if u := x.underlays[on]; u != "" {
+				all[x.job.Addrs[r]] = u
+			}
+		}
+		nodes, ranks := byNode(x.placement)
+		x.nets = make(map[string]agentv1.JobNet, len(nodes))
+		for _, n := range nodes {
+			remotes := maps.Clone(all)
+			for _, r := range ranks[n] {
+				delete(remotes, x.job.Addrs[r])
+			}
+			x.nets[n] = agentv1.JobNet{Job: x.job.Name, VNI: x.job.VNI, Subnet: x.job.Subnet, Remotes: remotes}
+		}
+	})
+	if n, ok := x.nets[node]; ok {
+		return n
+	}
+	return x.jobNet(node, x.placement)
+}
+
+// byNode groups the ranks of placement by node.
+func byNode(placement []string) ([]string, map[string][]int) {
+	ranks := map[string][]int{}
+	for r, n := range placement {
+		ranks[n] = append(ranks[n], r)
+	}
+	return slices.Sorted(maps.Keys(ranks)), ranks
 }
 
 // perform does one action and returns its Result.
@@ -152,7 +195,7 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 		res.Damaged = damaged
 		return err
 	case machine.RestoreRank:
-		req := agentv1.RankRestore{Rank: x.rank(a.Rank), Net: x.jobNet(a.Node, x.placement), Addr: j.Addrs[a.Rank], Seq: x.ckpt}
+		req := agentv1.RankRestore{Rank: x.rank(a.Rank), Net: x.ownNet(a.Node), Addr: j.Addrs[a.Rank], Seq: x.ckpt}
 		for _, h := range a.Lazy {
 			req.Lazy = append(req.Lazy, agentv1.Holder{Addr: x.nodes[h].Addr, Node: h})
 		}

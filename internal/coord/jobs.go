@@ -310,13 +310,13 @@ func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool
 		return machine.Done{}, err
 	}
 	req := j.RunJob
+	peers := "CAIRN_PEERS=" + strings.Join(j.Addrs, ",")
 	x.run = func(r int) agentv1.RankRun {
 		env := append(append([]string{
-			"CAIRN_JOB=" + j.Name, "CAIRN_RANK=" + strconv.Itoa(r), "CAIRN_SIZE=" + strconv.Itoa(req.Ranks),
-			"CAIRN_PEERS=" + strings.Join(j.Addrs, ","),
+			"CAIRN_JOB=" + j.Name, "CAIRN_RANK=" + strconv.Itoa(r), "CAIRN_SIZE=" + strconv.Itoa(req.Ranks), peers,
 		}, launchEnv...), req.Env...)
 		return agentv1.RankRun{
-			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: x.jobNet(j.Placement[r], j.Placement),
+			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: x.ownNet(j.Placement[r]),
 			Addr: j.Addrs[r], Args: req.Args, Env: env, RootFS: req.RootFS, MPI: req.MPI,
 			Cwd: req.Cwd, Volumes: req.Volumes, CPUs: req.CPUs, Memory: req.Memory,
 		}

@@ -63,9 +63,10 @@ type Round struct {
 	byRank    map[int]int // rank number -> index in ranks
 
 	phase    phase
-	decision State  // StateCommitted or StateAborted once decided
-	reason   string // why the round aborts
-	final    State  // StateDurable or StateAborted once done
+	counts   [rankStates]int // ranks in each RankState
+	decision State           // StateCommitted or StateAborted once decided
+	reason   string          // why the round aborts
+	final    State           // StateDurable or StateAborted once done
 
 	now                    time.Time // latest time seen; never goes back
 	started, decided, sent time.Time
@@ -105,7 +106,7 @@ func Recover(cfg Config, s State) (*Round, error) {
 	rs := map[State]RankState{StatePreparing: RankPreparing, StateCommitted: RankPrepared,
 		StateDurable: RankDurable, StateAborted: RankPreparing}[s]
 	for i := range r.ranks {
-		r.ranks[i].state = rs
+		r.set(&r.ranks[i], rs)
 	}
 	return r, nil
 }
@@ -124,6 +125,7 @@ func build(op string, cfg Config) (*Round, error) {
 		}
 		r.byRank[p.Rank] = i
 		r.ranks = append(r.ranks, rank{Participant: p})
+		r.counts[RankPending]++
 	}
 	return r, nil
 }
@@ -219,7 +221,7 @@ func (r *Round) start() {
 			return
 		}
 		for i := range r.ranks {
-			r.ranks[i].state = RankPreparing
+			r.set(&r.ranks[i], RankPreparing)
 			r.emit(SendPrepare(r.ranks[i].Participant))
 		}
 	case StatePreparing:
@@ -255,8 +257,9 @@ func (r *Round) prepared(ev Prepared) error {
 	}
 	// A reply to our Prepare is recorded even after the decision: it only
 	// counts toward the decision while the round is preparing.
-	rk.state, rk.size, rk.dump, rk.preparedAt = RankPrepared, ev.ImageSize, ev.Dump, r.now
-	if r.phase == phasePreparing && r.count(RankPrepared) == len(r.ranks) {
+	r.set(rk, RankPrepared)
+	rk.size, rk.dump, rk.preparedAt = ev.ImageSize, ev.Dump, r.now
+	if r.phase == phasePreparing && r.counts[RankPrepared] == len(r.ranks) {
 		r.decide(StateCommitted, "")
 	}
 	return nil
@@ -275,7 +278,8 @@ func (r *Round) broken(n int, s RankState, why string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s from rank %d, which is %s", ErrUnexpected, s, n, rk.state)
 	}
-	rk.state, rk.reason = s, fmt.Sprintf("rank %d %s", n, s)
+	r.set(rk, s)
+	rk.reason = fmt.Sprintf("rank %d %s", n, s)
 	if why != "" {
 		rk.reason += ": " + why
 	}
@@ -297,8 +301,9 @@ func (r *Round) durable(n int) error {
 		return fmt.Errorf("%w: durable from rank %d, which is %s, in a round %s",
 			ErrUnexpected, n, rk.state, r.State())
 	}
-	rk.state, rk.durableAt = RankDurable, r.now
-	if r.count(RankDurable) == len(r.ranks) {
+	r.set(rk, RankDurable)
+	rk.durableAt = r.now
+	if r.counts[RankDurable] == len(r.ranks) {
 		r.finish(StateDurable, "", true)
 	}
 	return nil
@@ -313,7 +318,7 @@ func (r *Round) decide(s State, why string) {
 // participants hear of it.
 func (r *Round) persisted() {
 	r.sendDecision()
-	if r.decision != StateCommitted {
+	if r.decision != StateCommitted || r.counts[RankFailed]+r.counts[RankLost] == 0 {
 		return
 	}
 	for _, rk := range r.ranks {
@@ -355,12 +360,11 @@ func (r *Round) finish(s State, why string, persist bool) {
 
 func (r *Round) emit(a Action) { r.out = append(r.out, a) }
 
-func (r *Round) count(s RankState) int {
-	n := 0
-	for _, rk := range r.ranks {
-		if rk.state == s {
-			n++
-		}
-	}
-	return n
+// set puts a rank in state s, keeping the counts: every change of a
+// rank's state goes through here, so that no event costs a scan of every
+// rank (a round of 10,000 ranks steps 20,000 events).
+func (r *Round) set(rk *rank, s RankState) {
+	r.counts[rk.state]--
+	rk.state = s
+	r.counts[s]++
 }

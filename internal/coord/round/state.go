@@ -35,6 +35,8 @@ const (
 	RankDurable
 	RankFailed
 	RankLost
+
+	rankStates = iota // how many there are
 )
 
 var rankStateNames = [...]string{"pending", "preparing", "prepared", "durable", "failed", "lost"}
