@@ -158,9 +158,18 @@ func envOr(key, def string) string {
 
 // manager opens the data dir with the global flags.
 func manager() (*container.Manager, error) {
+	opts, err := containerOptions()
+	if err != nil {
+		return nil, err
+	}
+	return container.New(opts)
+}
+
+// containerOptions are the global flags' options of a Manager.
+func containerOptions() (container.Options, error) {
 	subnet, err := netip.ParsePrefix(global.subnet)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--subnet: %w", err)}
+		return container.Options{}, usageError{fmt.Errorf("--subnet: %w", err)}
 	}
 	logger := slog.New(slog.DiscardHandler)
 	if global.debug {
@@ -168,15 +177,15 @@ func manager() (*container.Manager, error) {
 	}
 	ports, err := hostPorts()
 	if err != nil {
-		return nil, err
+		return container.Options{}, err
 	}
 	var keep int64 // only agents keep images (cmd_agent.go)
 	if global.keepImages != "" {
 		if keep, err = parseSize(global.keepImages); err != nil {
-			return nil, usageError{fmt.Errorf("--keep-images: %w", err)}
+			return container.Options{}, usageError{fmt.Errorf("--keep-images: %w", err)}
 		}
 	}
-	return container.New(container.Options{
+	return container.Options{
 		KeepImages:  keep,
 		DataDir:     global.dataDir,
 		StagingDir:  global.stagingDir,
@@ -186,7 +195,7 @@ func manager() (*container.Manager, error) {
 		Hide:        global.hide,
 		DumpTimeout: global.dumpTimeout,
 		Logger:      logger,
-	})
+	}, nil
 }
 
 func main() {
