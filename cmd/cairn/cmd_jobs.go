@@ -192,7 +192,11 @@ func jobPs(cmd *cobra.Command, name string, asJSON bool) error {
 func clientCreds() (*pki.Credentials, error) {
 	dir := coordFlags.creds
 	if dir == "" {
-		dir = clusterDir() + "/client"
+		lc, err := localCluster()
+		if err != nil {
+			return nil, err
+		}
+		dir = lc.ClientCreds()
 	}
 	return pki.LoadCredentials(dir)
 }
