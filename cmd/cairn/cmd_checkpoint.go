@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"cairn/internal/container"
+	"cairn/internal/human"
 	"cairn/internal/image"
 )
 
@@ -53,7 +54,7 @@ the dump.`,
 			}
 			t := man.Timing
 			fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s: %s (%s new); stalled %s (dump %s), total %s\n",
-				man.Name(), humanBytes(man.Size()), humanBytes(man.NewBytes), humanDuration(t.Stall), humanDuration(t.Dump), humanDuration(t.Total))
+				man.Name(), human.Bytes(man.Size()), human.Bytes(man.NewBytes), human.Duration(t.Stall), human.Duration(t.Dump), human.Duration(t.Total))
 			return watch.damage()
 		},
 	}
@@ -148,8 +149,8 @@ func newCheckpointsCmd() *cobra.Command {
 				if man.Pinned {
 					pinned = "yes"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", man.Name(), ago(man.Created), humanBytes(man.Size()),
-					humanBytes(man.NewBytes), humanDuration(man.Timing.Stall), pinned, man.CRIUVersion)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", man.Name(), human.Ago(man.Created), human.Bytes(man.Size()),
+					human.Bytes(man.NewBytes), human.Duration(man.Timing.Stall), pinned, man.CRIUVersion)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	evv1 "cairn/api/events/v1"
+	"cairn/internal/human"
 	"cairn/internal/rpc"
 )
 
@@ -137,7 +138,7 @@ func formatEvent(e evv1.Event) string {
 		kv("took", e.Duration.Round(time.Millisecond).String())
 	}
 	if e.Bytes > 0 {
-		kv("bytes", humanBytes(e.Bytes))
+		kv("bytes", human.Bytes(e.Bytes))
 	}
 	if e.Message != "" {
 		fmt.Fprintf(&b, "  %s", e.Message)

@@ -12,6 +12,7 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/human"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 )
@@ -90,7 +91,7 @@ func newJobsCmd() *cobra.Command {
 					last = strconv.Itoa(j.LastCkpt)
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", j.Name, j.Ranks, j.State, nodeSet(j.Placement),
-					last, j.Restarts, ago(j.Created), truncate(strings.Join(j.Args, " "), 30))
+					last, j.Restarts, human.Ago(j.Created), truncate(strings.Join(j.Args, " "), 30))
 			}
 			return tw.Flush()
 		},
@@ -138,7 +139,7 @@ func newNodesCmd() *cobra.Command {
 				if len(n.Health) > 0 {
 					health = truncate(strings.Join(n.Health, "; "), 40)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, ago(n.Joined), health)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, human.Ago(n.Joined), health)
 			}
 			return tw.Flush()
 		},
@@ -255,7 +256,7 @@ func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON b
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s:%d %s: %d ranks, %s; ranks frozen %s (slowest dump %s, coordination %s)\n",
-		ck.Job, ck.Seq, ck.State, len(ck.Ranks), humanBytes(ck.Bytes), humanDuration(ck.Stall), humanDuration(ck.MaxDump), humanDuration(ck.Coord))
+		ck.Job, ck.Seq, ck.State, len(ck.Ranks), human.Bytes(ck.Bytes), human.Duration(ck.Stall), human.Duration(ck.MaxDump), human.Duration(ck.Coord))
 	return nil
 }
 
@@ -281,8 +282,8 @@ func jobCheckpoints(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON 
 				copies = len(r.Copies)
 			}
 		}
-		fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", ck.Job, ck.Seq, ck.State, ago(ck.Created), len(ck.Ranks),
-			humanBytes(ck.Bytes), humanDuration(ck.Stall), humanDuration(ck.Coord), max(copies, 0), nodeSet(nodes), truncate(ck.Reason, 50))
+		fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", ck.Job, ck.Seq, ck.State, human.Ago(ck.Created), len(ck.Ranks),
+			human.Bytes(ck.Bytes), human.Duration(ck.Stall), human.Duration(ck.Coord), max(copies, 0), nodeSet(nodes), truncate(ck.Reason, 50))
 	}
 	return tw.Flush()
 }
@@ -325,7 +326,7 @@ they run; --lazy=false does not, whatever the job says (--lazy-restore).`,
 				return printJSON(cmd.OutOrStdout(), j)
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "job %s restarted from checkpoint %d in %s\n", j.Name, j.RestoredFrom, humanDuration(time.Since(start)))
+			fmt.Fprintf(out, "job %s restarted from checkpoint %d in %s\n", j.Name, j.RestoredFrom, human.Duration(time.Since(start)))
 			for r, n := range j.Placement {
 				fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
 			}

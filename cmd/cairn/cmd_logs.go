@@ -17,6 +17,7 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
+	"cairn/internal/human"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 )
@@ -165,17 +166,17 @@ func printIncarnations(w io.Writer, incs []agentv1.Incarnation, asJSON bool) err
 			n += " (current)"
 		}
 		if inc.RestoredFrom != "" {
-			from = fmt.Sprintf("%s (%s of output)", inc.RestoredFrom, humanBytes(inc.Restored))
+			from = fmt.Sprintf("%s (%s of output)", inc.RestoredFrom, human.Bytes(inc.Restored))
 		}
 		switch {
 		case inc.Checkpointed:
-			ended = "checkpoint --stop " + ago(inc.Ended)
+			ended = "checkpoint --stop " + human.Ago(inc.Ended)
 		case inc.Signal != "":
-			ended = fmt.Sprintf("%s %s", inc.Signal, ago(inc.Ended))
+			ended = fmt.Sprintf("%s %s", inc.Signal, human.Ago(inc.Ended))
 		case inc.ExitCode != nil:
-			ended = fmt.Sprintf("exit %d %s", *inc.ExitCode, ago(inc.Ended))
+			ended = fmt.Sprintf("exit %d %s", *inc.ExitCode, human.Ago(inc.Ended))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n, ago(inc.Started), from, ended, humanBytes(inc.Bytes))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n, human.Ago(inc.Started), from, ended, human.Bytes(inc.Bytes))
 	}
 	return tw.Flush()
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	coordv1 "cairn/api/coord/v1"
+
+	"cairn/internal/human"
 )
 
 // parseRankRef reads JOB/RANK.
@@ -71,7 +73,7 @@ record in 'cairn migrations JOB'.`,
 func printMigration(out io.Writer, m coordv1.Migration) {
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	fmt.Fprintf(out, "%s/%d: %s -> %s %s (job stalled %s: dump %s, move %s of %s, restore %s, resume %s)\n",
-		m.Job, m.Rank, m.From, m.To, m.State, ms(m.Stall), ms(m.Dump), ms(m.Move), humanBytes(m.Bytes), ms(m.Restore), ms(m.Resume))
+		m.Job, m.Rank, m.From, m.To, m.State, ms(m.Stall), ms(m.Dump), ms(m.Move), human.Bytes(m.Bytes), ms(m.Restore), ms(m.Resume))
 	if m.Reason != "" {
 		fmt.Fprintf(out, "  %s\n", m.Reason)
 	}
@@ -103,7 +105,7 @@ func newMigrationsCmd() *cobra.Command {
 			fmt.Fprintln(tw, "SEQ\tRANK\tFROM\tTO\tSTATE\tSTALL\tBYTES\tSTARTED\tREASON")
 			for _, m := range ms {
 				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Seq, m.Rank, m.From, m.To, m.State,
-					m.Stall.Round(time.Millisecond), humanBytes(m.Bytes), ago(m.Started), truncate(m.Reason, 40))
+					m.Stall.Round(time.Millisecond), human.Bytes(m.Bytes), human.Ago(m.Started), truncate(m.Reason, 40))
 			}
 			return tw.Flush()
 		},

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"cairn/internal/container"
+	"cairn/internal/human"
 )
 
 func newPsCmd() *cobra.Command {
@@ -39,7 +40,7 @@ func newPsCmd() *cobra.Command {
 			fmt.Fprintln(tw, "NAME\tSTATUS\tPID\tADDRESS\tCREATED\tCOMMAND")
 			for _, in := range list {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.Name, statusText(in), pidText(in.Pid), in.Addr,
-					ago(in.Created), truncate(strings.Join(in.Config.Args, " "), 40))
+					human.Ago(in.Created), truncate(strings.Join(in.Config.Args, " "), 40))
 			}
 			return tw.Flush()
 		},

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"cairn/internal/container"
+	"cairn/internal/human"
 	"cairn/internal/image"
 	"cairn/internal/store"
 )
@@ -74,7 +75,7 @@ Restores may run while gc does: gc waits for them before deleting any pack.`,
 			if !dryRun {
 				s := res.Store
 				fmt.Fprintf(w, "kept %d checkpoints; store %s -> %s (%d chunks, %d manifests reclaimed; %d packs rewritten, %d deleted)\n",
-					len(res.Kept), humanBytes(s.BytesBefore), humanBytes(s.BytesAfter), s.ChunksRemoved, s.ManifestsRemoved, s.PacksRewritten, s.PacksDeleted)
+					len(res.Kept), human.Bytes(s.BytesBefore), human.Bytes(s.BytesAfter), s.ChunksRemoved, s.ManifestsRemoved, s.PacksRewritten, s.PacksDeleted)
 			}
 			return watch.damage()
 		},
@@ -110,9 +111,9 @@ deduplication and compression ratios.`,
 			tw := newTable(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "CHECKPOINT\tLOGICAL\tUNIQUE\tSTORED")
 			for _, u := range du.Checkpoints {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Checkpoint, humanBytes(u.Logical), humanBytes(u.Unique), humanBytes(u.Stored))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Checkpoint, human.Bytes(u.Logical), human.Bytes(u.Unique), human.Bytes(u.Stored))
 			}
-			fmt.Fprintf(tw, "total\t%s\t%s\t%s\n", humanBytes(du.Logical), humanBytes(du.Store.RawBytes), humanBytes(du.Store.StoredBytes))
+			fmt.Fprintf(tw, "total\t%s\t%s\t%s\n", human.Bytes(du.Logical), human.Bytes(du.Store.RawBytes), human.Bytes(du.Store.StoredBytes))
 			if ferr := tw.Flush(); ferr != nil {
 				return ferr
 			}
@@ -167,7 +168,7 @@ func newExportCmd() *cobra.Command {
 				return err
 			}
 			fi, _ := os.Stat(out)
-			fmt.Fprintf(cmd.OutOrStdout(), "exported %s (%s) to %s (%s)\n", rec.Name(), humanBytes(rec.Logical), out, humanBytes(fi.Size()))
+			fmt.Fprintf(cmd.OutOrStdout(), "exported %s (%s) to %s (%s)\n", rec.Name(), human.Bytes(rec.Logical), out, human.Bytes(fi.Size()))
 			return nil
 		},
 	}
@@ -209,7 +210,7 @@ func newImportCmd() *cobra.Command {
 				return errors.Join(printJSON(cmd.OutOrStdout(), rec), watch.damage())
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "imported %s (%s); restore it with: cairn restore %s --from %d\n",
-				rec.Name(), humanBytes(rec.Logical), rec.Container, rec.Seq)
+				rec.Name(), human.Bytes(rec.Logical), rec.Container, rec.Seq)
 			return watch.damage()
 		},
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"cairn/internal/human"
 	"cairn/internal/image"
 )
 
@@ -30,9 +31,9 @@ func progressBarOf(label string, quiet bool, unit string) (p image.Progress, don
 		mu.Lock()
 		defer mu.Unlock()
 		el := time.Since(start).Seconds()
-		rate, amount := "", humanBytes(n)
+		rate, amount := "", human.Bytes(n)
 		if el > 0.05 {
-			rate = humanBytes(int64(float64(n)/el)) + "/s"
+			rate = human.Bytes(int64(float64(n)/el)) + "/s"
 		}
 		if unit != "" {
 			amount = fmt.Sprintf("%d/%d %s", n, total, unit)

@@ -42,6 +42,10 @@ var rules = []struct {
 	{"cairn/api/", nil, []string{"cairn/internal/"}},
 	{"cairn/internal/catalog", nil, []string{"cairn/"}},
 	{"cairn/internal/ringapp", nil, []string{"cairn/"}},
+	{"cairn/internal/human", nil, []string{"cairn/"}},
+	// The demos drive a Manager on this node, and a testbed only through
+	// the cairn binary.
+	{"cairn/internal/demo", []string{"cairn/api/coord/v1", "cairn/internal/container", "cairn/internal/human", "cairn/internal/netw", "cairn/internal/ringapp"}, []string{"cairn/"}},
 	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/internal/pki"}, []string{"cairn/"}},
 	// The coordinator reaches nodes only through the agent API: never
 	// containers, images or the store directly.
