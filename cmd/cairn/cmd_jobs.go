@@ -13,7 +13,6 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/human"
-	"cairn/internal/pki"
 	"cairn/internal/rpc"
 )
 
@@ -189,54 +188,30 @@ func jobPs(cmd *cobra.Command, name string, asJSON bool) error {
 	return tw.Flush()
 }
 
-// clientCreds loads the CLI's credentials for the configured cluster.
-func clientCreds() (*pki.Credentials, error) {
-	dir := coordFlags.creds
-	if dir == "" {
-		lc, err := localCluster()
-		if err != nil {
-			return nil, err
-		}
-		dir = lc.ClientCreds()
-	}
-	return pki.LoadCredentials(dir)
-}
-
 // jobWait waits until every rank of a job has exited.
 func jobWait(cmd *cobra.Command, c *rpc.CoordClient, name string) error {
-	ctx := cmd.Context()
-	for {
-		st, err := c.Status(ctx, name)
-		if err != nil {
-			return err
+	st, err := c.WaitJob(cmd.Context(), name, 500*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	worst := 0
+	for _, r := range st.RankStates {
+		code := -1
+		if r.ExitCode != nil {
+			code = *r.ExitCode
 		}
-		if st.Exited {
-			out := cmd.OutOrStdout()
-			worst := 0
-			for _, r := range st.RankStates {
-				code := -1
-				if r.ExitCode != nil {
-					code = *r.ExitCode
-				}
-				fmt.Fprintf(out, "rank %d: %s (%d)\n", r.Rank, r.Status, code)
-				if code != 0 && worst == 0 {
-					worst = code
-					if worst < 0 {
-						worst = 1
-					}
-				}
+		fmt.Fprintf(cmd.OutOrStdout(), "rank %d: %s (%d)\n", r.Rank, r.Status, code)
+		if code != 0 && worst == 0 {
+			worst = code
+			if worst < 0 {
+				worst = 1
 			}
-			if worst != 0 {
-				return exitCodeError{worst}
-			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	if worst != 0 {
+		return exitCodeError{worst}
+	}
+	return nil
 }
 
 func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON bool) error {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -18,7 +15,6 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
 	"cairn/internal/human"
-	"cairn/internal/pki"
 	"cairn/internal/rpc"
 )
 
@@ -181,40 +177,6 @@ func printIncarnations(w io.Writer, incs []agentv1.Incarnation, asJSON bool) err
 	return tw.Flush()
 }
 
-// rankNodes finds the agents of a job's ranks.
-type rankNodes struct {
-	job       string
-	placement []string
-	addrs     map[string]string // node -> agent address
-	creds     *pki.Credentials
-}
-
-func findRanks(ctx context.Context, c *rpc.CoordClient, job string) (*rankNodes, error) {
-	st, err := c.Status(ctx, job)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := c.Nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	creds, err := clientCreds()
-	if err != nil {
-		return nil, err
-	}
-	rn := &rankNodes{job: job, placement: st.Placement, addrs: map[string]string{}, creds: creds}
-	for _, n := range nodes {
-		rn.addrs[n.Name] = n.Addr
-	}
-	return rn, nil
-}
-
-// agent returns a client of the agent of rank r's node.
-func (rn *rankNodes) agent(r int) *rpc.AgentClient {
-	node := rn.placement[r]
-	return rpc.NewAgentClient(rn.addrs[node], node, rn.creds)
-}
-
 // rankLogs prints a rank's output, fetched from its node's agent.
 func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 	job, rs, _ := strings.Cut(ref, "/")
@@ -231,14 +193,14 @@ func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 	}
 	defer c.Close()
 	ctx := cmd.Context()
-	rn, err := findRanks(ctx, c, job)
+	ra, err := c.RankAgents(ctx, job)
 	if err != nil {
 		return err
 	}
-	if rank >= len(rn.placement) {
-		return usageError{fmt.Errorf("job %s has ranks 0..%d", job, len(rn.placement)-1)}
+	if rank >= ra.Ranks() {
+		return usageError{fmt.Errorf("job %s has ranks 0..%d", job, ra.Ranks()-1)}
 	}
-	ac := rn.agent(rank)
+	ac := ra.Agent(rank)
 	defer ac.Close()
 	name := agentv1.RankName(job, rank)
 	if o.list {
@@ -263,73 +225,11 @@ func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 // allRankLogs prints every rank's output, each line labelled "RANK: ":
 // rank after rank, or with follow every rank's lines as they come.
 func allRankLogs(cmd *cobra.Command, c *rpc.CoordClient, job string, follow bool) error {
-	ctx := cmd.Context()
-	rn, err := findRanks(ctx, c, job)
+	ra, err := c.RankAgents(cmd.Context(), job)
 	if err != nil {
 		return err
 	}
-	out := &labelled{w: cmd.OutOrStdout()}
-	copyRank := func(r int) error {
-		ac := rn.agent(r)
-		defer ac.Close()
-		body, err := ac.Logs(ctx, agentv1.RankName(job, r), follow)
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", r, err)
-		}
-		defer body.Close()
-		if err := out.copy(r, body); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("rank %d: %w", r, err)
-		}
-		return nil
-	}
-	if !follow {
-		var errs []error
-		for r := range rn.placement {
-			errs = append(errs, copyRank(r))
-		}
-		return errors.Join(errs...)
-	}
-	errs := make([]error, len(rn.placement))
-	var wg sync.WaitGroup
-	for r := range rn.placement {
-		wg.Go(func() { errs[r] = copyRank(r) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// labelled writes whole lines of several ranks to w, each after its
-// rank's label, one line at a time.
-type labelled struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-// copy writes r's lines labelled with rank; a last line without its
-// newline gets one, so that the next label starts a line.
-func (l *labelled) copy(rank int, r io.Reader) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	label := []byte(strconv.Itoa(rank) + ": ")
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(line) > 0 {
-			if line[len(line)-1] != '\n' {
-				line = append(line, '\n')
-			}
-			l.mu.Lock()
-			_, werr := l.w.Write(append(label[:len(label):len(label)], line...))
-			l.mu.Unlock()
-			if werr != nil {
-				return werr
-			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return ra.Logs(cmd.Context(), cmd.OutOrStdout(), follow)
 }
 
 func newRmCmd() *cobra.Command {
