@@ -90,21 +90,6 @@ or a new name.`,
 	return root
 }
 
-// rankinit runs `cairn rankinit --mpi KIND -- PROGRAM ARGS`, an MPI rank's
-// init.
-func rankinit(args []string) int {
-	if len(args) < 3 || args[0] != "--mpi" || args[2] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: cairn rankinit --mpi openmpi|mpich -- PROGRAM [ARGS...] (the init of an MPI job's ranks)")
-		return 2
-	}
-	cfg, err := launch.ConfigFromEnv(args[1], args[3:])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cairn rankinit:", err)
-		return 2
-	}
-	return launch.Run(cfg)
-}
-
 // checkName refuses, as a usage error, a container or job name that
 // cannot exist, before anything is looked up or made for it.
 func checkName(name string) error {
@@ -210,7 +195,7 @@ func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "rankinit":
-			os.Exit(rankinit(os.Args[2:]))
+			os.Exit(launch.RankInit(os.Args[2:], os.Stderr))
 		case "rsh":
 			os.Exit(launch.Rsh(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 		}
