@@ -24,6 +24,7 @@ import (
 	"cairn/internal/launch"
 	"cairn/internal/names"
 	"cairn/internal/netw"
+	"cairn/internal/plan"
 	"cairn/internal/testbed"
 )
 
@@ -224,7 +225,7 @@ func exitCode(err error) int {
 		wire = we.Code
 	}
 	switch {
-	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), errors.Is(err, testbed.ErrBadConfig), wire == agentv1.CodeBadRequest:
+	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), errors.Is(err, testbed.ErrBadConfig), errors.Is(err, plan.ErrInput), wire == agentv1.CodeBadRequest:
 		fmt.Fprintln(os.Stderr, "Run 'cairn --help' for usage.")
 		return 2
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound), wire == agentv1.CodeNotFound:
