@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/container"
+	"cairn/internal/human"
 	"cairn/internal/launch"
 )
 
@@ -75,7 +75,7 @@ and --memory limit each container.`,
 					return usageError{err}
 				}
 				if memory != "" {
-					if job.Memory, err = parseSize(memory); err != nil {
+					if job.Memory, err = human.ParseBytes(memory); err != nil {
 						return usageError{fmt.Errorf("--memory: %w", err)}
 					}
 				}
@@ -85,7 +85,7 @@ and --memory limit each container.`,
 					}
 				}
 				if replRate != "" {
-					r, err := parseSize(replRate)
+					r, err := human.ParseBytes(replRate)
 					if err != nil {
 						return usageError{fmt.Errorf("--replication-rate: %w", err)}
 					}
@@ -104,7 +104,7 @@ and --memory limit each container.`,
 				return usageError{err}
 			}
 			if memory != "" {
-				if cfg.Memory, err = parseSize(memory); err != nil {
+				if cfg.Memory, err = human.ParseBytes(memory); err != nil {
 					return usageError{fmt.Errorf("--memory: %w", err)}
 				}
 			}
@@ -175,27 +175,6 @@ func notWith(cmd *cobra.Command, what string, flags ...string) error {
 		return nil
 	}
 	return usageError{fmt.Errorf("%s does not apply to %s", strings.Join(set, ", "), what)}
-}
-
-// parseSize reads a byte count with an optional K, M or G suffix (powers
-// of 1024).
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	if n := len(s); n > 0 {
-		switch s[n-1] {
-		case 'k', 'K':
-			mult, s = 1<<10, s[:n-1]
-		case 'm', 'M':
-			mult, s = 1<<20, s[:n-1]
-		case 'g', 'G':
-			mult, s = 1<<30, s[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q is not a size such as 50M", s)
-	}
-	return v * mult, nil
 }
 
 // sessionVars are what --export ALL leaves out: they belong to the caller's

@@ -20,6 +20,7 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/criu"
+	"cairn/internal/human"
 	"cairn/internal/image"
 	"cairn/internal/launch"
 	"cairn/internal/names"
@@ -168,7 +169,7 @@ func containerOptions() (container.Options, error) {
 	}
 	var keep int64 // only agents keep images (cmd_agent.go)
 	if global.keepImages != "" {
-		if keep, err = parseSize(global.keepImages); err != nil {
+		if keep, err = human.ParseBytes(global.keepImages); err != nil {
 			return container.Options{}, usageError{fmt.Errorf("--keep-images: %w", err)}
 		}
 	}

@@ -1,6 +1,7 @@
 package human_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +42,28 @@ func TestAgo(t *testing.T) {
 	}
 	if got := human.Ago(time.Now().Add(-90 * time.Minute)); got != "1h ago" {
 		t.Errorf("Ago(90m) = %q", got)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "512": 512, "4k": 4 << 10, "50M": 50 << 20, "2G": 2 << 30} {
+		if got, err := human.ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v, want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "M", "-1", "1.5G", "1T"} {
+		if _, err := human.ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) accepted", in)
+		}
+	}
+}
+
+func TestBar(t *testing.T) {
+	var b strings.Builder
+	progress, done := human.Bar(&b, "copying", "chunks")
+	progress(5, 10)
+	done()
+	if s := b.String(); !strings.Contains(s, "copying [===============               ]  50% 5/10 chunks") || !strings.HasSuffix(s, "\r\033[K") {
+		t.Errorf("bar: %q", s)
 	}
 }
