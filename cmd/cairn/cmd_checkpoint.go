@@ -43,19 +43,19 @@ the dump.`,
 				return err
 			}
 			prog, done := progressBar("persisting "+args[0], asJSON)
-			watch := watchStore(m.Repo())
+			damage := m.Repo().WatchQuarantine()
 			man, err := m.Checkpoint(cmd.Context(), args[0], container.CheckpointOptions{Stop: stop || !leaveRunning, Progress: prog})
 			done()
 			if err != nil {
-				return errors.Join(err, watch.damage())
+				return errors.Join(err, damage())
 			}
 			if asJSON {
-				return errors.Join(printJSON(cmd.OutOrStdout(), man), watch.damage())
+				return errors.Join(printJSON(cmd.OutOrStdout(), man), damage())
 			}
 			t := man.Timing
 			fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s: %s (%s new); stalled %s (dump %s), total %s\n",
 				man.Name(), human.Bytes(man.Size()), human.Bytes(man.NewBytes), human.Duration(t.Stall), human.Duration(t.Dump), human.Duration(t.Total))
-			return watch.damage()
+			return damage()
 		},
 	}
 	f := cmd.Flags()
@@ -197,17 +197,17 @@ NAME must not be running; --as NEWNAME restores a copy beside it.`,
 			}
 			var done func()
 			opts.Progress, done = progressBar("reading "+args[0], asJSON)
-			watch := watchStore(m.Repo())
+			damage := m.Repo().WatchQuarantine()
 			in, err := m.Restore(cmd.Context(), args[0], opts)
 			done()
 			if err != nil {
-				return errors.Join(err, watch.damage())
+				return errors.Join(err, damage())
 			}
 			if asJSON {
-				return errors.Join(printJSON(cmd.OutOrStdout(), in), watch.damage())
+				return errors.Join(printJSON(cmd.OutOrStdout(), in), damage())
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s restored from %s (pid %d, address %s)\n", in.Name, in.RestoredFrom, in.Pid, in.Addr)
-			return watch.damage()
+			return damage()
 		},
 	}
 	f := cmd.Flags()
