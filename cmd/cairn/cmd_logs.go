@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -103,50 +102,7 @@ func containerLogs(cmd *cobra.Command, name string, o logsOptions) error {
 		}
 		return printIncarnations(cmd.OutOrStdout(), wire, o.asJSON)
 	}
-	path, err := m.IncarnationLog(name, o.incarnation)
-	if err != nil {
-		return err
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	out := cmd.OutOrStdout()
-	if _, err := io.Copy(out, f); err != nil {
-		return err
-	}
-	for o.follow {
-		select {
-		case <-cmd.Context().Done():
-			return nil
-		case <-time.After(100 * time.Millisecond):
-		}
-		if _, err := io.Copy(out, f); err != nil {
-			return err
-		}
-		in, err := m.Get(cmd.Context(), name)
-		if err != nil {
-			return err
-		}
-		// "exiting": the shim is still writing out the last output.
-		if in.Status != "running" && in.Status != "paused" && in.Status != "exiting" || replaced(f, path) {
-			_, err := io.Copy(out, f)
-			return err
-		}
-	}
-	return nil
-}
-
-// replaced reports whether path no longer names the open file f: a
-// restore made a new incarnation, and f is an earlier one's log now.
-func replaced(f *os.File, path string) bool {
-	a, err1 := f.Stat()
-	b, err2 := os.Stat(path)
-	return err1 == nil && err2 == nil && !os.SameFile(a, b)
+	return m.CopyLog(cmd.Context(), cmd.OutOrStdout(), name, o.incarnation, o.follow)
 }
 
 // printIncarnations prints a container's or a rank's incarnations.
