@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -58,27 +54,14 @@ the last 10m) or an RFC 3339 time. --type takes a type
 				return err
 			}
 			defer c.Close()
-			// A follower that fell silent for too long (suspended, or
-			// piped into a stalled reader) is cut off by the coordinator:
-			// take the stream up again after the last event shown.
-			for fails := 0; ; {
-				body, err := c.Events(cmd.Context(), q)
-				if err != nil {
-					return err
+			out := cmd.OutOrStdout()
+			return c.EachEvent(cmd.Context(), q, func(e evv1.Event, line []byte) {
+				if asJSON {
+					fmt.Fprintln(out, string(line))
+				} else {
+					fmt.Fprintln(out, formatEvent(e))
 				}
-				n, last, err := showEvents(cmd.OutOrStdout(), body, asJSON)
-				body.Close()
-				if n > 0 {
-					q.After, fails = last, 0
-				}
-				if err == nil || cmd.Context().Err() != nil {
-					return nil
-				}
-				var bad badEventError
-				if fails++; !follow || errors.As(err, &bad) || fails > 3 {
-					return fmt.Errorf("event stream: %w", err)
-				}
-			}
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -88,32 +71,6 @@ the last 10m) or an RFC 3339 time. --type takes a type
 	f.BoolVarP(&follow, "follow", "f", false, "keep showing new events as they happen")
 	f.BoolVar(&asJSON, "json", false, "one JSON event per line")
 	return cmd
-}
-
-// badEventError is a line of the event stream that is no event.
-type badEventError struct{ err error }
-
-func (e badEventError) Error() string { return e.err.Error() }
-func (e badEventError) Unwrap() error { return e.err }
-
-// showEvents prints the events of an event stream until it ends, and
-// returns how many it printed and the last one's number.
-func showEvents(out io.Writer, body io.Reader, asJSON bool) (n int, last uint64, err error) {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var e evv1.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return n, last, badEventError{err}
-		}
-		if asJSON {
-			fmt.Fprintln(out, sc.Text())
-		} else {
-			fmt.Fprintln(out, formatEvent(e))
-		}
-		n, last = n+1, e.Seq
-	}
-	return n, last, sc.Err()
 }
 
 // formatEvent is one line: number, time, type, then what it concerns.

@@ -46,7 +46,7 @@ var rules = []struct {
 	// The demos drive a Manager on this node, and a testbed only through
 	// the cairn binary.
 	{"cairn/internal/demo", []string{"cairn/api/coord/v1", "cairn/internal/container", "cairn/internal/human", "cairn/internal/netw", "cairn/internal/ringapp"}, []string{"cairn/"}},
-	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/internal/pki"}, []string{"cairn/"}},
+	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/pki"}, []string{"cairn/"}},
 	// The coordinator reaches nodes only through the agent API: never
 	// containers, images or the store directly.
 	// The event stream knows nothing of what publishes to it.
