@@ -27,6 +27,7 @@ import (
 	"cairn/internal/netw"
 	"cairn/internal/plan"
 	"cairn/internal/testbed"
+	"cairn/internal/version"
 )
 
 // globalOptions are the flags every command takes.
@@ -87,7 +88,7 @@ or a new name.`,
 		newJobsCmd(), newNodesCmd(), newRestartCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
 		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(),
 	)
-	root.Version = buildVersion().String()
+	root.Version = version.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
 	return root
 }

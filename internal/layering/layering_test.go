@@ -43,6 +43,7 @@ var rules = []struct {
 	{"cairn/internal/catalog", nil, []string{"cairn/"}},
 	{"cairn/internal/ringapp", nil, []string{"cairn/"}},
 	{"cairn/internal/human", nil, []string{"cairn/"}},
+	{"cairn/internal/version", nil, []string{"cairn/"}},
 	// The demos drive a Manager on this node, and a testbed only through
 	// the cairn binary.
 	{"cairn/internal/demo", []string{"cairn/api/coord/v1", "cairn/internal/container", "cairn/internal/human", "cairn/internal/netw", "cairn/internal/ringapp"}, []string{"cairn/"}},
