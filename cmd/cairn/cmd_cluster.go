@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,8 +26,7 @@ func newCoordinatorCmd() *cobra.Command {
 	var listen, creds, dir, etcd string
 	var deadline, ttl time.Duration
 	var jobSubnets string
-	var hookSpecs []string
-	var hookSecretFile, hookCA string
+	var hf hookFlags
 	var etcdTLS catalog.TLSFiles
 	cmd := &cobra.Command{
 		Use:   "coordinator --creds DIR --dir DIR [--listen ADDR] [--etcd URLS] [--hook TYPE=TARGET]...",
@@ -63,21 +63,9 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 			if err != nil || subnets.Bits() > 24 || !subnets.Addr().Is4() {
 				return usageError{fmt.Errorf("--job-subnets %q: want an IPv4 prefix of /24 or shorter", jobSubnets)}
 			}
-			var hooks []events.Hook
-			for _, spec := range hookSpecs {
-				h, err := events.ParseHook(spec)
-				if err != nil {
-					return usageError{fmt.Errorf("--hook: %w", err)}
-				}
-				hooks = append(hooks, h)
-			}
-			secret, err := hookSecret(hookSecretFile)
+			hooks, secret, roots, err := hf.parse()
 			if err != nil {
 				return err
-			}
-			roots, err := events.HookRoots(hookCA)
-			if err != nil {
-				return usageError{fmt.Errorf("--hook-ca: %w", err)}
 			}
 			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Hooks: hooks, HookSecret: secret, HookRoots: roots,
 				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets},
@@ -103,30 +91,47 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 	f.DurationVar(&deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
 	f.DurationVar(&ttl, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
 	f.StringVar(&jobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
-	f.StringArrayVar(&hookSpecs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable)")
-	f.StringVar(&hookSecretFile, "hook-secret-file", "", "sign HTTP hooks with the secret in this file (at least 16 bytes; default $CAIRN_HOOK_SECRET)")
-	f.StringVar(&hookCA, "hook-ca", "", "CA certificates (PEM) that verify https:// hooks, besides the system's roots")
+	f.StringArrayVar(&hf.specs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable)")
+	f.StringVar(&hf.secretFile, "hook-secret-file", "", "sign HTTP hooks with the secret in this file (at least 16 bytes; default $CAIRN_HOOK_SECRET)")
+	f.StringVar(&hf.ca, "hook-ca", "", "CA certificates (PEM) that verify https:// hooks, besides the system's roots")
 	return cmd
 }
 
-// hookSecret returns the secret that signs HTTP hooks: the content of
-// file without its final newline, or $CAIRN_HOOK_SECRET; none is nil.
-func hookSecret(file string) ([]byte, error) {
-	secret := os.Getenv("CAIRN_HOOK_SECRET")
-	if file != "" {
-		b, err := os.ReadFile(file)
+// hookFlags are the coordinator's hook flags (cairn coordinator, cairn up).
+type hookFlags struct {
+	specs          []string
+	secretFile, ca string
+}
+
+// parse checks them, and returns the hooks, the secret that signs HTTP
+// ones (the content of --hook-secret-file without its final newline, or
+// $CAIRN_HOOK_SECRET; none is nil) and the roots that verify https:// ones.
+func (hf hookFlags) parse() (hooks []events.Hook, secret []byte, roots *x509.CertPool, err error) {
+	for _, spec := range hf.specs {
+		h, err := events.ParseHook(spec)
 		if err != nil {
-			return nil, usageError{fmt.Errorf("--hook-secret-file: %w", err)}
+			return nil, nil, nil, usageError{fmt.Errorf("--hook: %w", err)}
 		}
-		secret = strings.TrimRight(string(b), "\r\n")
+		hooks = append(hooks, h)
 	}
-	if secret == "" {
-		return nil, nil
+	s := os.Getenv("CAIRN_HOOK_SECRET")
+	if hf.secretFile != "" {
+		b, err := os.ReadFile(hf.secretFile)
+		if err != nil {
+			return nil, nil, nil, usageError{fmt.Errorf("--hook-secret-file: %w", err)}
+		}
+		s = strings.TrimRight(string(b), "\r\n")
 	}
-	if len(secret) < 16 {
-		return nil, usageError{errors.New("the hook secret is shorter than 16 bytes")}
+	if s != "" && len(s) < 16 {
+		return nil, nil, nil, usageError{errors.New("the hook secret is shorter than 16 bytes")}
 	}
-	return []byte(secret), nil
+	if s != "" {
+		secret = []byte(s)
+	}
+	if roots, err = events.HookRoots(hf.ca); err != nil {
+		return nil, nil, nil, usageError{fmt.Errorf("--hook-ca: %w", err)}
+	}
+	return hooks, secret, roots, nil
 }
 
 // localCluster loads the testbed of the data dir, the local cluster of
@@ -203,18 +208,11 @@ all of it.`,
 			if cfg.Underlay, err = netip.ParsePrefix(underlay); err != nil {
 				return usageError{fmt.Errorf("--underlay: %w", err)}
 			}
-			for _, h := range cfg.Hooks {
-				if _, err := events.ParseHook(h); err != nil {
-					return usageError{fmt.Errorf("--hook: %w", err)}
-				}
-			}
 			// The coordinator reads them once it runs: check them now, and
 			// hand it paths that do not depend on this directory.
-			if _, err := hookSecret(cfg.HookSecretFile); err != nil {
+			hf := hookFlags{cfg.Hooks, cfg.HookSecretFile, cfg.HookCA}
+			if _, _, _, err := hf.parse(); err != nil {
 				return err
-			}
-			if _, err := events.HookRoots(cfg.HookCA); err != nil {
-				return usageError{fmt.Errorf("--hook-ca: %w", err)}
 			}
 			for _, p := range []*string{&cfg.HookSecretFile, &cfg.HookCA} {
 				if *p != "" {
@@ -297,4 +295,15 @@ too. The coordinator sees the node dead once its lease expires.`,
 	}
 	cmd.Flags().BoolVar(&loseData, "lose-data", false, "delete the node's data dir too")
 	return cmd
+}
+
+// withCoord calls fn with a client of the configured coordinator, and
+// closes it after.
+func withCoord(fn func(c *rpc.CoordClient) error) error {
+	c, err := coordClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
 }

@@ -49,18 +49,15 @@ the last 10m) or an RFC 3339 time. --type takes a type
 					return usageError{fmt.Errorf("--since %q: want an event number, a duration or an RFC 3339 time", since)}
 				}
 			}
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			out := cmd.OutOrStdout()
-			return c.EachEvent(cmd.Context(), q, func(e evv1.Event, line []byte) {
-				if asJSON {
-					fmt.Fprintln(out, string(line))
-				} else {
-					fmt.Fprintln(out, formatEvent(e))
-				}
+			return withCoord(func(c *rpc.CoordClient) error {
+				out := cmd.OutOrStdout()
+				return c.EachEvent(cmd.Context(), q, func(e evv1.Event, line []byte) {
+					if asJSON {
+						fmt.Fprintln(out, string(line))
+					} else {
+						fmt.Fprintln(out, formatEvent(e))
+					}
+				})
 			})
 		},
 	}

@@ -40,24 +40,21 @@ func asJob(ctx context.Context, name string) (*rpc.CoordClient, bool) {
 }
 
 func runJob(cmd *cobra.Command, req coordv1.RunJob, asJSON bool) error {
-	c, err := coordClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	j, err := c.RunJob(cmd.Context(), req)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return printJSON(cmd.OutOrStdout(), j)
-	}
-	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "job %s: %d ranks on subnet %s\n", j.Name, j.Ranks, j.Subnet)
-	for r, n := range j.Placement {
-		fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
-	}
-	return nil
+	return withCoord(func(c *rpc.CoordClient) error {
+		j, err := c.RunJob(cmd.Context(), req)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(cmd.OutOrStdout(), j)
+		}
+		out := cmd.OutOrStdout()
+		fmt.Fprintf(out, "job %s: %d ranks on subnet %s\n", j.Name, j.Ranks, j.Subnet)
+		for r, n := range j.Placement {
+			fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
+		}
+		return nil
+	})
 }
 
 func newJobsCmd() *cobra.Command {
@@ -67,32 +64,29 @@ func newJobsCmd() *cobra.Command {
 		Short: "List the cluster's jobs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			jobs, err := c.Jobs(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if jobs == nil {
-					jobs = []coordv1.Job{}
+			return withCoord(func(c *rpc.CoordClient) error {
+				jobs, err := c.Jobs(cmd.Context())
+				if err != nil {
+					return err
 				}
-				return printJSON(cmd.OutOrStdout(), jobs)
-			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "JOB\tRANKS\tSTATE\tNODES\tLAST CKPT\tRESTARTS\tCREATED\tCOMMAND")
-			for _, j := range jobs {
-				last := "-"
-				if j.LastCkpt > 0 {
-					last = strconv.Itoa(j.LastCkpt)
+				if asJSON {
+					if jobs == nil {
+						jobs = []coordv1.Job{}
+					}
+					return printJSON(cmd.OutOrStdout(), jobs)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", j.Name, j.Ranks, j.State, nodeSet(j.Placement),
-					last, j.Restarts, human.Ago(j.Created), truncate(strings.Join(j.Args, " "), 30))
-			}
-			return tw.Flush()
+				tw := newTable(cmd.OutOrStdout())
+				fmt.Fprintln(tw, "JOB\tRANKS\tSTATE\tNODES\tLAST CKPT\tRESTARTS\tCREATED\tCOMMAND")
+				for _, j := range jobs {
+					last := "-"
+					if j.LastCkpt > 0 {
+						last = strconv.Itoa(j.LastCkpt)
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", j.Name, j.Ranks, j.State, nodeSet(j.Placement),
+						last, j.Restarts, human.Ago(j.Created), truncate(strings.Join(j.Args, " "), 30))
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -106,41 +100,38 @@ func newNodesCmd() *cobra.Command {
 		Short: "List the cluster's nodes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			nodes, err := c.Nodes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if nodes == nil {
-					nodes = []coordv1.Node{}
+			return withCoord(func(c *rpc.CoordClient) error {
+				nodes, err := c.Nodes(cmd.Context())
+				if err != nil {
+					return err
 				}
-				return printJSON(cmd.OutOrStdout(), nodes)
-			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "NODE\tSTATE\tRANKS\tAGENT\tUNDERLAY\tJOINED\tHEALTH")
-			for _, n := range nodes {
-				state := "dead"
-				if n.Alive {
-					state = "alive"
+				if asJSON {
+					if nodes == nil {
+						nodes = []coordv1.Node{}
+					}
+					return printJSON(cmd.OutOrStdout(), nodes)
 				}
-				if n.Spare {
-					state += " (spare)"
+				tw := newTable(cmd.OutOrStdout())
+				fmt.Fprintln(tw, "NODE\tSTATE\tRANKS\tAGENT\tUNDERLAY\tJOINED\tHEALTH")
+				for _, n := range nodes {
+					state := "dead"
+					if n.Alive {
+						state = "alive"
+					}
+					if n.Spare {
+						state += " (spare)"
+					}
+					if n.Drained {
+						state += " (drained)"
+					}
+					health := "ok"
+					if len(n.Health) > 0 {
+						health = truncate(strings.Join(n.Health, "; "), 40)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, human.Ago(n.Joined), health)
 				}
-				if n.Drained {
-					state += " (drained)"
-				}
-				health := "ok"
-				if len(n.Health) > 0 {
-					health = truncate(strings.Join(n.Health, "; "), 40)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, human.Ago(n.Joined), health)
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -161,31 +152,28 @@ func nodeSet(placement []string) string {
 }
 
 func jobPs(cmd *cobra.Command, name string, asJSON bool) error {
-	c, err := coordClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	st, err := c.Status(cmd.Context(), name)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return printJSON(cmd.OutOrStdout(), st)
-	}
-	tw := newTable(cmd.OutOrStdout())
-	fmt.Fprintln(tw, "RANK\tNODE\tADDRESS\tSTATUS\tPID")
-	for _, r := range st.RankStates {
-		status := r.Status
-		if r.ExitCode != nil && (status == "exited" || status == "stopped") {
-			status = fmt.Sprintf("exited (%d)", *r.ExitCode)
+	return withCoord(func(c *rpc.CoordClient) error {
+		st, err := c.Status(cmd.Context(), name)
+		if err != nil {
+			return err
 		}
-		if r.Error != "" {
-			status += " (" + r.Error + ")"
+		if asJSON {
+			return printJSON(cmd.OutOrStdout(), st)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Rank, r.Node, r.Addr, status, pidText(r.Pid))
-	}
-	return tw.Flush()
+		tw := newTable(cmd.OutOrStdout())
+		fmt.Fprintln(tw, "RANK\tNODE\tADDRESS\tSTATUS\tPID")
+		for _, r := range st.RankStates {
+			status := r.Status
+			if r.ExitCode != nil && (status == "exited" || status == "stopped") {
+				status = fmt.Sprintf("exited (%d)", *r.ExitCode)
+			}
+			if r.Error != "" {
+				status += " (" + r.Error + ")"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Rank, r.Node, r.Addr, status, pidText(r.Pid))
+		}
+		return tw.Flush()
+	})
 }
 
 // jobWait waits until every rank of a job has exited.
@@ -283,29 +271,26 @@ all of their memory has arrived, which comes from the image's holders while
 they run; --lazy=false does not, whatever the job says (--lazy-restore).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			start := time.Now()
-			req := coordv1.Restart{From: from, Nodes: nodes, Placement: placement}
-			if cmd.Flags().Changed("lazy") {
-				req.Lazy = &lazy
-			}
-			j, err := c.Restart(cmd.Context(), args[0], req)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), j)
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "job %s restarted from checkpoint %d in %s\n", j.Name, j.RestoredFrom, human.Duration(time.Since(start)))
-			for r, n := range j.Placement {
-				fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
-			}
-			return nil
+			return withCoord(func(c *rpc.CoordClient) error {
+				start := time.Now()
+				req := coordv1.Restart{From: from, Nodes: nodes, Placement: placement}
+				if cmd.Flags().Changed("lazy") {
+					req.Lazy = &lazy
+				}
+				j, err := c.Restart(cmd.Context(), args[0], req)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), j)
+				}
+				out := cmd.OutOrStdout()
+				fmt.Fprintf(out, "job %s restarted from checkpoint %d in %s\n", j.Name, j.RestoredFrom, human.Duration(time.Since(start)))
+				for r, n := range j.Placement {
+					fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().IntVar(&from, "from", 0, "checkpoint number (default: the newest restorable)")
@@ -323,21 +308,18 @@ func newNodeSpareCmd() *cobra.Command {
 		Short: "Keep a node as a spare: no new jobs on it; restarts go there first",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			n, err := c.SetSpare(cmd.Context(), args[0], !off)
-			if err != nil {
-				return err
-			}
-			what := "a spare"
-			if !n.Spare {
-				what = "no longer a spare"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "node %s is %s\n", n.Name, what)
-			return nil
+			return withCoord(func(c *rpc.CoordClient) error {
+				n, err := c.SetSpare(cmd.Context(), args[0], !off)
+				if err != nil {
+					return err
+				}
+				what := "a spare"
+				if !n.Spare {
+					what = "no longer a spare"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s is %s\n", n.Name, what)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&off, "off", false, "make the node an ordinary node again")

@@ -143,39 +143,36 @@ func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 	if err := checkName(job); err != nil {
 		return err
 	}
-	c, err := coordClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx := cmd.Context()
-	ra, err := c.RankAgents(ctx, job)
-	if err != nil {
-		return err
-	}
-	if rank >= ra.Ranks() {
-		return usageError{fmt.Errorf("job %s has ranks 0..%d", job, ra.Ranks()-1)}
-	}
-	ac := ra.Agent(rank)
-	defer ac.Close()
-	name := agentv1.RankName(job, rank)
-	if o.list {
-		incs, err := ac.Incarnations(ctx, name)
+	return withCoord(func(c *rpc.CoordClient) error {
+		ctx := cmd.Context()
+		ra, err := c.RankAgents(ctx, job)
 		if err != nil {
 			return err
 		}
-		return printIncarnations(cmd.OutOrStdout(), incs, o.asJSON)
-	}
-	body, err := ac.IncarnationLog(ctx, name, o.incarnation, o.follow)
-	if err != nil {
+		if rank >= ra.Ranks() {
+			return usageError{fmt.Errorf("job %s has ranks 0..%d", job, ra.Ranks()-1)}
+		}
+		ac := ra.Agent(rank)
+		defer ac.Close()
+		name := agentv1.RankName(job, rank)
+		if o.list {
+			incs, err := ac.Incarnations(ctx, name)
+			if err != nil {
+				return err
+			}
+			return printIncarnations(cmd.OutOrStdout(), incs, o.asJSON)
+		}
+		body, err := ac.IncarnationLog(ctx, name, o.incarnation, o.follow)
+		if err != nil {
+			return err
+		}
+		defer body.Close()
+		_, err = io.Copy(cmd.OutOrStdout(), body)
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
-	}
-	defer body.Close()
-	_, err = io.Copy(cmd.OutOrStdout(), body)
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
+	})
 }
 
 // allRankLogs prints every rank's output, each line labelled "RANK: ":
