@@ -134,10 +134,7 @@ func newCheckpointsCmd() *cobra.Command {
 				}
 			}
 			if asJSON {
-				if all == nil {
-					all = []*image.Record{}
-				}
-				if err := printJSON(cmd.OutOrStdout(), all); err != nil {
+				if err := printJSONList(cmd.OutOrStdout(), all); err != nil {
 					return err
 				}
 				return errors.Join(errs...)

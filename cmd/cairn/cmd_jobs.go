@@ -70,10 +70,7 @@ func newJobsCmd() *cobra.Command {
 					return err
 				}
 				if asJSON {
-					if jobs == nil {
-						jobs = []coordv1.Job{}
-					}
-					return printJSON(cmd.OutOrStdout(), jobs)
+					return printJSONList(cmd.OutOrStdout(), jobs)
 				}
 				tw := newTable(cmd.OutOrStdout())
 				fmt.Fprintln(tw, "JOB\tRANKS\tSTATE\tNODES\tLAST CKPT\tRESTARTS\tCREATED\tCOMMAND")
@@ -106,10 +103,7 @@ func newNodesCmd() *cobra.Command {
 					return err
 				}
 				if asJSON {
-					if nodes == nil {
-						nodes = []coordv1.Node{}
-					}
-					return printJSON(cmd.OutOrStdout(), nodes)
+					return printJSONList(cmd.OutOrStdout(), nodes)
 				}
 				tw := newTable(cmd.OutOrStdout())
 				fmt.Fprintln(tw, "NODE\tSTATE\tRANKS\tAGENT\tUNDERLAY\tJOINED\tHEALTH")
@@ -229,10 +223,7 @@ func jobCheckpoints(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON 
 		return err
 	}
 	if asJSON {
-		if cks == nil {
-			cks = []coordv1.Ckpt{}
-		}
-		return printJSON(cmd.OutOrStdout(), cks)
+		return printJSONList(cmd.OutOrStdout(), cks)
 	}
 	tw := newTable(cmd.OutOrStdout())
 	fmt.Fprintln(tw, "CHECKPOINT\tSTATE\tCREATED\tRANKS\tSIZE\tSTALL\tCOORD\tCOPIES\tNODES\tREASON")

@@ -89,10 +89,7 @@ func newMigrationsCmd() *cobra.Command {
 					return err
 				}
 				if asJSON {
-					if ms == nil {
-						ms = []coordv1.Migration{}
-					}
-					return printJSON(cmd.OutOrStdout(), ms)
+					return printJSONList(cmd.OutOrStdout(), ms)
 				}
 				tw := newTable(cmd.OutOrStdout())
 				fmt.Fprintln(tw, "SEQ\tRANK\tFROM\tTO\tSTATE\tSTALL\tBYTES\tSTARTED\tREASON")

@@ -31,10 +31,7 @@ func newPsCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				if list == nil {
-					list = []*container.Info{}
-				}
-				return printJSON(cmd.OutOrStdout(), list)
+				return printJSONList(cmd.OutOrStdout(), list)
 			}
 			tw := newTable(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "NAME\tSTATUS\tPID\tADDRESS\tCREATED\tCOMMAND")

@@ -20,3 +20,11 @@ func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 
 
 // isTerminal reports whether f is a terminal (for colour and progress).
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// printJSONList writes list as JSON: [] when it is empty.
+func printJSONList[T any](w io.Writer, list []T) error {
+	if list == nil {
+		list = []T{}
+	}
+	return printJSON(w, list)
+}
