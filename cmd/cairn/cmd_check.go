@@ -7,6 +7,7 @@ import (
 
 	"cairn/internal/container"
 	"cairn/internal/stateapp"
+	"cairn/internal/table"
 )
 
 func newCheckCmd() *cobra.Command {
@@ -28,13 +29,7 @@ func newCheckCmd() *cobra.Command {
 					return err
 				}
 			} else {
-				for _, it := range items {
-					mark := "ok "
-					if !it.OK {
-						mark = "BAD"
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s %-9s %s\n", mark, it.Name, it.Detail)
-				}
+				table.Checks(cmd.OutOrStdout(), items)
 			}
 			if bad > 0 {
 				return fmt.Errorf("%d of %d checks failed; run `make setup`", bad, len(items))

@@ -9,6 +9,7 @@ import (
 	"cairn/internal/container"
 	"cairn/internal/human"
 	"cairn/internal/image"
+	"cairn/internal/table"
 )
 
 func newCheckpointCmd() *cobra.Command {
@@ -139,17 +140,7 @@ func newCheckpointsCmd() *cobra.Command {
 				}
 				return errors.Join(errs...)
 			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "CHECKPOINT\tCREATED\tSIZE\tNEW\tSTALL\tPINNED\tCRIU")
-			for _, man := range all {
-				pinned := ""
-				if man.Pinned {
-					pinned = "yes"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", man.Name(), human.Ago(man.Created), human.Bytes(man.Size()),
-					human.Bytes(man.NewBytes), human.Duration(man.Timing.Stall), pinned, man.CRIUVersion)
-			}
-			if err := tw.Flush(); err != nil {
+			if err := table.Checkpoints(cmd.OutOrStdout(), all); err != nil {
 				return err
 			}
 			return errors.Join(errs...)

@@ -3,14 +3,13 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	evv1 "cairn/api/events/v1"
-	"cairn/internal/human"
 	"cairn/internal/rpc"
+	"cairn/internal/table"
 )
 
 func newEventsCmd() *cobra.Command {
@@ -55,7 +54,7 @@ the last 10m) or an RFC 3339 time. --type takes a type
 					if asJSON {
 						fmt.Fprintln(out, string(line))
 					} else {
-						fmt.Fprintln(out, formatEvent(e))
+						fmt.Fprintln(out, table.Event(e))
 					}
 				})
 			})
@@ -68,34 +67,4 @@ the last 10m) or an RFC 3339 time. --type takes a type
 	f.BoolVarP(&follow, "follow", "f", false, "keep showing new events as they happen")
 	f.BoolVar(&asJSON, "json", false, "one JSON event per line")
 	return cmd
-}
-
-// formatEvent is one line: number, time, type, then what it concerns.
-func formatEvent(e evv1.Event) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%6d  %s  %-20s", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type)
-	kv := func(k, v string) {
-		if v != "" {
-			fmt.Fprintf(&b, " %s=%s", k, v)
-		}
-	}
-	kv("job", e.Job)
-	if e.Rank != nil {
-		kv("rank", strconv.Itoa(*e.Rank))
-	}
-	if e.Ckpt > 0 {
-		kv("ckpt", strconv.Itoa(e.Ckpt))
-	}
-	kv("node", e.Node)
-	kv("peer", e.Peer)
-	if e.Duration > 0 {
-		kv("took", e.Duration.Round(time.Millisecond).String())
-	}
-	if e.Bytes > 0 {
-		kv("bytes", human.Bytes(e.Bytes))
-	}
-	if e.Message != "" {
-		fmt.Fprintf(&b, "  %s", e.Message)
-	}
-	return b.String()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/human"
 	"cairn/internal/rpc"
+	"cairn/internal/table"
 )
 
 // asJob returns a client of the cluster's coordinator when name is a job
@@ -50,9 +50,7 @@ func runJob(cmd *cobra.Command, req coordv1.RunJob, asJSON bool) error {
 		}
 		out := cmd.OutOrStdout()
 		fmt.Fprintf(out, "job %s: %d ranks on subnet %s\n", j.Name, j.Ranks, j.Subnet)
-		for r, n := range j.Placement {
-			fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
-		}
+		table.Placement(out, j)
 		return nil
 	})
 }
@@ -72,17 +70,7 @@ func newJobsCmd() *cobra.Command {
 				if asJSON {
 					return printJSONList(cmd.OutOrStdout(), jobs)
 				}
-				tw := newTable(cmd.OutOrStdout())
-				fmt.Fprintln(tw, "JOB\tRANKS\tSTATE\tNODES\tLAST CKPT\tRESTARTS\tCREATED\tCOMMAND")
-				for _, j := range jobs {
-					last := "-"
-					if j.LastCkpt > 0 {
-						last = strconv.Itoa(j.LastCkpt)
-					}
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", j.Name, j.Ranks, j.State, nodeSet(j.Placement),
-						last, j.Restarts, human.Ago(j.Created), truncate(strings.Join(j.Args, " "), 30))
-				}
-				return tw.Flush()
+				return table.Jobs(cmd.OutOrStdout(), jobs)
 			})
 		},
 	}
@@ -105,44 +93,12 @@ func newNodesCmd() *cobra.Command {
 				if asJSON {
 					return printJSONList(cmd.OutOrStdout(), nodes)
 				}
-				tw := newTable(cmd.OutOrStdout())
-				fmt.Fprintln(tw, "NODE\tSTATE\tRANKS\tAGENT\tUNDERLAY\tJOINED\tHEALTH")
-				for _, n := range nodes {
-					state := "dead"
-					if n.Alive {
-						state = "alive"
-					}
-					if n.Spare {
-						state += " (spare)"
-					}
-					if n.Drained {
-						state += " (drained)"
-					}
-					health := "ok"
-					if len(n.Health) > 0 {
-						health = truncate(strings.Join(n.Health, "; "), 40)
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, human.Ago(n.Joined), health)
-				}
-				return tw.Flush()
+				return table.Nodes(cmd.OutOrStdout(), nodes)
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
-}
-
-// nodeSet lists the distinct nodes of a placement in order.
-func nodeSet(placement []string) string {
-	var out []string
-	seen := map[string]bool{}
-	for _, n := range placement {
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	return strings.Join(out, ",")
 }
 
 func jobPs(cmd *cobra.Command, name string, asJSON bool) error {
@@ -154,19 +110,7 @@ func jobPs(cmd *cobra.Command, name string, asJSON bool) error {
 		if asJSON {
 			return printJSON(cmd.OutOrStdout(), st)
 		}
-		tw := newTable(cmd.OutOrStdout())
-		fmt.Fprintln(tw, "RANK\tNODE\tADDRESS\tSTATUS\tPID")
-		for _, r := range st.RankStates {
-			status := r.Status
-			if r.ExitCode != nil && (status == "exited" || status == "stopped") {
-				status = fmt.Sprintf("exited (%d)", *r.ExitCode)
-			}
-			if r.Error != "" {
-				status += " (" + r.Error + ")"
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Rank, r.Node, r.Addr, status, pidText(r.Pid))
-		}
-		return tw.Flush()
+		return table.Ranks(cmd.OutOrStdout(), st)
 	})
 }
 
@@ -225,21 +169,7 @@ func jobCheckpoints(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON 
 	if asJSON {
 		return printJSONList(cmd.OutOrStdout(), cks)
 	}
-	tw := newTable(cmd.OutOrStdout())
-	fmt.Fprintln(tw, "CHECKPOINT\tSTATE\tCREATED\tRANKS\tSIZE\tSTALL\tCOORD\tCOPIES\tNODES\tREASON")
-	for _, ck := range cks {
-		var nodes []string
-		copies := -1
-		for _, r := range ck.Ranks {
-			nodes = append(nodes, r.Node)
-			if copies < 0 || len(r.Copies) < copies {
-				copies = len(r.Copies)
-			}
-		}
-		fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", ck.Job, ck.Seq, ck.State, human.Ago(ck.Created), len(ck.Ranks),
-			human.Bytes(ck.Bytes), human.Duration(ck.Stall), human.Duration(ck.Coord), max(copies, 0), nodeSet(nodes), truncate(ck.Reason, 50))
-	}
-	return tw.Flush()
+	return table.Ckpts(cmd.OutOrStdout(), cks)
 }
 
 func newRestartCmd() *cobra.Command {
@@ -277,9 +207,7 @@ they run; --lazy=false does not, whatever the job says (--lazy-restore).`,
 				}
 				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "job %s restarted from checkpoint %d in %s\n", j.Name, j.RestoredFrom, human.Duration(time.Since(start)))
-				for r, n := range j.Placement {
-					fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
-				}
+				table.Placement(out, j)
 				return nil
 			})
 		},

@@ -13,8 +13,8 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
-	"cairn/internal/human"
 	"cairn/internal/rpc"
+	"cairn/internal/table"
 )
 
 func newLogsCmd() *cobra.Command {
@@ -103,34 +103,6 @@ func containerLogs(cmd *cobra.Command, name string, o logsOptions) error {
 		return printIncarnations(cmd.OutOrStdout(), wire, o.asJSON)
 	}
 	return m.CopyLog(cmd.Context(), cmd.OutOrStdout(), name, o.incarnation, o.follow)
-}
-
-// printIncarnations prints a container's or a rank's incarnations.
-func printIncarnations(w io.Writer, incs []agentv1.Incarnation, asJSON bool) error {
-	if asJSON {
-		return printJSON(w, incs)
-	}
-	tw := newTable(w)
-	fmt.Fprintln(tw, "INCARNATION\tSTARTED\tRESTORED FROM\tENDED\tOUTPUT")
-	for _, inc := range incs {
-		n, from, ended := strconv.Itoa(inc.N), "-", "-"
-		if inc.Current {
-			n += " (current)"
-		}
-		if inc.RestoredFrom != "" {
-			from = fmt.Sprintf("%s (%s of output)", inc.RestoredFrom, human.Bytes(inc.Restored))
-		}
-		switch {
-		case inc.Checkpointed:
-			ended = "checkpoint --stop " + human.Ago(inc.Ended)
-		case inc.Signal != "":
-			ended = fmt.Sprintf("%s %s", inc.Signal, human.Ago(inc.Ended))
-		case inc.ExitCode != nil:
-			ended = fmt.Sprintf("exit %d %s", *inc.ExitCode, human.Ago(inc.Ended))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n, human.Ago(inc.Started), from, ended, human.Bytes(inc.Bytes))
-	}
-	return tw.Flush()
 }
 
 // rankLogs prints a rank's output, fetched from its node's agent.
@@ -298,7 +270,7 @@ func newWaitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), statusText(in))
+			fmt.Fprintln(cmd.OutOrStdout(), table.Status(in))
 			if in.Exit != nil && in.Exit.Code != 0 {
 				return exitCodeError{in.Exit.Code}
 			}
@@ -330,4 +302,12 @@ checkpoint the container only after it has ended.`,
 			return nil
 		},
 	}
+}
+
+// printIncarnations prints a container's or a rank's incarnations.
+func printIncarnations(w io.Writer, incs []agentv1.Incarnation, asJSON bool) error {
+	if asJSON {
+		return printJSON(w, incs)
+	}
+	return table.Incarnations(w, incs)
 }

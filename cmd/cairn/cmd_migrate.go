@@ -3,16 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/human"
 	"cairn/internal/rpc"
+	"cairn/internal/table"
 )
 
 // parseRankRef reads JOB/RANK.
@@ -57,7 +55,7 @@ record in 'cairn migrations JOB'.`,
 				if asJSON {
 					return printJSON(cmd.OutOrStdout(), m)
 				}
-				printMigration(cmd.OutOrStdout(), m)
+				table.Migration(cmd.OutOrStdout(), m)
 				return nil
 			})
 		},
@@ -65,15 +63,6 @@ record in 'cairn migrations JOB'.`,
 	cmd.Flags().StringVar(&to, "to", "", "node to move the rank to (default: a spare, else the least loaded node)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the migration record as JSON")
 	return cmd
-}
-
-func printMigration(out io.Writer, m coordv1.Migration) {
-	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	fmt.Fprintf(out, "%s/%d: %s -> %s %s (job stalled %s: dump %s, move %s of %s, restore %s, resume %s)\n",
-		m.Job, m.Rank, m.From, m.To, m.State, ms(m.Stall), ms(m.Dump), ms(m.Move), human.Bytes(m.Bytes), ms(m.Restore), ms(m.Resume))
-	if m.Reason != "" {
-		fmt.Fprintf(out, "  %s\n", m.Reason)
-	}
 }
 
 func newMigrationsCmd() *cobra.Command {
@@ -91,13 +80,7 @@ func newMigrationsCmd() *cobra.Command {
 				if asJSON {
 					return printJSONList(cmd.OutOrStdout(), ms)
 				}
-				tw := newTable(cmd.OutOrStdout())
-				fmt.Fprintln(tw, "SEQ\tRANK\tFROM\tTO\tSTATE\tSTALL\tBYTES\tSTARTED\tREASON")
-				for _, m := range ms {
-					fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Seq, m.Rank, m.From, m.To, m.State,
-						m.Stall.Round(time.Millisecond), human.Bytes(m.Bytes), human.Ago(m.Started), truncate(m.Reason, 40))
-				}
-				return tw.Flush()
+				return table.Migrations(cmd.OutOrStdout(), ms)
 			})
 		},
 	}
@@ -154,7 +137,7 @@ func drain(cmd *cobra.Command, node string, undrain, asJSON bool) error {
 			return nil
 		}
 		for _, m := range res.Migrations {
-			printMigration(out, m)
+			table.Migration(out, m)
 		}
 		fmt.Fprintf(out, "node %s is drained: %s moved away\n", node, plural(len(res.Migrations), "rank"))
 		return nil

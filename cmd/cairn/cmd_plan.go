@@ -2,13 +2,13 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"cairn/internal/plan"
+	"cairn/internal/table"
 )
 
 func newPlanCmd() *cobra.Command {
@@ -53,41 +53,7 @@ placements are compared.`,
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), rows)
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "%d nodes, %d replica(s) of every node's images\n\n", n, k)
-			tw := newTable(w)
-			head := "PLACEMENT\tSURVIVES (90%)\t(99%)\t(99.9%)"
-			if cmd.Flags().Changed("failures") {
-				head += fmt.Sprintf("\tP(restart | %d failures)", f)
-				if trials > 0 {
-					head += "\tMONTE CARLO (99.9% CI)"
-				}
-			}
-			fmt.Fprintln(tw, head)
-			for _, r := range rows {
-				line := fmt.Sprintf("%s\t%d failures\t%d\t%d", r.Placement, r.Tolerable["90%"], r.Tolerable["99%"], r.Tolerable["99.9%"])
-				if r.P != nil {
-					line += fmt.Sprintf("\t%.6f", *r.P)
-					if r.MonteCarlo != nil {
-						line += fmt.Sprintf("\t%.6f [%.6f, %.6f]", r.MonteCarlo.P, r.MonteCarlo.Low, r.MonteCarlo.High)
-					}
-				}
-				fmt.Fprintln(tw, line)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if target > 0 && cmd.Flags().Changed("failures") {
-				fmt.Fprintln(w)
-				for _, r := range rows {
-					if r.Needed == nil {
-						fmt.Fprintf(w, "%s: no replica count survives %d failures of %d nodes\n", r.Placement, f, n)
-						continue
-					}
-					fmt.Fprintf(w, "%s: %d replica(s) survive %d failures with P = %.6f >= %g\n", r.Placement, *r.Needed, f, r.NeededP, target)
-				}
-			}
-			return nil
+			return table.Plan(cmd.OutOrStdout(), q, rows)
 		},
 	}
 	fl := cmd.Flags()

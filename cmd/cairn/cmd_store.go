@@ -9,6 +9,7 @@ import (
 
 	"cairn/internal/container"
 	"cairn/internal/human"
+	"cairn/internal/table"
 )
 
 func newGCCmd() *cobra.Command {
@@ -81,18 +82,7 @@ deduplication and compression ratios.`,
 				}
 				return err
 			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "CHECKPOINT\tLOGICAL\tUNIQUE\tSTORED")
-			for _, u := range du.Checkpoints {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Checkpoint, human.Bytes(u.Logical), human.Bytes(u.Unique), human.Bytes(u.Stored))
-			}
-			fmt.Fprintf(tw, "total\t%s\t%s\t%s\n", human.Bytes(du.Logical), human.Bytes(du.Store.RawBytes), human.Bytes(du.Store.StoredBytes))
-			if ferr := tw.Flush(); ferr != nil {
-				return ferr
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "dedup %.2fx, compression %.2fx, %d chunks in %d packs\n",
-				du.DedupRatio, du.CompressionRatio, du.Store.Chunks, du.Store.Packs)
-			return err
+			return errors.Join(table.DiskUsage(cmd.OutOrStdout(), du), err)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

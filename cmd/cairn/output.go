@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"text/tabwriter"
 
 	"golang.org/x/term"
 )
@@ -15,8 +14,6 @@ func printJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
-
-func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
 // isTerminal reports whether f is a terminal (for colour and progress).
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
