@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"cairn/internal/container"
+	"cairn/internal/ringapp"
 	"cairn/internal/stateapp"
 	"cairn/internal/table"
 )
@@ -49,6 +50,21 @@ func newStateappCmd() *cobra.Command {
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if code := stateapp.Main(args); code != 0 {
+				return exitCodeError{code}
+			}
+			return nil
+		},
+	}
+}
+
+func newRingappCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "ringapp [FLAGS]",
+		Short:              "A communication-heavy test job: ranks pass checksummed messages around a TCP ring",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if code := ringapp.Main(args); code != 0 {
 				return exitCodeError{code}
 			}
 			return nil

@@ -124,26 +124,14 @@ func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 		if rank >= ra.Ranks() {
 			return usageError{fmt.Errorf("job %s has ranks 0..%d", job, ra.Ranks()-1)}
 		}
-		ac := ra.Agent(rank)
-		defer ac.Close()
-		name := agentv1.RankName(job, rank)
 		if o.list {
-			incs, err := ac.Incarnations(ctx, name)
+			incs, err := ra.Incarnations(ctx, rank)
 			if err != nil {
 				return err
 			}
 			return printIncarnations(cmd.OutOrStdout(), incs, o.asJSON)
 		}
-		body, err := ac.IncarnationLog(ctx, name, o.incarnation, o.follow)
-		if err != nil {
-			return err
-		}
-		defer body.Close()
-		_, err = io.Copy(cmd.OutOrStdout(), body)
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+		return ra.Log(ctx, cmd.OutOrStdout(), rank, o.incarnation, o.follow)
 	})
 }
 

@@ -89,6 +89,31 @@ func (ra *RankAgents) Logs(ctx context.Context, w io.Writer, follow bool) error 
 	return errors.Join(errs...)
 }
 
+// Log writes the output of incarnation n (0: the current one) of rank r to
+// w; with follow, until the rank stops or ctx is done (which is not an
+// error).
+func (ra *RankAgents) Log(ctx context.Context, w io.Writer, r, n int, follow bool) error {
+	ac := ra.Agent(r)
+	defer ac.Close()
+	body, err := ac.IncarnationLog(ctx, agentv1.RankName(ra.job, r), n, follow)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	_, err = io.Copy(w, body)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Incarnations lists rank r's incarnations whose output its node keeps.
+func (ra *RankAgents) Incarnations(ctx context.Context, r int) ([]agentv1.Incarnation, error) {
+	ac := ra.Agent(r)
+	defer ac.Close()
+	return ac.Incarnations(ctx, agentv1.RankName(ra.job, r))
+}
+
 // labelled writes whole lines of several ranks to w, each after its
 // rank's label, one line at a time.
 type labelled struct {
