@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -61,9 +60,9 @@ and --memory limit each container.`,
 				if len(args) == 0 {
 					return usageError{fmt.Errorf("no command given: cairn run --job NAME --ranks N -- CMD [ARGS...]")}
 				}
-				env, err := exportEnv(export, os.Environ())
+				env, err := launch.ExportEnv(export, os.Environ())
 				if err != nil {
-					return usageError{err}
+					return usageError{fmt.Errorf("--export %w", err)}
 				}
 				job.Args, job.Env, job.RootFS = args, append(env, cfg.Env...), cfg.RootFS
 				job.Cwd = cfg.Cwd
@@ -175,39 +174,4 @@ func notWith(cmd *cobra.Command, what string, flags ...string) error {
 		return nil
 	}
 	return usageError{fmt.Errorf("%s does not apply to %s", strings.Join(set, ", "), what)}
-}
-
-// sessionVars are what --export ALL leaves out: they belong to the caller's
-// session or host, not to the job (a rank gets its own CAIRN_* and
-// hostname).
-var sessionVars = []string{"SSH_", "DISPLAY=", "XAUTHORITY=", "DBUS_", "XDG_", "SHLVL=", "OLDPWD=", "PWD=", "_=",
-	"CAIRN_", "KRB5CCNAME=", "GPG_AGENT_INFO=", "HOSTNAME=", "MAIL=", "LS_COLORS=", "TMUX", "STY=", "WINDOW="}
-
-// exportEnv picks what of the caller's environment env a job gets, like
-// srun --export: ALL (less sessionVars), NONE, or a list of names.
-func exportEnv(spec string, env []string) ([]string, error) {
-	switch spec {
-	case "NONE":
-		return nil, nil
-	case "ALL", "":
-		var out []string
-		for _, kv := range env {
-			if !slices.ContainsFunc(sessionVars, func(p string) bool { return strings.HasPrefix(kv, p) }) {
-				out = append(out, kv)
-			}
-		}
-		return out, nil
-	}
-	var out []string
-	for _, name := range strings.Split(spec, ",") {
-		if name == "" || strings.ContainsAny(name, "= ") {
-			return nil, fmt.Errorf("--export %q: want ALL, NONE or VAR,VAR", spec)
-		}
-		for _, kv := range env {
-			if strings.HasPrefix(kv, name+"=") {
-				out = append(out, kv)
-			}
-		}
-	}
-	return out, nil
 }
