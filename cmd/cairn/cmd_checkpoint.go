@@ -134,13 +134,11 @@ func newCheckpointsCmd() *cobra.Command {
 					errs = append(errs, err)
 				}
 			}
+			show := table.Checkpoints
 			if asJSON {
-				if err := printJSONList(cmd.OutOrStdout(), all); err != nil {
-					return err
-				}
-				return errors.Join(errs...)
+				show = printJSONList[*image.Record]
 			}
-			if err := table.Checkpoints(cmd.OutOrStdout(), all); err != nil {
+			if err := show(cmd.OutOrStdout(), all); err != nil {
 				return err
 			}
 			return errors.Join(errs...)
@@ -244,14 +242,8 @@ exits 4 at the end if there was any.`,
 				return progressBarOf(label, asJSON || !readData, unit)
 			}
 			if !asJSON {
-				opts.Stray = func(s image.Stray) { fmt.Fprintf(w, "BAD  catalog: %s: %s\n", s.Path, s.Reason) }
-				opts.Result = func(r image.VerifyResult) {
-					if r.OK {
-						fmt.Fprintf(w, "ok   %s\n", r.Checkpoint)
-					} else {
-						fmt.Fprintf(w, "BAD  %s: %s\n", r.Checkpoint, r.Error)
-					}
-				}
+				opts.Stray = func(s image.Stray) { table.Stray(w, s) }
+				opts.Result = func(r image.VerifyResult) { table.Verified(w, r) }
 			}
 			rep, err := m.Repo().VerifyAll(cmd.Context(), refs, opts)
 			if err != nil {
@@ -261,13 +253,8 @@ exits 4 at the end if there was any.`,
 				if err := printJSON(w, rep); err != nil {
 					return err
 				}
-			} else if st := rep.Store; st != nil {
-				for _, p := range st.Problems {
-					fmt.Fprintf(w, "BAD  store: %s\n", p)
-				}
-				if len(st.Problems) == 0 {
-					fmt.Fprintf(w, "ok   store: %d packs, %d chunks, %d manifests\n", st.Packs, st.Chunks, st.Manifests)
-				}
+			} else if rep.Store != nil {
+				table.Store(w, *rep.Store)
 			}
 			if rep.Bad > 0 {
 				return fmt.Errorf("%w: %d problems found (see above)", image.ErrCorrupt, rep.Bad)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/human"
 	"cairn/internal/rpc"
 	"cairn/internal/table"
 )
@@ -139,15 +140,7 @@ func drain(cmd *cobra.Command, node string, undrain, asJSON bool) error {
 		for _, m := range res.Migrations {
 			table.Migration(out, m)
 		}
-		fmt.Fprintf(out, "node %s is drained: %s moved away\n", node, plural(len(res.Migrations), "rank"))
+		fmt.Fprintf(out, "node %s is drained: %s moved away\n", node, human.Plural(len(res.Migrations), "rank"))
 		return nil
 	})
-}
-
-// plural is "1 rank", "2 ranks".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }

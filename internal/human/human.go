@@ -48,3 +48,11 @@ func Ago(t time.Time) string {
 		return t.Local().Format("2006-01-02 15:04")
 	}
 }
+
+// Plural is "1 rank", "2 ranks".
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

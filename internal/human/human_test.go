@@ -67,3 +67,9 @@ func TestBar(t *testing.T) {
 		t.Errorf("bar: %q", s)
 	}
 }
+
+func TestPlural(t *testing.T) {
+	if got := human.Plural(1, "rank") + ", " + human.Plural(0, "rank") + ", " + human.Plural(3, "rank"); got != "1 rank, 0 ranks, 3 ranks" {
+		t.Errorf("plurals: %q", got)
+	}
+}

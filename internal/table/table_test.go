@@ -9,6 +9,7 @@ import (
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/container"
+	"cairn/internal/image"
 	"cairn/internal/plan"
 	"cairn/internal/table"
 )
@@ -124,5 +125,23 @@ ring       1 failures      0      0        0.500000
 ring: 2 replica(s) survive 4 failures with P = 0.995000 >= 0.99`
 	if got := lines(b.String()); got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestVerify(t *testing.T) {
+	var b strings.Builder
+	table.Stray(&b, image.Stray{Path: "x/tmp", Reason: "not a record"})
+	table.Verified(&b, image.VerifyResult{Checkpoint: "c:1", OK: true})
+	table.Verified(&b, image.VerifyResult{Checkpoint: "c:2", Error: "chunk 12ab: damaged"})
+	table.Store(&b, image.StoreReport{Packs: 2, Chunks: 10, Manifests: 3})
+	table.Store(&b, image.StoreReport{Problems: []string{"pack 9f: missing"}})
+	want := `BAD  catalog: x/tmp: not a record
+ok   c:1
+BAD  c:2: chunk 12ab: damaged
+ok   store: 2 packs, 10 chunks, 3 manifests
+BAD  store: pack 9f: missing
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
