@@ -134,11 +134,7 @@ func newCheckpointsCmd() *cobra.Command {
 					errs = append(errs, err)
 				}
 			}
-			show := table.Checkpoints
-			if asJSON {
-				show = printJSONList[*image.Record]
-			}
-			if err := show(cmd.OutOrStdout(), all); err != nil {
+			if err := printList(cmd.OutOrStdout(), asJSON, all, table.Checkpoints); err != nil {
 				return err
 			}
 			return errors.Join(errs...)

@@ -67,10 +67,7 @@ func newJobsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSONList(cmd.OutOrStdout(), jobs)
-				}
-				return table.Jobs(cmd.OutOrStdout(), jobs)
+				return printList(cmd.OutOrStdout(), asJSON, jobs, table.Jobs)
 			})
 		},
 	}
@@ -90,10 +87,7 @@ func newNodesCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSONList(cmd.OutOrStdout(), nodes)
-				}
-				return table.Nodes(cmd.OutOrStdout(), nodes)
+				return printList(cmd.OutOrStdout(), asJSON, nodes, table.Nodes)
 			})
 		},
 	}
@@ -166,10 +160,7 @@ func jobCheckpoints(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON 
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		return printJSONList(cmd.OutOrStdout(), cks)
-	}
-	return table.Ckpts(cmd.OutOrStdout(), cks)
+	return printList(cmd.OutOrStdout(), asJSON, cks, table.Ckpts)
 }
 
 func newRestartCmd() *cobra.Command {

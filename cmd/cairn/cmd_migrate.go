@@ -78,10 +78,7 @@ func newMigrationsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSONList(cmd.OutOrStdout(), ms)
-				}
-				return table.Migrations(cmd.OutOrStdout(), ms)
+				return printList(cmd.OutOrStdout(), asJSON, ms, table.Migrations)
 			})
 		},
 	}

@@ -26,10 +26,7 @@ func newPsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSONList(cmd.OutOrStdout(), list)
-			}
-			return table.Containers(cmd.OutOrStdout(), list)
+			return printList(cmd.OutOrStdout(), asJSON, list, table.Containers)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -1,5 +1,12 @@
-// Command cairn runs jobs in containers and makes them survive failures:
-// checkpoint, restore, and (in later versions) replicate and migrate them.
+// Command cairn is cairn's one binary. As the CLI it parses a command's
+// flags and arguments, calls the packages that do the work (container and
+// image on this node, rpc for the cluster, agent and control for the
+// daemons, testbed for the local cluster, demo) and prints what they
+// return, as tables (package table) or JSON; errors become exit codes and
+// messages here, in main.go, only. The same binary is what cairn runs
+// elsewhere: a container's shim, an MPI rank's init (cairn rankinit) and
+// its launchers' agent (cairn rsh), and the test programs of demos and
+// tests (cairn stateapp, cairn ringapp).
 package main
 
 import (
@@ -40,7 +47,6 @@ type globalOptions struct {
 	subnet      string
 	debug       bool
 	hide        []string // host paths containers never see
-	hostPorts   []uint16 // host TCP ports containers may connect to
 	dumpTimeout time.Duration
 	keepImages  string
 }

@@ -18,8 +18,12 @@ func printJSON(w io.Writer, v any) error {
 // isTerminal reports whether f is a terminal (for colour and progress).
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
-// printJSONList writes list as JSON: [] when it is empty.
-func printJSONList[T any](w io.Writer, list []T) error {
+// printList writes list as JSON ([] when it is empty) or, without asJSON,
+// as the table tab writes.
+func printList[T any](w io.Writer, asJSON bool, list []T, tab func(io.Writer, []T) error) error {
+	if !asJSON {
+		return tab(w, list)
+	}
 	if list == nil {
 		list = []T{}
 	}
