@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"cairn/internal/container"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -36,12 +37,15 @@ type Config struct {
 	Nodes    int          // how many
 	Prefix   string       // names of its namespaces, bridges and nodes start with it
 	Underlay netip.Prefix // the subnet between nodes
-	// Staging holds each node's staging dir (Staging/NODE).
+	// Staging holds each node's staging dir (Staging/NODE; default
+	// container.DefaultStagingDir).
 	Staging string
 	// Exe is the cairn binary the processes run (default: this
-	// executable); CRIU and Runc are the agents' binaries.
+	// executable); CRIU and Runc are the agents' binaries (default: their
+	// defaults).
 	Exe, CRIU, Runc string
-	// The coordinator's options (as `cairn coordinator` takes them).
+	// The coordinator's options, as `cairn coordinator` takes them (zero:
+	// its defaults).
 	JobSubnets        string
 	Deadline, NodeTTL time.Duration
 	Hooks             []string
@@ -72,6 +76,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
+	}
+	if cfg.Staging == "" {
+		cfg.Staging = container.DefaultStagingDir
 	}
 	cl, err := netw.NewCluster(cfg.Prefix, cfg.Underlay, cfg.Nodes)
 	if err != nil {
@@ -142,7 +149,10 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	return c, c.waitJoined(ctx)
+	if err := c.waitJoined(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // coordinatorArgs are the command line of the testbed's coordinator.
@@ -150,8 +160,16 @@ func (cfg Config) coordinatorArgs(c *Cluster) []string {
 	dir := filepath.Join(c.dir, "coordinator")
 	args := []string{"--data", dir, "coordinator",
 		"--creds", filepath.Join(dir, "creds"), "--dir", dir,
-		"--listen", c.Coordinator, "--job-subnets", cfg.JobSubnets,
-		"--deadline", cfg.Deadline.String(), "--node-ttl", cfg.NodeTTL.String()}
+		"--listen", c.Coordinator}
+	if cfg.JobSubnets != "" {
+		args = append(args, "--job-subnets", cfg.JobSubnets)
+	}
+	if cfg.Deadline > 0 {
+		args = append(args, "--deadline", cfg.Deadline.String())
+	}
+	if cfg.NodeTTL > 0 {
+		args = append(args, "--node-ttl", cfg.NodeTTL.String())
+	}
 	for _, h := range cfg.Hooks {
 		args = append(args, "--hook", h)
 	}
