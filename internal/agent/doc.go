@@ -6,5 +6,10 @@
 // caller must have the coordinator or client role.
 //
 // Server is the http.Handler and the listener; the typed client the
-// coordinator, the CLI and other agents use is rpc.AgentClient.
+// coordinator, the CLI and other agents use is rpc.AgentClient. Agent is
+// the daemon around it, what `cairn agent` runs (New, then Run): the
+// node's credentials, its Manager and the tools of MPI ranks, and, when it
+// is in a cluster, its membership: it joins the coordinator, sends
+// heartbeats with its failing health probes and its store's quarantine,
+// and joins again whenever the coordinator no longer knows it.
 package agent
