@@ -20,7 +20,7 @@ setup: ## Install what cairn needs (runc, iptables, CRIU >= 4.2, Go modules); id
 
 .PHONY: build
 build: setup ## Build bin/cairn
-	CGO_ENABLED=0 $(GO) build -ldflags "-X main.buildRevision=$(REV)" -o $(BIN) ./cmd/cairn
+	CGO_ENABLED=0 $(GO) build -ldflags "-X cairn/internal/version.Revision=$(REV)" -o $(BIN) ./cmd/cairn
 
 .PHONY: demo
 demo: build ## Set up, build and run the demos: one container, then a 3-node cluster job

@@ -247,12 +247,7 @@ func TestMigrationFailures(t *testing.T) {
 	c.WaitNodes(4, 30*time.Second)
 
 	// 2. CRIU is killed on the source in the middle of the dump.
-	var src testutil.ClusterNode
-	for _, n := range c.File().Nodes {
-		if n.Name == place[2] {
-			src = n
-		}
-	}
+	src, _ := c.File().Node(place[2])
 	failed := 0
 	for try := 1; try <= 5 && failed == 0; try++ {
 		go func() {

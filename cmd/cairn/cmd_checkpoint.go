@@ -7,7 +7,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"cairn/internal/container"
+	"cairn/internal/human"
 	"cairn/internal/image"
+	"cairn/internal/table"
 )
 
 func newCheckpointCmd() *cobra.Command {
@@ -42,19 +44,19 @@ the dump.`,
 				return err
 			}
 			prog, done := progressBar("persisting "+args[0], asJSON)
-			watch := watchStore(m.Repo())
+			damage := m.Repo().WatchQuarantine()
 			man, err := m.Checkpoint(cmd.Context(), args[0], container.CheckpointOptions{Stop: stop || !leaveRunning, Progress: prog})
 			done()
 			if err != nil {
-				return errors.Join(err, watch.damage())
+				return errors.Join(err, damage())
 			}
 			if asJSON {
-				return errors.Join(printJSON(cmd.OutOrStdout(), man), watch.damage())
+				return errors.Join(printJSON(cmd.OutOrStdout(), man), damage())
 			}
 			t := man.Timing
 			fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s: %s (%s new); stalled %s (dump %s), total %s\n",
-				man.Name(), humanBytes(man.Size()), humanBytes(man.NewBytes), humanDuration(t.Stall), humanDuration(t.Dump), humanDuration(t.Total))
-			return watch.damage()
+				man.Name(), human.Bytes(man.Size()), human.Bytes(man.NewBytes), human.Duration(t.Stall), human.Duration(t.Dump), human.Duration(t.Total))
+			return damage()
 		},
 	}
 	f := cmd.Flags()
@@ -132,26 +134,7 @@ func newCheckpointsCmd() *cobra.Command {
 					errs = append(errs, err)
 				}
 			}
-			if asJSON {
-				if all == nil {
-					all = []*image.Record{}
-				}
-				if err := printJSON(cmd.OutOrStdout(), all); err != nil {
-					return err
-				}
-				return errors.Join(errs...)
-			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "CHECKPOINT\tCREATED\tSIZE\tNEW\tSTALL\tPINNED\tCRIU")
-			for _, man := range all {
-				pinned := ""
-				if man.Pinned {
-					pinned = "yes"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", man.Name(), ago(man.Created), humanBytes(man.Size()),
-					humanBytes(man.NewBytes), humanDuration(man.Timing.Stall), pinned, man.CRIUVersion)
-			}
-			if err := tw.Flush(); err != nil {
+			if err := printList(cmd.OutOrStdout(), asJSON, all, table.Checkpoints); err != nil {
 				return err
 			}
 			return errors.Join(errs...)
@@ -196,17 +179,17 @@ NAME must not be running; --as NEWNAME restores a copy beside it.`,
 			}
 			var done func()
 			opts.Progress, done = progressBar("reading "+args[0], asJSON)
-			watch := watchStore(m.Repo())
+			damage := m.Repo().WatchQuarantine()
 			in, err := m.Restore(cmd.Context(), args[0], opts)
 			done()
 			if err != nil {
-				return errors.Join(err, watch.damage())
+				return errors.Join(err, damage())
 			}
 			if asJSON {
-				return errors.Join(printJSON(cmd.OutOrStdout(), in), watch.damage())
+				return errors.Join(printJSON(cmd.OutOrStdout(), in), damage())
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s restored from %s (pid %d, address %s)\n", in.Name, in.RestoredFrom, in.Pid, in.Addr)
-			return watch.damage()
+			return damage()
 		},
 	}
 	f := cmd.Flags()
@@ -235,129 +218,42 @@ exits 4 at the end if there was any.`,
 			if err != nil {
 				return err
 			}
-			repo := m.Repo()
-			w := cmd.OutOrStdout()
-			type target struct {
-				name string
-				seq  int
-			}
-			type result struct {
-				Checkpoint string `json:"checkpoint"`
-				OK         bool   `json:"ok"`
-				Error      string `json:"error,omitempty"`
-			}
-			var targets []target
-			var results []result
-			var strays []image.Stray
-			bad := 0
-			// report prints one checkpoint's line and keeps it for --json.
-			report := func(r result) {
-				results = append(results, r)
-				if r.OK {
-					if !asJSON {
-						fmt.Fprintf(w, "ok   %s\n", r.Checkpoint)
-					}
-					return
-				}
-				bad++
-				if !asJSON {
-					fmt.Fprintf(w, "BAD  %s: %s\n", r.Checkpoint, r.Error)
-				}
-			}
-			if all {
-				if strays, err = repo.Strays(); err != nil {
-					return err
-				}
-				for _, s := range strays {
-					bad++
-					if !asJSON {
-						fmt.Fprintf(w, "BAD  catalog: %s: %s\n", s.Path, s.Reason)
-					}
-				}
-				names, err := repo.Containers()
-				if err != nil {
-					return err
-				}
-				for _, n := range names {
-					if container.ValidName(n) == nil { // others are strays
-						args = append(args, n)
-					}
-				}
-			}
-			if len(args) == 0 && !all {
-				return usageError{errors.New("name checkpoints to verify, or --all")}
-			}
+			var refs []image.Ref
 			for _, a := range args {
 				if name, seq, err := container.ParseCheckpointRef(a, ""); err == nil && name != "" {
-					targets = append(targets, target{name, seq})
+					refs = append(refs, image.Ref{Container: name, Seq: seq})
 					continue
 				}
 				if err := container.ValidName(a); err != nil {
 					return usageError{err}
 				}
-				ms, errs := repo.List(a)
-				for _, err := range errs {
-					// A record that cannot be read is reported, not skipped.
-					r := result{Checkpoint: a, Error: err.Error()}
-					var ce *image.CorruptError
-					if errors.As(err, &ce) && ce.Image != "" {
-						r.Checkpoint = ce.Image
-					}
-					report(r)
-				}
-				if len(ms) == 0 && len(errs) == 0 && !all {
-					return fmt.Errorf("%w: %s", image.ErrNotFound, a)
-				}
-				for _, man := range ms {
-					targets = append(targets, target{a, man.Seq})
-				}
+				refs = append(refs, image.Ref{Container: a})
 			}
-			for _, t := range targets {
-				r := result{Checkpoint: fmt.Sprintf("%s:%d", t.name, t.seq), OK: true}
-				prog, done := progressBar(fmt.Sprintf("verifying %s:%d", t.name, t.seq), asJSON || !readData)
-				_, err := repo.Verify(cmd.Context(), t.name, t.seq, readData, prog)
-				done()
-				if err != nil {
-					r.OK, r.Error = false, err.Error()
-				}
-				report(r)
+			if len(args) == 0 && !all {
+				return usageError{errors.New("name checkpoints to verify, or --all")}
 			}
-			var storeRep *image.StoreReport
-			if all {
-				prog, done := progressBarOf("checking the store", asJSON || !readData, "chunks")
-				rep, err := repo.CheckStore(cmd.Context(), readData, prog)
-				done()
-				if err != nil && !errors.Is(err, image.ErrNotFound) {
-					return err
-				}
-				if err == nil {
-					storeRep = &rep
-					bad += len(rep.Problems)
-					if !asJSON {
-						for _, p := range rep.Problems {
-							fmt.Fprintf(w, "BAD  store: %s\n", p)
-						}
-						if len(rep.Problems) == 0 {
-							fmt.Fprintf(w, "ok   store: %d packs, %d chunks, %d manifests\n", rep.Packs, rep.Chunks, rep.Manifests)
-						}
-					}
-				}
+			w := cmd.OutOrStdout()
+			opts := image.VerifyOptions{All: all, ReadData: readData}
+			opts.Progress = func(label, unit string) (image.Progress, func()) {
+				return progressBarOf(label, asJSON || !readData, unit)
+			}
+			if !asJSON {
+				opts.Stray = func(s image.Stray) { table.Stray(w, s) }
+				opts.Result = func(r image.VerifyResult) { table.Verified(w, r) }
+			}
+			rep, err := m.Repo().VerifyAll(cmd.Context(), refs, opts)
+			if err != nil {
+				return err
 			}
 			if asJSON {
-				if results == nil {
-					results = []result{}
-				}
-				if err := printJSON(w, struct {
-					Checkpoints []result           `json:"checkpoints"`
-					Catalog     []image.Stray      `json:"catalog,omitempty"` // stray entries of the catalog
-					Store       *image.StoreReport `json:"store,omitempty"`
-					Bad         int                `json:"bad"` // problems found, BAD lines without --json
-				}{results, strays, storeRep, bad}); err != nil {
+				if err := printJSON(w, rep); err != nil {
 					return err
 				}
+			} else if rep.Store != nil {
+				table.Store(w, *rep.Store)
 			}
-			if bad > 0 {
-				return fmt.Errorf("%w: %d problems found (see above)", image.ErrCorrupt, bad)
+			if rep.Bad > 0 {
+				return fmt.Errorf("%w: %d problems found (see above)", image.ErrCorrupt, rep.Bad)
 			}
 			return nil
 		},

@@ -1,38 +1,32 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"cairn/internal/catalog"
-	"cairn/internal/container"
+	"cairn/internal/control"
 	"cairn/internal/coord"
-	"cairn/internal/durable"
 	"cairn/internal/events"
-	"cairn/internal/netw"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
+	"cairn/internal/testbed"
 )
 
 func newCoordinatorCmd() *cobra.Command {
 	var listen, creds, dir, etcd string
 	var deadline, ttl time.Duration
 	var jobSubnets string
-	var hookSpecs []string
-	var hookSecretFile, hookCA string
+	var hf hookFlags
 	var etcdTLS catalog.TLSFiles
 	cmd := &cobra.Command{
 		Use:   "coordinator --creds DIR --dir DIR [--listen ADDR] [--etcd URLS] [--hook TYPE=TARGET]...",
@@ -65,94 +59,25 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 			if creds == "" || dir == "" {
 				return usageError{errors.New("--creds DIR and --dir DIR are required")}
 			}
-			c, err := pki.LoadCredentials(creds)
-			if err != nil {
-				return err
-			}
-			if c.Role != pki.Coordinator {
-				return fmt.Errorf("credentials in %s are for a %s, not the coordinator", creds, c.Role)
-			}
 			subnets, err := netip.ParsePrefix(jobSubnets)
 			if err != nil || subnets.Bits() > 24 || !subnets.Addr().Is4() {
 				return usageError{fmt.Errorf("--job-subnets %q: want an IPv4 prefix of /24 or shorter", jobSubnets)}
 			}
-			var hooks []events.Hook
-			for _, spec := range hookSpecs {
-				h, err := events.ParseHook(spec)
-				if err != nil {
-					return usageError{fmt.Errorf("--hook: %w", err)}
-				}
-				hooks = append(hooks, h)
-			}
-			secret, err := hookSecret(hookSecretFile)
+			hooks, secret, roots, err := hf.parse()
 			if err != nil {
 				return err
 			}
-			roots, err := events.HookRoots(hookCA)
-			if err != nil {
-				return usageError{fmt.Errorf("--hook-ca: %w", err)}
-			}
-			var catCfg catalog.Config
+			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Hooks: hooks, HookSecret: secret, HookRoots: roots,
+				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets},
+				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			if etcd != "" {
-				if catCfg, err = catalog.ExternalConfig(strings.Split(etcd, ","), etcdTLS); err != nil {
+				if cfg.Etcd, err = catalog.ExternalConfig(strings.Split(etcd, ","), etcdTLS); err != nil {
 					return usageError{fmt.Errorf("--etcd: %w", err)}
 				}
 			} else if etcdTLS != (catalog.TLSFiles{}) {
 				return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key are for an external etcd (--etcd)")}
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			ctx := cmd.Context()
-			for _, ep := range catCfg.Endpoints {
-				if strings.HasPrefix(ep, "http://") {
-					log.Warn("etcd without TLS: every user of this machine can reach it unless it requires authentication", "etcd", ep)
-				}
-			}
-			for _, h := range hooks {
-				if h.URL != "" && len(secret) == 0 {
-					log.Warn("HTTP hook without a signature: give --hook-secret-file or $CAIRN_HOOK_SECRET", "hook", h.String())
-				}
-			}
-			desc := etcd
-			if etcd == "" {
-				// A coordinator restarted right after the old one died may
-				// find the old one still letting go of its etcd dir.
-				var e *catalog.Embedded
-				for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
-					e, err = catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: filepath.Join(dir, "etcd")})
-					if !errors.Is(err, catalog.ErrLocked) || time.Since(start) > 10*time.Second {
-						break
-					}
-				}
-				if err != nil {
-					return err
-				}
-				defer e.Close()
-				catCfg, desc = catalog.Config{Endpoints: e.Endpoints()}, "embedded"
-			}
-			cat, err := catalog.Open(ctx, catCfg)
-			if err != nil {
-				return err
-			}
-			defer cat.Close()
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return err
-			}
-			log.Info("coordinator serving", "addr", ln.Addr().String(), "cluster", c.ClusterID, "etcd", desc)
-			ev, err := events.New(events.Options{File: filepath.Join(dir, "events.jsonl"), Logger: log})
-			if err != nil {
-				return err
-			}
-			defer ev.Close()
-			hctx, stopHooks := context.WithCancel(ctx)
-			hooksDone := make(chan struct{})
-			go func() {
-				events.RunHooks(hctx, ev, hooks, events.HookOptions{Secret: secret, RootCAs: roots})
-				close(hooksDone)
-			}()
-			defer func() { stopHooks(); <-hooksDone }()
-			co := coord.New(cat, c, log, coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, EtcdDesc: desc, Events: ev})
-			return co.Run(ctx, ln)
+			return control.Run(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
@@ -166,64 +91,63 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 	f.DurationVar(&deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
 	f.DurationVar(&ttl, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
 	f.StringVar(&jobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
-	f.StringArrayVar(&hookSpecs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable)")
-	f.StringVar(&hookSecretFile, "hook-secret-file", "", "sign HTTP hooks with the secret in this file (at least 16 bytes; default $CAIRN_HOOK_SECRET)")
-	f.StringVar(&hookCA, "hook-ca", "", "CA certificates (PEM) that verify https:// hooks, besides the system's roots")
+	f.StringArrayVar(&hf.specs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable)")
+	f.StringVar(&hf.secretFile, "hook-secret-file", "", "sign HTTP hooks with the secret in this file (at least 16 bytes; default $CAIRN_HOOK_SECRET)")
+	f.StringVar(&hf.ca, "hook-ca", "", "CA certificates (PEM) that verify https:// hooks, besides the system's roots")
 	return cmd
 }
 
-// hookSecret returns the secret that signs HTTP hooks: the content of
-// file without its final newline, or $CAIRN_HOOK_SECRET; none is nil.
-func hookSecret(file string) ([]byte, error) {
-	secret := os.Getenv("CAIRN_HOOK_SECRET")
-	if file != "" {
-		b, err := os.ReadFile(file)
+// hookFlags are the coordinator's hook flags (cairn coordinator, cairn up).
+type hookFlags struct {
+	specs          []string
+	secretFile, ca string
+}
+
+// parse checks them, and returns the hooks, the secret that signs HTTP
+// ones (the content of --hook-secret-file without its final newline, or
+// $CAIRN_HOOK_SECRET; none is nil) and the roots that verify https:// ones.
+func (hf hookFlags) parse() (hooks []events.Hook, secret []byte, roots *x509.CertPool, err error) {
+	for _, spec := range hf.specs {
+		h, err := events.ParseHook(spec)
 		if err != nil {
-			return nil, usageError{fmt.Errorf("--hook-secret-file: %w", err)}
+			return nil, nil, nil, usageError{fmt.Errorf("--hook: %w", err)}
 		}
-		secret = strings.TrimRight(string(b), "\r\n")
+		hooks = append(hooks, h)
 	}
-	if secret == "" {
-		return nil, nil
+	s := os.Getenv("CAIRN_HOOK_SECRET")
+	if hf.secretFile != "" {
+		b, err := os.ReadFile(hf.secretFile)
+		if err != nil {
+			return nil, nil, nil, usageError{fmt.Errorf("--hook-secret-file: %w", err)}
+		}
+		s = strings.TrimRight(string(b), "\r\n")
 	}
-	if len(secret) < 16 {
-		return nil, usageError{errors.New("the hook secret is shorter than 16 bytes")}
+	if s != "" && len(s) < 16 {
+		return nil, nil, nil, usageError{errors.New("the hook secret is shorter than 16 bytes")}
 	}
-	return []byte(secret), nil
+	if s != "" {
+		secret = []byte(s)
+	}
+	if roots, err = events.HookRoots(hf.ca); err != nil {
+		return nil, nil, nil, usageError{fmt.Errorf("--hook-ca: %w", err)}
+	}
+	return hooks, secret, roots, nil
 }
 
-// localCluster is what `cairn up` records in DATA/cluster/cluster.json:
-// enough for the CLI to find the coordinator and for `cairn down` to
-// remove everything.
-type localCluster struct {
-	Prefix      string      `json:"prefix"`
-	Underlay    string      `json:"underlay"`
-	Coordinator string      `json:"coordinator"`
-	CoordPID    int         `json:"coordinator_pid"`
-	Nodes       []localNode `json:"nodes"`
-	Created     time.Time   `json:"created"`
+// localCluster loads the testbed of the data dir, the local cluster of
+// `cairn up`: errNoCluster when there is none.
+func localCluster() (*testbed.Cluster, error) {
+	lc, err := testbed.Load(testbed.Dir(global.dataDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errNoCluster
+	}
+	return lc, err
 }
 
-type localNode struct {
-	Name    string `json:"name"`
-	Addr    string `json:"addr"`
-	Data    string `json:"data"`
-	Staging string `json:"staging"`
-	PID     int    `json:"pid"`
-}
-
-func clusterDir() string { return filepath.Join(global.dataDir, "cluster") }
-
-func loadLocalCluster() (*localCluster, error) {
-	b, err := os.ReadFile(filepath.Join(clusterDir(), "cluster.json"))
-	if err != nil {
-		return nil, err
-	}
-	var lc localCluster
-	if err := json.Unmarshal(b, &lc); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(clusterDir(), "cluster.json"), err)
-	}
-	return &lc, nil
+// nodeRuntime are the binaries of the global flags that containers are
+// managed with.
+func nodeRuntime() testbed.Runtime {
+	return testbed.Runtime{CRIU: global.criuPath, Runc: global.runcPath}
 }
 
 // coordFlags are how the CLI finds a coordinator.
@@ -241,16 +165,13 @@ var errNoCluster = errors.New("no cluster: start one with `cairn up`, or give --
 func coordClient() (*rpc.CoordClient, error) {
 	addr, creds := coordFlags.addr, coordFlags.creds
 	if addr == "" {
-		lc, err := loadLocalCluster()
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, errNoCluster
-		}
+		lc, err := localCluster()
 		if err != nil {
 			return nil, err
 		}
 		addr = lc.Coordinator
 		if creds == "" {
-			creds = filepath.Join(clusterDir(), "client")
+			creds = lc.ClientCreds()
 		}
 	}
 	if creds == "" {
@@ -264,10 +185,8 @@ func coordClient() (*rpc.CoordClient, error) {
 }
 
 func newUpCmd() *cobra.Command {
-	var nodes int
-	var prefix, underlay, jobSubnets string
-	var deadline, ttl time.Duration
-	var extra upExtra
+	var underlay string
+	var cfg testbed.Config
 	cmd := &cobra.Command{
 		Use:   "up [--nodes N]",
 		Short: "Start a local cluster: a coordinator and N agents, each node in its own network namespace",
@@ -282,253 +201,51 @@ all of it.`,
   cairn down`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if nodes < 1 || nodes > 64 {
+			if cfg.Nodes < 1 || cfg.Nodes > 64 {
 				return usageError{fmt.Errorf("--nodes must be 1..64")}
 			}
-			sub, err := netip.ParsePrefix(underlay)
-			if err != nil {
+			var err error
+			if cfg.Underlay, err = netip.ParsePrefix(underlay); err != nil {
 				return usageError{fmt.Errorf("--underlay: %w", err)}
-			}
-			for _, h := range extra.hooks {
-				if _, err := events.ParseHook(h); err != nil {
-					return usageError{fmt.Errorf("--hook: %w", err)}
-				}
 			}
 			// The coordinator reads them once it runs: check them now, and
 			// hand it paths that do not depend on this directory.
-			if _, err := hookSecret(extra.hookSecretFile); err != nil {
+			hf := hookFlags{cfg.Hooks, cfg.HookSecretFile, cfg.HookCA}
+			if _, _, _, err := hf.parse(); err != nil {
 				return err
 			}
-			if _, err := events.HookRoots(extra.hookCA); err != nil {
-				return usageError{fmt.Errorf("--hook-ca: %w", err)}
-			}
-			for _, p := range []*string{&extra.hookSecretFile, &extra.hookCA} {
+			for _, p := range []*string{&cfg.HookSecretFile, &cfg.HookCA} {
 				if *p != "" {
 					if *p, err = filepath.Abs(*p); err != nil {
 						return err
 					}
 				}
 			}
-			return clusterUp(cmd.Context(), cmd, nodes, prefix, sub, jobSubnets, deadline, ttl, extra)
+			cfg.Dir, cfg.Staging, cfg.CRIU, cfg.Runc, cfg.Out = testbed.Dir(global.dataDir), global.stagingDir, global.criuPath, global.runcPath, cmd.OutOrStdout()
+			lc, err := testbed.Up(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			for _, nd := range lc.Nodes {
+				fmt.Fprintf(cfg.Out, "node %s: agent at %s (pid %d)\n", nd.Name, nd.Addr, nd.PID)
+			}
+			fmt.Fprintf(cfg.Out, "cluster up: %d nodes (state and logs in %s; remove with `cairn down`)\n", cfg.Nodes, lc.Dir())
+			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&extra.hooks, "hook", nil, "the coordinator's event hooks, TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable; see 'cairn coordinator --help')")
-	f.StringVar(&extra.hookSecretFile, "hook-secret-file", "", "the coordinator's --hook-secret-file (default $CAIRN_HOOK_SECRET)")
-	f.StringVar(&extra.hookCA, "hook-ca", "", "the coordinator's --hook-ca")
-	f.StringVar(&extra.healthCmd, "health-cmd", "", "every agent's health probe command (see 'cairn agent --help')")
-	f.DurationVar(&extra.healthEvery, "health-every", 0, "how often agents run their health probes (default: the agent's)")
-	f.IntVar(&nodes, "nodes", 3, "number of nodes")
-	f.StringVar(&prefix, "prefix", "cl-", "name prefix of the cluster's namespaces, bridges and nodes")
+	f.StringArrayVar(&cfg.Hooks, "hook", nil, "the coordinator's event hooks, TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable; see 'cairn coordinator --help')")
+	f.StringVar(&cfg.HookSecretFile, "hook-secret-file", "", "the coordinator's --hook-secret-file (default $CAIRN_HOOK_SECRET)")
+	f.StringVar(&cfg.HookCA, "hook-ca", "", "the coordinator's --hook-ca")
+	f.StringVar(&cfg.HealthCmd, "health-cmd", "", "every agent's health probe command (see 'cairn agent --help')")
+	f.DurationVar(&cfg.HealthEvery, "health-every", 0, "how often agents run their health probes (default: the agent's)")
+	f.IntVar(&cfg.Nodes, "nodes", 3, "number of nodes")
+	f.StringVar(&cfg.Prefix, "prefix", "cl-", "name prefix of the cluster's namespaces, bridges and nodes")
 	f.StringVar(&underlay, "underlay", "10.212.0.0/24", "subnet of the network between nodes")
-	f.StringVar(&jobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
-	f.DurationVar(&deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
-	f.DurationVar(&ttl, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
+	f.StringVar(&cfg.JobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
+	f.DurationVar(&cfg.Deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
+	f.DurationVar(&cfg.NodeTTL, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
 	return cmd
-}
-
-// coordPort and agentPort are the local cluster's service ports.
-const (
-	coordPort = 7400
-	agentPort = 7420
-)
-
-// upExtra are the options of `cairn up` handed on to the coordinator and
-// the agents.
-type upExtra struct {
-	hooks          []string
-	hookSecretFile string
-	hookCA         string
-	healthCmd      string
-	healthEvery    time.Duration
-}
-
-func clusterUp(ctx context.Context, cmd *cobra.Command, n int, prefix string, underlay netip.Prefix, jobSubnets string, deadline, ttl time.Duration, extra upExtra) (err error) {
-	out := cmd.OutOrStdout()
-	dir := clusterDir()
-	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err == nil {
-		return fmt.Errorf("a local cluster exists (%s); remove it with `cairn down` first", dir)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cl, err := netw.NewCluster(prefix, underlay, n)
-	if err != nil {
-		return usageError{err}
-	}
-	cl.HostAddr = true
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	lc := &localCluster{Prefix: prefix, Underlay: underlay.String(), Created: time.Now().UTC(),
-		Coordinator: netip.AddrPortFrom(cl.Underlay.Gateway(), coordPort).String()}
-	save := func() error {
-		b, _ := json.MarshalIndent(lc, "", "  ")
-		return durable.WriteFile(filepath.Join(dir, "cluster.json"), b, 0o600)
-	}
-	// From here on, whatever fails takes everything down again.
-	if err := save(); err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = clusterDown(context.WithoutCancel(ctx), lc, nil)
-		}
-	}()
-	ca, err := pki.Init(filepath.Join(dir, "pki"), pki.InitOptions{Force: true})
-	if err != nil {
-		return err
-	}
-	issue := func(name string, role pki.Role, to string, ips ...net.IP) error {
-		c, err := ca.Issue(name, role, pki.IssueOptions{IPs: ips})
-		if err != nil {
-			return err
-		}
-		return c.Write(to)
-	}
-	if err := issue(rpc.CoordServerName, pki.Coordinator, filepath.Join(dir, "coordinator", "creds"), net.IP(cl.Underlay.Gateway().AsSlice())); err != nil {
-		return err
-	}
-	if err := issue("client", pki.Client, filepath.Join(dir, "client")); err != nil {
-		return err
-	}
-	if err := cl.Create(ctx); err != nil {
-		return err
-	}
-	// The coordinator, on the host.
-	coordArgs := []string{"--data", filepath.Join(dir, "coordinator"), "coordinator",
-		"--creds", filepath.Join(dir, "coordinator", "creds"), "--dir", filepath.Join(dir, "coordinator"),
-		"--listen", lc.Coordinator, "--job-subnets", jobSubnets,
-		"--deadline", deadline.String(), "--node-ttl", ttl.String()}
-	for _, h := range extra.hooks {
-		coordArgs = append(coordArgs, "--hook", h)
-	}
-	if extra.hookSecretFile != "" {
-		coordArgs = append(coordArgs, "--hook-secret-file", extra.hookSecretFile)
-	}
-	if extra.hookCA != "" {
-		coordArgs = append(coordArgs, "--hook-ca", extra.hookCA)
-	}
-	pid, err := spawn(filepath.Join(dir, "coordinator", "coordinator.log"), nil, exe, coordArgs...)
-	if err != nil {
-		return err
-	}
-	lc.CoordPID = pid
-	if err := save(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "coordinator at %s (pid %d)\n", lc.Coordinator, pid)
-	// The agents, one in each node's network namespace.
-	for _, node := range cl.Nodes {
-		nd := filepath.Join(dir, "nodes", node.Name)
-		ln := localNode{Name: node.Name, Addr: netip.AddrPortFrom(node.Addr, agentPort).String(),
-			Data: filepath.Join(nd, "data"), Staging: filepath.Join(global.stagingDir, node.Name)}
-		if err := issue(node.Name, pki.Agent, filepath.Join(nd, "creds"), net.IP(node.Addr.AsSlice())); err != nil {
-			return err
-		}
-		// Ranks see nothing of the cluster dir: the CA key, every node's
-		// credentials and data, the coordinator's.
-		hide, err := filepath.Abs(dir)
-		if err != nil {
-			return err
-		}
-		agentArgs := []string{"--data", ln.Data, "--staging", ln.Staging, "--criu", global.criuPath, "--runc", global.runcPath,
-			"--hide", hide, "agent", "--creds", filepath.Join(nd, "creds"), "--listen", ln.Addr,
-			"--coordinator", lc.Coordinator, "--underlay", node.Addr.String(), "--netns-prefix", node.Name + "-"}
-		if extra.healthCmd != "" {
-			agentArgs = append(agentArgs, "--health-cmd", extra.healthCmd)
-		}
-		if extra.healthEvery > 0 {
-			agentArgs = append(agentArgs, "--health-every", extra.healthEvery.String())
-		}
-		pid, err := spawn(filepath.Join(nd, "agent.log"), []string{"nsenter", "--net=" + node.Path(), "--"}, exe, agentArgs...)
-		if err != nil {
-			return err
-		}
-		ln.PID = pid
-		lc.Nodes = append(lc.Nodes, ln)
-		if err := save(); err != nil {
-			return err
-		}
-	}
-	// Ready when every node has joined.
-	c, err := coordClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	deadlineAt := time.Now().Add(60 * time.Second)
-	for {
-		nodes, err := c.Nodes(ctx)
-		alive := 0
-		for _, nd := range nodes {
-			if nd.Alive {
-				alive++
-			}
-		}
-		if err == nil && alive == n {
-			break
-		}
-		if time.Now().After(deadlineAt) {
-			return fmt.Errorf("only %d of %d nodes joined within 60s (%v); see the logs in %s", alive, n, err, dir)
-		}
-		for _, p := range append([]int{lc.CoordPID}, nodePIDs(lc)...) {
-			if !pidRuns(p) {
-				return fmt.Errorf("a cluster process (pid %d) exited; see the logs in %s", p, dir)
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	for _, nd := range lc.Nodes {
-		fmt.Fprintf(out, "node %s: agent at %s (pid %d)\n", nd.Name, nd.Addr, nd.PID)
-	}
-	fmt.Fprintf(out, "cluster up: %d nodes (state and logs in %s; remove with `cairn down`)\n", n, dir)
-	return nil
-}
-
-func nodePIDs(lc *localCluster) []int {
-	var pids []int
-	for _, n := range lc.Nodes {
-		pids = append(pids, n.PID)
-	}
-	return pids
-}
-
-func pidRuns(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie has exited.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
-}
-
-// spawn starts a detached process (its own session, output to logPath)
-// and returns its pid.
-func spawn(logPath string, wrapper []string, exe string, args ...string) (int, error) {
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
-		return 0, err
-	}
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	defer lf.Close()
-	argv := append(append(wrapper, exe), args...)
-	c := exec.Command(argv[0], argv[1:]...)
-	c.Stdout, c.Stderr = lf, lf
-	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := c.Start(); err != nil {
-		return 0, err
-	}
-	pid := c.Process.Pid
-	go func() { _ = c.Wait() }() // reap it if it exits while this process lives
-	return pid, nil
 }
 
 func newDownCmd() *cobra.Command {
@@ -537,76 +254,21 @@ func newDownCmd() *cobra.Command {
 		Short: "Remove the local cluster made by `cairn up`: processes, containers, namespaces, data",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lc, err := loadLocalCluster()
-			if errors.Is(err, os.ErrNotExist) {
+			lc, err := localCluster()
+			if errors.Is(err, errNoCluster) {
 				fmt.Fprintln(cmd.OutOrStdout(), "no local cluster")
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			if err := clusterDown(cmd.Context(), lc, cmd.OutOrStdout()); err != nil {
+			if err := lc.Down(cmd.Context(), nodeRuntime()); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "cluster down")
 			return nil
 		},
 	}
-}
-
-// stopPID ends a process this cluster started: SIGTERM, then SIGKILL.
-func stopPID(pid int) {
-	if !pidRuns(pid) {
-		return
-	}
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	for i := 0; i < 50 && pidRuns(pid); i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if pidRuns(pid) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		for i := 0; i < 50 && pidRuns(pid); i++ {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-}
-
-// clusterDown stops the agents, removes every container of every node,
-// the namespaces and links named with the cluster's prefix, stops the
-// coordinator and deletes the cluster's directory.
-func clusterDown(ctx context.Context, lc *localCluster, out interface{ Write([]byte) (int, error) }) error {
-	var errs []error
-	for _, n := range lc.Nodes {
-		stopPID(n.PID)
-	}
-	for _, n := range lc.Nodes {
-		if _, err := os.Stat(n.Data); err != nil {
-			continue
-		}
-		m, err := container.New(container.Options{DataDir: n.Data, StagingDir: n.Staging, CRIU: global.criuPath, Runc: global.runcPath})
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		list, err := m.List(ctx)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for _, in := range list {
-			if err := m.Remove(ctx, in.Name, true); err != nil {
-				errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
-			}
-		}
-		_ = os.RemoveAll(n.Staging)
-	}
-	stopPID(lc.CoordPID)
-	if err := netw.Cleanup(ctx, lc.Prefix); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("cluster down (state kept in %s): %w", clusterDir(), err)
-	}
-	return os.RemoveAll(clusterDir())
 }
 
 func newNodeFailCmd() *cobra.Command {
@@ -620,50 +282,28 @@ stopped; with --lose-data its data dir (its checkpoint images) is deleted
 too. The coordinator sees the node dead once its lease expires.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lc, err := loadLocalCluster()
-			if errors.Is(err, os.ErrNotExist) {
-				return errNoCluster
-			}
+			lc, err := localCluster()
 			if err != nil {
 				return err
 			}
-			for _, n := range lc.Nodes {
-				if n.Name == args[0] {
-					return failNode(cmd.Context(), n, loseData)
-				}
+			n, ok := lc.Node(args[0])
+			if !ok {
+				return usageError{fmt.Errorf("no node %s in the local cluster", args[0])}
 			}
-			return usageError{fmt.Errorf("no node %s in the local cluster", args[0])}
+			return n.Fail(cmd.Context(), nodeRuntime(), loseData)
 		},
 	}
 	cmd.Flags().BoolVar(&loseData, "lose-data", false, "delete the node's data dir too")
 	return cmd
 }
 
-// failNode kills a local node's agent and containers, and with loseData
-// deletes its data.
-func failNode(ctx context.Context, n localNode, loseData bool) error {
-	if pidRuns(n.PID) {
-		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
-			return err
-		}
-		for pidRuns(n.PID) {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	m, err := container.New(container.Options{DataDir: n.Data, StagingDir: n.Staging, CRIU: global.criuPath, Runc: global.runcPath})
+// withCoord calls fn with a client of the configured coordinator, and
+// closes it after.
+func withCoord(fn func(c *rpc.CoordClient) error) error {
+	c, err := coordClient()
 	if err != nil {
 		return err
 	}
-	list, err := m.List(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, in := range list {
-		errs = append(errs, m.Remove(ctx, in.Name, true))
-	}
-	if loseData {
-		errs = append(errs, os.RemoveAll(n.Data), os.RemoveAll(n.Staging))
-	}
-	return errors.Join(errs...)
+	defer c.Close()
+	return fn(c)
 }

@@ -1,19 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/rpc"
+	"cairn/internal/table"
 )
 
 func newEventsCmd() *cobra.Command {
@@ -52,32 +48,16 @@ the last 10m) or an RFC 3339 time. --type takes a type
 					return usageError{fmt.Errorf("--since %q: want an event number, a duration or an RFC 3339 time", since)}
 				}
 			}
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			// A follower that fell silent for too long (suspended, or
-			// piped into a stalled reader) is cut off by the coordinator:
-			// take the stream up again after the last event shown.
-			for fails := 0; ; {
-				body, err := c.Events(cmd.Context(), q)
-				if err != nil {
-					return err
-				}
-				n, last, err := showEvents(cmd.OutOrStdout(), body, asJSON)
-				body.Close()
-				if n > 0 {
-					q.After, fails = last, 0
-				}
-				if err == nil || cmd.Context().Err() != nil {
-					return nil
-				}
-				var bad badEventError
-				if fails++; !follow || errors.As(err, &bad) || fails > 3 {
-					return fmt.Errorf("event stream: %w", err)
-				}
-			}
+			return withCoord(func(c *rpc.CoordClient) error {
+				out := cmd.OutOrStdout()
+				return c.EachEvent(cmd.Context(), q, func(e evv1.Event, line []byte) {
+					if asJSON {
+						fmt.Fprintln(out, string(line))
+					} else {
+						fmt.Fprintln(out, table.Event(e))
+					}
+				})
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -87,60 +67,4 @@ the last 10m) or an RFC 3339 time. --type takes a type
 	f.BoolVarP(&follow, "follow", "f", false, "keep showing new events as they happen")
 	f.BoolVar(&asJSON, "json", false, "one JSON event per line")
 	return cmd
-}
-
-// badEventError is a line of the event stream that is no event.
-type badEventError struct{ err error }
-
-func (e badEventError) Error() string { return e.err.Error() }
-func (e badEventError) Unwrap() error { return e.err }
-
-// showEvents prints the events of an event stream until it ends, and
-// returns how many it printed and the last one's number.
-func showEvents(out io.Writer, body io.Reader, asJSON bool) (n int, last uint64, err error) {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var e evv1.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return n, last, badEventError{err}
-		}
-		if asJSON {
-			fmt.Fprintln(out, sc.Text())
-		} else {
-			fmt.Fprintln(out, formatEvent(e))
-		}
-		n, last = n+1, e.Seq
-	}
-	return n, last, sc.Err()
-}
-
-// formatEvent is one line: number, time, type, then what it concerns.
-func formatEvent(e evv1.Event) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%6d  %s  %-20s", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type)
-	kv := func(k, v string) {
-		if v != "" {
-			fmt.Fprintf(&b, " %s=%s", k, v)
-		}
-	}
-	kv("job", e.Job)
-	if e.Rank != nil {
-		kv("rank", strconv.Itoa(*e.Rank))
-	}
-	if e.Ckpt > 0 {
-		kv("ckpt", strconv.Itoa(e.Ckpt))
-	}
-	kv("node", e.Node)
-	kv("peer", e.Peer)
-	if e.Duration > 0 {
-		kv("took", e.Duration.Round(time.Millisecond).String())
-	}
-	if e.Bytes > 0 {
-		kv("bytes", humanBytes(e.Bytes))
-	}
-	if e.Message != "" {
-		fmt.Fprintf(&b, "  %s", e.Message)
-	}
-	return b.String()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -12,8 +11,9 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/pki"
+	"cairn/internal/human"
 	"cairn/internal/rpc"
+	"cairn/internal/table"
 )
 
 // asJob returns a client of the cluster's coordinator when name is a job
@@ -40,24 +40,19 @@ func asJob(ctx context.Context, name string) (*rpc.CoordClient, bool) {
 }
 
 func runJob(cmd *cobra.Command, req coordv1.RunJob, asJSON bool) error {
-	c, err := coordClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	j, err := c.RunJob(cmd.Context(), req)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return printJSON(cmd.OutOrStdout(), j)
-	}
-	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "job %s: %d ranks on subnet %s\n", j.Name, j.Ranks, j.Subnet)
-	for r, n := range j.Placement {
-		fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
-	}
-	return nil
+	return withCoord(func(c *rpc.CoordClient) error {
+		j, err := c.RunJob(cmd.Context(), req)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(cmd.OutOrStdout(), j)
+		}
+		out := cmd.OutOrStdout()
+		fmt.Fprintf(out, "job %s: %d ranks on subnet %s\n", j.Name, j.Ranks, j.Subnet)
+		table.Placement(out, j)
+		return nil
+	})
 }
 
 func newJobsCmd() *cobra.Command {
@@ -67,32 +62,13 @@ func newJobsCmd() *cobra.Command {
 		Short: "List the cluster's jobs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			jobs, err := c.Jobs(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if jobs == nil {
-					jobs = []coordv1.Job{}
+			return withCoord(func(c *rpc.CoordClient) error {
+				jobs, err := c.Jobs(cmd.Context())
+				if err != nil {
+					return err
 				}
-				return printJSON(cmd.OutOrStdout(), jobs)
-			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "JOB\tRANKS\tSTATE\tNODES\tLAST CKPT\tRESTARTS\tCREATED\tCOMMAND")
-			for _, j := range jobs {
-				last := "-"
-				if j.LastCkpt > 0 {
-					last = strconv.Itoa(j.LastCkpt)
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", j.Name, j.Ranks, j.State, nodeSet(j.Placement),
-					last, j.Restarts, ago(j.Created), truncate(strings.Join(j.Args, " "), 30))
-			}
-			return tw.Flush()
+				return printList(cmd.OutOrStdout(), asJSON, jobs, table.Jobs)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -106,132 +82,56 @@ func newNodesCmd() *cobra.Command {
 		Short: "List the cluster's nodes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			nodes, err := c.Nodes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if nodes == nil {
-					nodes = []coordv1.Node{}
+			return withCoord(func(c *rpc.CoordClient) error {
+				nodes, err := c.Nodes(cmd.Context())
+				if err != nil {
+					return err
 				}
-				return printJSON(cmd.OutOrStdout(), nodes)
-			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "NODE\tSTATE\tRANKS\tAGENT\tUNDERLAY\tJOINED\tHEALTH")
-			for _, n := range nodes {
-				state := "dead"
-				if n.Alive {
-					state = "alive"
-				}
-				if n.Spare {
-					state += " (spare)"
-				}
-				if n.Drained {
-					state += " (drained)"
-				}
-				health := "ok"
-				if len(n.Health) > 0 {
-					health = truncate(strings.Join(n.Health, "; "), 40)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, state, n.Ranks, n.Addr, n.Underlay, ago(n.Joined), health)
-			}
-			return tw.Flush()
+				return printList(cmd.OutOrStdout(), asJSON, nodes, table.Nodes)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
-// nodeSet lists the distinct nodes of a placement in order.
-func nodeSet(placement []string) string {
-	var out []string
-	seen := map[string]bool{}
-	for _, n := range placement {
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	return strings.Join(out, ",")
-}
-
 func jobPs(cmd *cobra.Command, name string, asJSON bool) error {
-	c, err := coordClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	st, err := c.Status(cmd.Context(), name)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return printJSON(cmd.OutOrStdout(), st)
-	}
-	tw := newTable(cmd.OutOrStdout())
-	fmt.Fprintln(tw, "RANK\tNODE\tADDRESS\tSTATUS\tPID")
-	for _, r := range st.RankStates {
-		status := r.Status
-		if r.ExitCode != nil && (status == "exited" || status == "stopped") {
-			status = fmt.Sprintf("exited (%d)", *r.ExitCode)
+	return withCoord(func(c *rpc.CoordClient) error {
+		st, err := c.Status(cmd.Context(), name)
+		if err != nil {
+			return err
 		}
-		if r.Error != "" {
-			status += " (" + r.Error + ")"
+		if asJSON {
+			return printJSON(cmd.OutOrStdout(), st)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Rank, r.Node, r.Addr, status, pidText(r.Pid))
-	}
-	return tw.Flush()
-}
-
-// clientCreds loads the CLI's credentials for the configured cluster.
-func clientCreds() (*pki.Credentials, error) {
-	dir := coordFlags.creds
-	if dir == "" {
-		dir = clusterDir() + "/client"
-	}
-	return pki.LoadCredentials(dir)
+		return table.Ranks(cmd.OutOrStdout(), st)
+	})
 }
 
 // jobWait waits until every rank of a job has exited.
 func jobWait(cmd *cobra.Command, c *rpc.CoordClient, name string) error {
-	ctx := cmd.Context()
-	for {
-		st, err := c.Status(ctx, name)
-		if err != nil {
-			return err
+	st, err := c.WaitJob(cmd.Context(), name, 500*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	worst := 0
+	for _, r := range st.RankStates {
+		code := -1
+		if r.ExitCode != nil {
+			code = *r.ExitCode
 		}
-		if st.Exited {
-			out := cmd.OutOrStdout()
-			worst := 0
-			for _, r := range st.RankStates {
-				code := -1
-				if r.ExitCode != nil {
-					code = *r.ExitCode
-				}
-				fmt.Fprintf(out, "rank %d: %s (%d)\n", r.Rank, r.Status, code)
-				if code != 0 && worst == 0 {
-					worst = code
-					if worst < 0 {
-						worst = 1
-					}
-				}
+		fmt.Fprintf(cmd.OutOrStdout(), "rank %d: %s (%d)\n", r.Rank, r.Status, code)
+		if code != 0 && worst == 0 {
+			worst = code
+			if worst < 0 {
+				worst = 1
 			}
-			if worst != 0 {
-				return exitCodeError{worst}
-			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	if worst != 0 {
+		return exitCodeError{worst}
+	}
+	return nil
 }
 
 func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON bool) error {
@@ -251,7 +151,7 @@ func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON b
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s:%d %s: %d ranks, %s; ranks frozen %s (slowest dump %s, coordination %s)\n",
-		ck.Job, ck.Seq, ck.State, len(ck.Ranks), humanBytes(ck.Bytes), humanDuration(ck.Stall), humanDuration(ck.MaxDump), humanDuration(ck.Coord))
+		ck.Job, ck.Seq, ck.State, len(ck.Ranks), human.Bytes(ck.Bytes), human.Duration(ck.Stall), human.Duration(ck.MaxDump), human.Duration(ck.Coord))
 	return nil
 }
 
@@ -260,27 +160,7 @@ func jobCheckpoints(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON 
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		if cks == nil {
-			cks = []coordv1.Ckpt{}
-		}
-		return printJSON(cmd.OutOrStdout(), cks)
-	}
-	tw := newTable(cmd.OutOrStdout())
-	fmt.Fprintln(tw, "CHECKPOINT\tSTATE\tCREATED\tRANKS\tSIZE\tSTALL\tCOORD\tCOPIES\tNODES\tREASON")
-	for _, ck := range cks {
-		var nodes []string
-		copies := -1
-		for _, r := range ck.Ranks {
-			nodes = append(nodes, r.Node)
-			if copies < 0 || len(r.Copies) < copies {
-				copies = len(r.Copies)
-			}
-		}
-		fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", ck.Job, ck.Seq, ck.State, ago(ck.Created), len(ck.Ranks),
-			humanBytes(ck.Bytes), humanDuration(ck.Stall), humanDuration(ck.Coord), max(copies, 0), nodeSet(nodes), truncate(ck.Reason, 50))
-	}
-	return tw.Flush()
+	return printList(cmd.OutOrStdout(), asJSON, cks, table.Ckpts)
 }
 
 func newRestartCmd() *cobra.Command {
@@ -303,29 +183,24 @@ all of their memory has arrived, which comes from the image's holders while
 they run; --lazy=false does not, whatever the job says (--lazy-restore).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			start := time.Now()
-			req := coordv1.Restart{From: from, Nodes: nodes, Placement: placement}
-			if cmd.Flags().Changed("lazy") {
-				req.Lazy = &lazy
-			}
-			j, err := c.Restart(cmd.Context(), args[0], req)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), j)
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "job %s restarted from checkpoint %d in %s\n", j.Name, j.RestoredFrom, humanDuration(time.Since(start)))
-			for r, n := range j.Placement {
-				fmt.Fprintf(out, "  rank %d  %-15s on %s\n", r, j.Addrs[r], n)
-			}
-			return nil
+			return withCoord(func(c *rpc.CoordClient) error {
+				start := time.Now()
+				req := coordv1.Restart{From: from, Nodes: nodes, Placement: placement}
+				if cmd.Flags().Changed("lazy") {
+					req.Lazy = &lazy
+				}
+				j, err := c.Restart(cmd.Context(), args[0], req)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), j)
+				}
+				out := cmd.OutOrStdout()
+				fmt.Fprintf(out, "job %s restarted from checkpoint %d in %s\n", j.Name, j.RestoredFrom, human.Duration(time.Since(start)))
+				table.Placement(out, j)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().IntVar(&from, "from", 0, "checkpoint number (default: the newest restorable)")
@@ -343,21 +218,18 @@ func newNodeSpareCmd() *cobra.Command {
 		Short: "Keep a node as a spare: no new jobs on it; restarts go there first",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			n, err := c.SetSpare(cmd.Context(), args[0], !off)
-			if err != nil {
-				return err
-			}
-			what := "a spare"
-			if !n.Spare {
-				what = "no longer a spare"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "node %s is %s\n", n.Name, what)
-			return nil
+			return withCoord(func(c *rpc.CoordClient) error {
+				n, err := c.SetSpare(cmd.Context(), args[0], !off)
+				if err != nil {
+					return err
+				}
+				what := "a spare"
+				if !n.Spare {
+					what = "no longer a spare"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s is %s\n", n.Name, what)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&off, "off", false, "make the node an ordinary node again")

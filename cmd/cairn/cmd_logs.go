@@ -1,24 +1,20 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
-	"cairn/internal/pki"
 	"cairn/internal/rpc"
+	"cairn/internal/table"
 )
 
 func newLogsCmd() *cobra.Command {
@@ -106,112 +102,7 @@ func containerLogs(cmd *cobra.Command, name string, o logsOptions) error {
 		}
 		return printIncarnations(cmd.OutOrStdout(), wire, o.asJSON)
 	}
-	path, err := m.IncarnationLog(name, o.incarnation)
-	if err != nil {
-		return err
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	out := cmd.OutOrStdout()
-	if _, err := io.Copy(out, f); err != nil {
-		return err
-	}
-	for o.follow {
-		select {
-		case <-cmd.Context().Done():
-			return nil
-		case <-time.After(100 * time.Millisecond):
-		}
-		if _, err := io.Copy(out, f); err != nil {
-			return err
-		}
-		in, err := m.Get(cmd.Context(), name)
-		if err != nil {
-			return err
-		}
-		// "exiting": the shim is still writing out the last output.
-		if in.Status != "running" && in.Status != "paused" && in.Status != "exiting" || replaced(f, path) {
-			_, err := io.Copy(out, f)
-			return err
-		}
-	}
-	return nil
-}
-
-// replaced reports whether path no longer names the open file f: a
-// restore made a new incarnation, and f is an earlier one's log now.
-func replaced(f *os.File, path string) bool {
-	a, err1 := f.Stat()
-	b, err2 := os.Stat(path)
-	return err1 == nil && err2 == nil && !os.SameFile(a, b)
-}
-
-// printIncarnations prints a container's or a rank's incarnations.
-func printIncarnations(w io.Writer, incs []agentv1.Incarnation, asJSON bool) error {
-	if asJSON {
-		return printJSON(w, incs)
-	}
-	tw := newTable(w)
-	fmt.Fprintln(tw, "INCARNATION\tSTARTED\tRESTORED FROM\tENDED\tOUTPUT")
-	for _, inc := range incs {
-		n, from, ended := strconv.Itoa(inc.N), "-", "-"
-		if inc.Current {
-			n += " (current)"
-		}
-		if inc.RestoredFrom != "" {
-			from = fmt.Sprintf("%s (%s of output)", inc.RestoredFrom, humanBytes(inc.Restored))
-		}
-		switch {
-		case inc.Checkpointed:
-			ended = "checkpoint --stop " + ago(inc.Ended)
-		case inc.Signal != "":
-			ended = fmt.Sprintf("%s %s", inc.Signal, ago(inc.Ended))
-		case inc.ExitCode != nil:
-			ended = fmt.Sprintf("exit %d %s", *inc.ExitCode, ago(inc.Ended))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n, ago(inc.Started), from, ended, humanBytes(inc.Bytes))
-	}
-	return tw.Flush()
-}
-
-// rankNodes finds the agents of a job's ranks.
-type rankNodes struct {
-	job       string
-	placement []string
-	addrs     map[string]string // node -> agent address
-	creds     *pki.Credentials
-}
-
-func findRanks(ctx context.Context, c *rpc.CoordClient, job string) (*rankNodes, error) {
-	st, err := c.Status(ctx, job)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := c.Nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	creds, err := clientCreds()
-	if err != nil {
-		return nil, err
-	}
-	rn := &rankNodes{job: job, placement: st.Placement, addrs: map[string]string{}, creds: creds}
-	for _, n := range nodes {
-		rn.addrs[n.Name] = n.Addr
-	}
-	return rn, nil
-}
-
-// agent returns a client of the agent of rank r's node.
-func (rn *rankNodes) agent(r int) *rpc.AgentClient {
-	node := rn.placement[r]
-	return rpc.NewAgentClient(rn.addrs[node], node, rn.creds)
+	return m.CopyLog(cmd.Context(), cmd.OutOrStdout(), name, o.incarnation, o.follow)
 }
 
 // rankLogs prints a rank's output, fetched from its node's agent.
@@ -224,111 +115,34 @@ func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 	if err := checkName(job); err != nil {
 		return err
 	}
-	c, err := coordClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx := cmd.Context()
-	rn, err := findRanks(ctx, c, job)
-	if err != nil {
-		return err
-	}
-	if rank >= len(rn.placement) {
-		return usageError{fmt.Errorf("job %s has ranks 0..%d", job, len(rn.placement)-1)}
-	}
-	ac := rn.agent(rank)
-	defer ac.Close()
-	name := agentv1.RankName(job, rank)
-	if o.list {
-		incs, err := ac.Incarnations(ctx, name)
+	return withCoord(func(c *rpc.CoordClient) error {
+		ctx := cmd.Context()
+		ra, err := c.RankAgents(ctx, job)
 		if err != nil {
 			return err
 		}
-		return printIncarnations(cmd.OutOrStdout(), incs, o.asJSON)
-	}
-	body, err := ac.IncarnationLog(ctx, name, o.incarnation, o.follow)
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	_, err = io.Copy(cmd.OutOrStdout(), body)
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
+		if rank >= ra.Ranks() {
+			return usageError{fmt.Errorf("job %s has ranks 0..%d", job, ra.Ranks()-1)}
+		}
+		if o.list {
+			incs, err := ra.Incarnations(ctx, rank)
+			if err != nil {
+				return err
+			}
+			return printIncarnations(cmd.OutOrStdout(), incs, o.asJSON)
+		}
+		return ra.Log(ctx, cmd.OutOrStdout(), rank, o.incarnation, o.follow)
+	})
 }
 
 // allRankLogs prints every rank's output, each line labelled "RANK: ":
 // rank after rank, or with follow every rank's lines as they come.
 func allRankLogs(cmd *cobra.Command, c *rpc.CoordClient, job string, follow bool) error {
-	ctx := cmd.Context()
-	rn, err := findRanks(ctx, c, job)
+	ra, err := c.RankAgents(cmd.Context(), job)
 	if err != nil {
 		return err
 	}
-	out := &labelled{w: cmd.OutOrStdout()}
-	copyRank := func(r int) error {
-		ac := rn.agent(r)
-		defer ac.Close()
-		body, err := ac.Logs(ctx, agentv1.RankName(job, r), follow)
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", r, err)
-		}
-		defer body.Close()
-		if err := out.copy(r, body); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("rank %d: %w", r, err)
-		}
-		return nil
-	}
-	if !follow {
-		var errs []error
-		for r := range rn.placement {
-			errs = append(errs, copyRank(r))
-		}
-		return errors.Join(errs...)
-	}
-	errs := make([]error, len(rn.placement))
-	var wg sync.WaitGroup
-	for r := range rn.placement {
-		wg.Go(func() { errs[r] = copyRank(r) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// labelled writes whole lines of several ranks to w, each after its
-// rank's label, one line at a time.
-type labelled struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-// copy writes r's lines labelled with rank; a last line without its
-// newline gets one, so that the next label starts a line.
-func (l *labelled) copy(rank int, r io.Reader) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	label := []byte(strconv.Itoa(rank) + ": ")
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(line) > 0 {
-			if line[len(line)-1] != '\n' {
-				line = append(line, '\n')
-			}
-			l.mu.Lock()
-			_, werr := l.w.Write(append(label[:len(label):len(label)], line...))
-			l.mu.Unlock()
-			if werr != nil {
-				return werr
-			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return ra.Logs(cmd.Context(), cmd.OutOrStdout(), follow)
 }
 
 func newRmCmd() *cobra.Command {
@@ -444,7 +258,7 @@ func newWaitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), statusText(in))
+			fmt.Fprintln(cmd.OutOrStdout(), table.Status(in))
 			if in.Exit != nil && in.Exit.Code != 0 {
 				return exitCodeError{in.Exit.Code}
 			}
@@ -476,4 +290,12 @@ checkpoint the container only after it has ended.`,
 			return nil
 		},
 	}
+}
+
+// printIncarnations prints a container's or a rank's incarnations.
+func printIncarnations(w io.Writer, incs []agentv1.Incarnation, asJSON bool) error {
+	if asJSON {
+		return printJSON(w, incs)
+	}
+	return table.Incarnations(w, incs)
 }

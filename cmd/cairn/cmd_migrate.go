@@ -3,14 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/human"
+	"cairn/internal/rpc"
+	"cairn/internal/table"
 )
 
 // parseRankRef reads JOB/RANK.
@@ -47,34 +48,22 @@ record in 'cairn migrations JOB'.`,
 			if err != nil {
 				return err
 			}
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			m, err := c.Migrate(cmd.Context(), job, rank, to)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), m)
-			}
-			printMigration(cmd.OutOrStdout(), m)
-			return nil
+			return withCoord(func(c *rpc.CoordClient) error {
+				m, err := c.Migrate(cmd.Context(), job, rank, to)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), m)
+				}
+				table.Migration(cmd.OutOrStdout(), m)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "node to move the rank to (default: a spare, else the least loaded node)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the migration record as JSON")
 	return cmd
-}
-
-func printMigration(out io.Writer, m coordv1.Migration) {
-	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	fmt.Fprintf(out, "%s/%d: %s -> %s %s (job stalled %s: dump %s, move %s of %s, restore %s, resume %s)\n",
-		m.Job, m.Rank, m.From, m.To, m.State, ms(m.Stall), ms(m.Dump), ms(m.Move), humanBytes(m.Bytes), ms(m.Restore), ms(m.Resume))
-	if m.Reason != "" {
-		fmt.Fprintf(out, "  %s\n", m.Reason)
-	}
 }
 
 func newMigrationsCmd() *cobra.Command {
@@ -84,28 +73,13 @@ func newMigrationsCmd() *cobra.Command {
 		Short: "List a job's rank migrations",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := coordClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ms, err := c.Migrations(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if ms == nil {
-					ms = []coordv1.Migration{}
+			return withCoord(func(c *rpc.CoordClient) error {
+				ms, err := c.Migrations(cmd.Context(), args[0])
+				if err != nil {
+					return err
 				}
-				return printJSON(cmd.OutOrStdout(), ms)
-			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "SEQ\tRANK\tFROM\tTO\tSTATE\tSTALL\tBYTES\tSTARTED\tREASON")
-			for _, m := range ms {
-				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Seq, m.Rank, m.From, m.To, m.State,
-					m.Stall.Round(time.Millisecond), humanBytes(m.Bytes), ago(m.Started), truncate(m.Reason, 40))
-			}
-			return tw.Flush()
+				return printList(cmd.OutOrStdout(), asJSON, ms, table.Migrations)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -141,40 +115,29 @@ func newNodeUndrainCmd() *cobra.Command {
 }
 
 func drain(cmd *cobra.Command, node string, undrain, asJSON bool) error {
-	c, err := coordClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	res, err := c.Drain(cmd.Context(), node, undrain)
-	if asJSON && (err == nil || res.Node.Name != "") {
-		if res.Migrations == nil {
-			res.Migrations = []coordv1.Migration{}
+	return withCoord(func(c *rpc.CoordClient) error {
+		res, err := c.Drain(cmd.Context(), node, undrain)
+		if asJSON && (err == nil || res.Node.Name != "") {
+			if res.Migrations == nil {
+				res.Migrations = []coordv1.Migration{}
+			}
+			if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+				return errors.Join(err, perr)
+			}
+			return err
 		}
-		if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
-			return errors.Join(err, perr)
+		if err != nil {
+			return err
 		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	out := cmd.OutOrStdout()
-	if undrain {
-		fmt.Fprintf(out, "node %s takes ranks again\n", node)
+		out := cmd.OutOrStdout()
+		if undrain {
+			fmt.Fprintf(out, "node %s takes ranks again\n", node)
+			return nil
+		}
+		for _, m := range res.Migrations {
+			table.Migration(out, m)
+		}
+		fmt.Fprintf(out, "node %s is drained: %s moved away\n", node, human.Plural(len(res.Migrations), "rank"))
 		return nil
-	}
-	for _, m := range res.Migrations {
-		printMigration(out, m)
-	}
-	fmt.Fprintf(out, "node %s is drained: %s moved away\n", node, plural(len(res.Migrations), "rank"))
-	return nil
-}
-
-// plural is "1 rank", "2 ranks".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
+	})
 }

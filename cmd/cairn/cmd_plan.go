@@ -2,13 +2,13 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"cairn/internal/plan"
+	"cairn/internal/table"
 )
 
 func newPlanCmd() *cobra.Command {
@@ -42,95 +42,18 @@ placements are compared.`,
 				}
 				places = []plan.Placement{p}
 			}
-			type row struct {
-				Placement  string         `json:"placement"`
-				Replicas   int            `json:"replicas"`
-				Failures   int            `json:"failures,omitempty"`
-				P          *float64       `json:"p_restart,omitempty"`
-				MonteCarlo *plan.Estimate `json:"monte_carlo,omitempty"`
-				Tolerable  map[string]int `json:"tolerable_failures"`
-				Needed     *int           `json:"replicas_needed,omitempty"`
-				NeededP    float64        `json:"p_with_replicas_needed,omitempty"`
+			q := plan.Query{Nodes: n, Replicas: k, Target: target, Trials: trials, Rand: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))}
+			if cmd.Flags().Changed("failures") {
+				q.Failures = &f
 			}
-			var rows []row
-			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-			for _, p := range places {
-				r := row{Placement: p.String(), Replicas: k, Tolerable: map[string]int{}}
-				if cmd.Flags().Changed("failures") {
-					r.Failures = f
-					pr, err := plan.Exact(n, k, f, p)
-					if err != nil {
-						return usageError{err}
-					}
-					r.P = &pr
-					if trials > 0 {
-						est, err := plan.MonteCarlo(n, k, f, p, trials, 3.29, rng)
-						if err != nil {
-							return err
-						}
-						r.MonteCarlo = &est
-					}
-					if target > 0 {
-						need, ok, err := plan.ReplicasFor(n, f, p, target)
-						if err != nil {
-							return err
-						}
-						if ok {
-							r.Needed = &need
-							r.NeededP, _ = plan.Exact(n, need, f, p)
-						}
-					}
-				}
-				for _, t := range []struct {
-					name string
-					p    float64
-				}{{"90%", 0.90}, {"99%", 0.99}, {"99.9%", 0.999}} {
-					tol, err := plan.Tolerable(n, k, p, t.p)
-					if err != nil {
-						return usageError{err}
-					}
-					r.Tolerable[t.name] = tol
-				}
-				rows = append(rows, r)
+			rows, err := plan.Answer(q, places)
+			if err != nil {
+				return err
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), rows)
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "%d nodes, %d replica(s) of every node's images\n\n", n, k)
-			tw := newTable(w)
-			head := "PLACEMENT\tSURVIVES (90%)\t(99%)\t(99.9%)"
-			if cmd.Flags().Changed("failures") {
-				head += fmt.Sprintf("\tP(restart | %d failures)", f)
-				if trials > 0 {
-					head += "\tMONTE CARLO (99.9% CI)"
-				}
-			}
-			fmt.Fprintln(tw, head)
-			for _, r := range rows {
-				line := fmt.Sprintf("%s\t%d failures\t%d\t%d", r.Placement, r.Tolerable["90%"], r.Tolerable["99%"], r.Tolerable["99.9%"])
-				if r.P != nil {
-					line += fmt.Sprintf("\t%.6f", *r.P)
-					if r.MonteCarlo != nil {
-						line += fmt.Sprintf("\t%.6f [%.6f, %.6f]", r.MonteCarlo.P, r.MonteCarlo.Low, r.MonteCarlo.High)
-					}
-				}
-				fmt.Fprintln(tw, line)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if target > 0 && cmd.Flags().Changed("failures") {
-				fmt.Fprintln(w)
-				for _, r := range rows {
-					if r.Needed == nil {
-						fmt.Fprintf(w, "%s: no replica count survives %d failures of %d nodes\n", r.Placement, f, n)
-						continue
-					}
-					fmt.Fprintf(w, "%s: %d replica(s) survive %d failures with P = %.6f >= %g\n", r.Placement, *r.Needed, f, r.NeededP, target)
-				}
-			}
-			return nil
+			return table.Plan(cmd.OutOrStdout(), q, rows)
 		},
 	}
 	fl := cmd.Flags()

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/spf13/cobra"
 
-	"cairn/internal/container"
+	"cairn/internal/table"
 )
 
 func newPsCmd() *cobra.Command {
@@ -29,51 +26,12 @@ func newPsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if list == nil {
-					list = []*container.Info{}
-				}
-				return printJSON(cmd.OutOrStdout(), list)
-			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "NAME\tSTATUS\tPID\tADDRESS\tCREATED\tCOMMAND")
-			for _, in := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.Name, statusText(in), pidText(in.Pid), in.Addr,
-					ago(in.Created), truncate(strings.Join(in.Config.Args, " "), 40))
-			}
-			return tw.Flush()
+			return printList(cmd.OutOrStdout(), asJSON, list, table.Containers)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&job, "job", "", "list the ranks of this job of the cluster")
 	return cmd
-}
-
-func statusText(in *container.Info) string {
-	if in.Status == "exited" && in.Exit != nil {
-		if in.Exit.Signal != "" {
-			return fmt.Sprintf("exited (%s)", in.Exit.Signal)
-		}
-		return fmt.Sprintf("exited (%d)", in.Exit.Code)
-	}
-	if in.RestoredFrom != "" && in.Status == "running" {
-		return "running (restored " + in.RestoredFrom + ")"
-	}
-	return string(in.Status)
-}
-
-func pidText(pid int) string {
-	if pid == 0 {
-		return "-"
-	}
-	return fmt.Sprint(pid)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
 }
 
 func newInspectCmd() *cobra.Command {
@@ -94,28 +52,7 @@ func newInspectCmd() *cobra.Command {
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), in)
 			}
-			w := newTable(cmd.OutOrStdout())
-			row := func(k string, v any) { fmt.Fprintf(w, "%s:\t%v\n", k, v) }
-			row("Name", in.Name)
-			row("Status", statusText(in))
-			row("PID", pidText(in.Pid))
-			row("Command", strings.Join(in.Config.Args, " "))
-			row("Address", in.Addr)
-			row("Netns", in.Endpoint.Path())
-			row("Veth", in.Endpoint.Veth)
-			lower := in.Config.RootFS
-			if lower == "" {
-				lower = "/ (host)"
-			}
-			row("Lower layer", lower)
-			row("Root", in.RootFS)
-			row("Log", in.Log)
-			row("Cgroup", in.CgroupsPath)
-			row("Created", in.Created.Local().Format("2006-01-02 15:04:05"))
-			if in.RestoredFrom != "" {
-				row("Restored from", in.RestoredFrom)
-			}
-			return w.Flush()
+			return table.Container(cmd.OutOrStdout(), in)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

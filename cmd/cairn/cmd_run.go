@@ -3,14 +3,13 @@ package main
 import (
 	"fmt"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/container"
+	"cairn/internal/human"
 	"cairn/internal/launch"
 )
 
@@ -61,9 +60,9 @@ and --memory limit each container.`,
 				if len(args) == 0 {
 					return usageError{fmt.Errorf("no command given: cairn run --job NAME --ranks N -- CMD [ARGS...]")}
 				}
-				env, err := exportEnv(export, os.Environ())
+				env, err := launch.ExportEnv(export, os.Environ())
 				if err != nil {
-					return usageError{err}
+					return usageError{fmt.Errorf("--export %w", err)}
 				}
 				job.Args, job.Env, job.RootFS = args, append(env, cfg.Env...), cfg.RootFS
 				job.Cwd = cfg.Cwd
@@ -75,7 +74,7 @@ and --memory limit each container.`,
 					return usageError{err}
 				}
 				if memory != "" {
-					if job.Memory, err = parseSize(memory); err != nil {
+					if job.Memory, err = human.ParseBytes(memory); err != nil {
 						return usageError{fmt.Errorf("--memory: %w", err)}
 					}
 				}
@@ -85,7 +84,7 @@ and --memory limit each container.`,
 					}
 				}
 				if replRate != "" {
-					r, err := parseSize(replRate)
+					r, err := human.ParseBytes(replRate)
 					if err != nil {
 						return usageError{fmt.Errorf("--replication-rate: %w", err)}
 					}
@@ -104,7 +103,7 @@ and --memory limit each container.`,
 				return usageError{err}
 			}
 			if memory != "" {
-				if cfg.Memory, err = parseSize(memory); err != nil {
+				if cfg.Memory, err = human.ParseBytes(memory); err != nil {
 					return usageError{fmt.Errorf("--memory: %w", err)}
 				}
 			}
@@ -175,60 +174,4 @@ func notWith(cmd *cobra.Command, what string, flags ...string) error {
 		return nil
 	}
 	return usageError{fmt.Errorf("%s does not apply to %s", strings.Join(set, ", "), what)}
-}
-
-// parseSize reads a byte count with an optional K, M or G suffix (powers
-// of 1024).
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	if n := len(s); n > 0 {
-		switch s[n-1] {
-		case 'k', 'K':
-			mult, s = 1<<10, s[:n-1]
-		case 'm', 'M':
-			mult, s = 1<<20, s[:n-1]
-		case 'g', 'G':
-			mult, s = 1<<30, s[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q is not a size such as 50M", s)
-	}
-	return v * mult, nil
-}
-
-// sessionVars are what --export ALL leaves out: they belong to the caller's
-// session or host, not to the job (a rank gets its own CAIRN_* and
-// hostname).
-var sessionVars = []string{"SSH_", "DISPLAY=", "XAUTHORITY=", "DBUS_", "XDG_", "SHLVL=", "OLDPWD=", "PWD=", "_=",
-	"CAIRN_", "KRB5CCNAME=", "GPG_AGENT_INFO=", "HOSTNAME=", "MAIL=", "LS_COLORS=", "TMUX", "STY=", "WINDOW="}
-
-// exportEnv picks what of the caller's environment env a job gets, like
-// srun --export: ALL (less sessionVars), NONE, or a list of names.
-func exportEnv(spec string, env []string) ([]string, error) {
-	switch spec {
-	case "NONE":
-		return nil, nil
-	case "ALL", "":
-		var out []string
-		for _, kv := range env {
-			if !slices.ContainsFunc(sessionVars, func(p string) bool { return strings.HasPrefix(kv, p) }) {
-				out = append(out, kv)
-			}
-		}
-		return out, nil
-	}
-	var out []string
-	for _, name := range strings.Split(spec, ",") {
-		if name == "" || strings.ContainsAny(name, "= ") {
-			return nil, fmt.Errorf("--export %q: want ALL, NONE or VAR,VAR", spec)
-		}
-		for _, kv := range env {
-			if strings.HasPrefix(kv, name+"=") {
-				out = append(out, kv)
-			}
-		}
-	}
-	return out, nil
 }

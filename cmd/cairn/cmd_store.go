@@ -4,38 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/store"
+	"cairn/internal/human"
+	"cairn/internal/table"
 )
-
-// storeWatch remembers which packs the store had in quarantine when a
-// command began, so that the command can report the damaged packs its own
-// use of the store found and quarantined.
-type storeWatch struct {
-	repo   image.Repo
-	before []store.Quarantine
-	ok     bool
-}
-
-func watchStore(repo image.Repo) storeWatch {
-	before, err := repo.Quarantined()
-	return storeWatch{repo: repo, before: before, ok: err == nil}
-}
-
-// damage returns an *image.QuarantineError (exit 4) naming every pack
-// quarantined since watchStore, or nil. What the command did stands; the
-// damage is said.
-func (w storeWatch) damage() error {
-	if !w.ok {
-		return nil
-	}
-	return w.repo.QuarantinedSince(w.before)
-}
 
 func newGCCmd() *cobra.Command {
 	var keep int
@@ -54,14 +29,14 @@ Restores may run while gc does: gc waits for them before deleting any pack.`,
 				return err
 			}
 			prog, done := progressBarOf("repacking", asJSON, "packs")
-			watch := watchStore(m.Repo())
+			damage := m.Repo().WatchQuarantine()
 			res, err := m.Repo().GC(cmd.Context(), keep, dryRun, prog)
 			done()
 			if err != nil {
-				return errors.Join(err, watch.damage())
+				return errors.Join(err, damage())
 			}
 			if asJSON {
-				return errors.Join(printJSON(cmd.OutOrStdout(), res), watch.damage())
+				return errors.Join(printJSON(cmd.OutOrStdout(), res), damage())
 			}
 			w := cmd.OutOrStdout()
 			verb := "removed"
@@ -74,9 +49,9 @@ Restores may run while gc does: gc waits for them before deleting any pack.`,
 			if !dryRun {
 				s := res.Store
 				fmt.Fprintf(w, "kept %d checkpoints; store %s -> %s (%d chunks, %d manifests reclaimed; %d packs rewritten, %d deleted)\n",
-					len(res.Kept), humanBytes(s.BytesBefore), humanBytes(s.BytesAfter), s.ChunksRemoved, s.ManifestsRemoved, s.PacksRewritten, s.PacksDeleted)
+					len(res.Kept), human.Bytes(s.BytesBefore), human.Bytes(s.BytesAfter), s.ChunksRemoved, s.ManifestsRemoved, s.PacksRewritten, s.PacksDeleted)
 			}
-			return watch.damage()
+			return damage()
 		},
 	}
 	cmd.Flags().IntVar(&keep, "keep", 3, "checkpoints to keep per container, newest first (pinned ones are kept too)")
@@ -107,18 +82,7 @@ deduplication and compression ratios.`,
 				}
 				return err
 			}
-			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "CHECKPOINT\tLOGICAL\tUNIQUE\tSTORED")
-			for _, u := range du.Checkpoints {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Checkpoint, humanBytes(u.Logical), humanBytes(u.Unique), humanBytes(u.Stored))
-			}
-			fmt.Fprintf(tw, "total\t%s\t%s\t%s\n", humanBytes(du.Logical), humanBytes(du.Store.RawBytes), humanBytes(du.Store.StoredBytes))
-			if ferr := tw.Flush(); ferr != nil {
-				return ferr
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "dedup %.2fx, compression %.2fx, %d chunks in %d packs\n",
-				du.DedupRatio, du.CompressionRatio, du.Store.Chunks, du.Store.Packs)
-			return err
+			return errors.Join(table.DiskUsage(cmd.OutOrStdout(), du), err)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -144,30 +108,14 @@ func newExportCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// Write to a temporary name and rename, so a failed export
-			// never leaves a file that looks complete.
-			tmp, err := os.CreateTemp(filepath.Dir(out), ".cairn-export-")
-			if err != nil {
-				return err
-			}
-			defer os.Remove(tmp.Name())
 			prog, done := progressBarOf("exporting "+args[0], quiet, "chunks")
-			rec, err := m.Repo().Export(cmd.Context(), name, seq, tmp, prog)
+			rec, err := m.Repo().ExportFile(cmd.Context(), name, seq, out, prog)
 			done()
-			if err == nil {
-				err = tmp.Sync()
-			}
-			if cerr := tmp.Close(); err == nil {
-				err = cerr
-			}
 			if err != nil {
-				return err
-			}
-			if err := os.Rename(tmp.Name(), out); err != nil {
 				return err
 			}
 			fi, _ := os.Stat(out)
-			fmt.Fprintf(cmd.OutOrStdout(), "exported %s (%s) to %s (%s)\n", rec.Name(), humanBytes(rec.Logical), out, humanBytes(fi.Size()))
+			fmt.Fprintf(cmd.OutOrStdout(), "exported %s (%s) to %s (%s)\n", rec.Name(), human.Bytes(rec.Logical), out, human.Bytes(fi.Size()))
 			return nil
 		},
 	}
@@ -199,18 +147,18 @@ func newImportCmd() *cobra.Command {
 			}
 			defer f.Close()
 			prog, done := progressBarOf("importing", quiet || asJSON, "chunks")
-			watch := watchStore(m.Repo())
+			damage := m.Repo().WatchQuarantine()
 			rec, err := m.Repo().Import(cmd.Context(), f, as, prog)
 			done()
 			if err != nil {
-				return errors.Join(err, watch.damage())
+				return errors.Join(err, damage())
 			}
 			if asJSON {
-				return errors.Join(printJSON(cmd.OutOrStdout(), rec), watch.damage())
+				return errors.Join(printJSON(cmd.OutOrStdout(), rec), damage())
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "imported %s (%s); restore it with: cairn restore %s --from %d\n",
-				rec.Name(), humanBytes(rec.Logical), rec.Container, rec.Seq)
-			return watch.damage()
+				rec.Name(), human.Bytes(rec.Logical), rec.Container, rec.Seq)
+			return damage()
 		},
 	}
 	cmd.Flags().StringVar(&as, "as", "", "list the checkpoint under this container name")

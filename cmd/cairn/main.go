@@ -1,5 +1,12 @@
-// Command cairn runs jobs in containers and makes them survive failures:
-// checkpoint, restore, and (in later versions) replicate and migrate them.
+// Command cairn is cairn's one binary. As the CLI it parses a command's
+// flags and arguments, calls the packages that do the work (container and
+// image on this node, rpc for the cluster, agent and control for the
+// daemons, testbed for the local cluster, demo) and prints what they
+// return, as tables (package table) or JSON; errors become exit codes and
+// messages here, in main.go, only. The same binary is what cairn runs
+// elsewhere: a container's shim, an MPI rank's init (cairn rankinit) and
+// its launchers' agent (cairn rsh), and the test programs of demos and
+// tests (cairn stateapp, cairn ringapp).
 package main
 
 import (
@@ -20,10 +27,14 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
 	"cairn/internal/criu"
+	"cairn/internal/human"
 	"cairn/internal/image"
 	"cairn/internal/launch"
 	"cairn/internal/names"
 	"cairn/internal/netw"
+	"cairn/internal/plan"
+	"cairn/internal/testbed"
+	"cairn/internal/version"
 )
 
 // globalOptions are the flags every command takes.
@@ -36,7 +47,6 @@ type globalOptions struct {
 	subnet      string
 	debug       bool
 	hide        []string // host paths containers never see
-	hostPorts   []uint16 // host TCP ports containers may connect to
 	dumpTimeout time.Duration
 	keepImages  string
 }
@@ -84,24 +94,9 @@ or a new name.`,
 		newJobsCmd(), newNodesCmd(), newRestartCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
 		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(),
 	)
-	root.Version = buildVersion().String()
+	root.Version = version.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
 	return root
-}
-
-// rankinit runs `cairn rankinit --mpi KIND -- PROGRAM ARGS`, an MPI rank's
-// init.
-func rankinit(args []string) int {
-	if len(args) < 3 || args[0] != "--mpi" || args[2] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: cairn rankinit --mpi openmpi|mpich -- PROGRAM [ARGS...] (the init of an MPI job's ranks)")
-		return 2
-	}
-	cfg, err := launch.ConfigFromEnv(args[1], args[3:])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cairn rankinit:", err)
-		return 2
-	}
-	return launch.Run(cfg)
 }
 
 // checkName refuses, as a usage error, a container or job name that
@@ -158,9 +153,18 @@ func envOr(key, def string) string {
 
 // manager opens the data dir with the global flags.
 func manager() (*container.Manager, error) {
+	opts, err := containerOptions()
+	if err != nil {
+		return nil, err
+	}
+	return container.New(opts)
+}
+
+// containerOptions are the global flags' options of a Manager.
+func containerOptions() (container.Options, error) {
 	subnet, err := netip.ParsePrefix(global.subnet)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--subnet: %w", err)}
+		return container.Options{}, usageError{fmt.Errorf("--subnet: %w", err)}
 	}
 	logger := slog.New(slog.DiscardHandler)
 	if global.debug {
@@ -168,15 +172,15 @@ func manager() (*container.Manager, error) {
 	}
 	ports, err := hostPorts()
 	if err != nil {
-		return nil, err
+		return container.Options{}, err
 	}
 	var keep int64 // only agents keep images (cmd_agent.go)
 	if global.keepImages != "" {
-		if keep, err = parseSize(global.keepImages); err != nil {
-			return nil, usageError{fmt.Errorf("--keep-images: %w", err)}
+		if keep, err = human.ParseBytes(global.keepImages); err != nil {
+			return container.Options{}, usageError{fmt.Errorf("--keep-images: %w", err)}
 		}
 	}
-	return container.New(container.Options{
+	return container.Options{
 		KeepImages:  keep,
 		DataDir:     global.dataDir,
 		StagingDir:  global.stagingDir,
@@ -186,7 +190,7 @@ func manager() (*container.Manager, error) {
 		Hide:        global.hide,
 		DumpTimeout: global.dumpTimeout,
 		Logger:      logger,
-	})
+	}, nil
 }
 
 func main() {
@@ -200,7 +204,7 @@ func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "rankinit":
-			os.Exit(rankinit(os.Args[2:]))
+			os.Exit(launch.RankInit(os.Args[2:], os.Stderr))
 		case "rsh":
 			os.Exit(launch.Rsh(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 		}
@@ -229,7 +233,7 @@ func exitCode(err error) int {
 		wire = we.Code
 	}
 	switch {
-	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), wire == agentv1.CodeBadRequest:
+	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), errors.Is(err, testbed.ErrBadConfig), errors.Is(err, plan.ErrInput), wire == agentv1.CodeBadRequest:
 		fmt.Fprintln(os.Stderr, "Run 'cairn --help' for usage.")
 		return 2
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound), wire == agentv1.CodeNotFound:

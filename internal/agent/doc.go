@@ -37,4 +37,10 @@
 //
 // The typed client the coordinator, the CLI and other agents use is
 // rpc.AgentClient. The agent never reaches etcd.
+//
+// Agent is the daemon around Server, what `cairn agent` runs (New, then
+// Run): the node's credentials, its Manager and the tools of MPI ranks,
+// and, when it is in a cluster, its membership: it joins the coordinator,
+// sends heartbeats with its failing health probes and its store's
+// quarantine, and joins again whenever the coordinator no longer knows it.
 package agent

@@ -22,6 +22,9 @@
 //     nonce), so a rank reaches nothing of another job, and nobody outside
 //     the job reaches its daemons.
 //
+// ExportEnv picks what of its caller's environment a job gets, MPI or
+// not, as srun --export does (cairn run --job --export).
+//
 // The wire protocol is in wire.go; docs/mpi.md says how a job is launched,
 // which MCA and hydra settings cairn applies and why.
 package launch

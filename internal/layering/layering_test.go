@@ -47,23 +47,39 @@ var rules = []struct {
 	{"cairn/api/", nil, []string{"cairn/internal/"}},
 	{"cairn/internal/catalog", nil, []string{"cairn/"}},
 	{"cairn/internal/ringapp", nil, []string{"cairn/"}},
-	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/internal/pki"}, []string{"cairn/"}},
+	{"cairn/internal/human", nil, []string{"cairn/"}},
+	{"cairn/internal/version", nil, []string{"cairn/"}},
+	// The CLI's tables know the objects they show, not how they are had.
+	{"cairn/internal/table", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/container", "cairn/internal/human", "cairn/internal/image", "cairn/internal/plan"}, []string{"cairn/"}},
+	// The demos drive a Manager on this node, and a testbed only through
+	// the cairn binary.
+	{"cairn/internal/demo", []string{"cairn/api/coord/v1", "cairn/internal/container", "cairn/internal/human", "cairn/internal/netw", "cairn/internal/ringapp"}, []string{"cairn/"}},
+	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/pki"}, []string{"cairn/"}},
 	// The coordinator reaches nodes only through the agent API: never
 	// containers, images or the store directly.
 	// The event stream knows nothing of what publishes to it.
 	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable", "cairn/internal/proc"}, []string{"cairn/"}},
 	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/coord/machine", "cairn/internal/launch", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	// The coordinator process: the catalog's etcd, events and hooks
+	// around coord.
+	{"cairn/internal/control", []string{"cairn/internal/catalog", "cairn/internal/coord", "cairn/internal/events", "cairn/internal/pki"}, []string{"cairn/"}},
+	// The testbed runs the coordinator and the agents as processes and
+	// talks to them through the API.
+	{"cairn/internal/testbed", []string{"cairn/internal/container", "cairn/internal/durable", "cairn/internal/netw", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
 }
 
 // reach are rules on everything a package depends on, directly or not.
-// The coordinator reaches nodes only through the agent API (rpc): nothing
-// of the node stack is linked into it. The agent knows nothing of the
-// coordinator's catalog (etcd).
+// The coordinator (coord, and the process around it, control) reaches
+// nodes only through the agent API (rpc): nothing of the node stack is
+// linked into it. The agent knows nothing of the coordinator's catalog
+// (etcd). The testbed links neither: it runs them as processes.
 var reach = []struct {
 	pkg  string
 	deny []string
 }{
 	{"cairn/internal/coord", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy"}},
+	{"cairn/internal/control", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy"}},
+	{"cairn/internal/testbed", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/control", "cairn/internal/catalog", "go.etcd.io/"}},
 	{"cairn/internal/agent", []string{"cairn/internal/coord", "cairn/internal/catalog", "go.etcd.io/"}},
 	{"cairn/internal/rpc", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/container", "cairn/internal/store", "go.etcd.io/"}},
 }

@@ -16,11 +16,14 @@ import (
 const CoordServerName = "coordinator"
 
 // CoordClient calls the coordinator. Errors it returns are *coordv1.Error.
-type CoordClient struct{ rpc *Client }
+type CoordClient struct {
+	rpc   *Client
+	creds *pki.Credentials // also for the agents of a job's ranks
+}
 
 // NewCoordClient returns a client for the coordinator at addr.
 func NewCoordClient(addr string, creds *pki.Credentials) *CoordClient {
-	return &CoordClient{New(addr, CoordServerName, creds, time.Hour)}
+	return &CoordClient{New(addr, CoordServerName, creds, time.Hour), creds}
 }
 
 // Close releases idle connections.

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/durable"
 	"cairn/internal/netw"
+	"cairn/internal/testbed"
 )
 
 // Cluster is a local cluster made by `cairn up` for one test.
@@ -32,22 +32,6 @@ type Cluster struct {
 	Prefix  string
 	Nodes   []string
 	placed  map[string][]string // the last placement status saw, by job
-}
-
-// ClusterFile mirrors the parts of DATA/cluster/cluster.json tests use.
-type ClusterFile struct {
-	Coordinator string        `json:"coordinator"`
-	CoordPID    int           `json:"coordinator_pid"`
-	Nodes       []ClusterNode `json:"nodes"`
-}
-
-// ClusterNode is a node of a local cluster as cluster.json records it.
-type ClusterNode struct {
-	Name    string `json:"name"`
-	Addr    string `json:"addr"` // the agent's listen address`
-	Data    string `json:"data"`
-	Staging string `json:"staging"`
-	PID     int    `json:"pid"`
 }
 
 func randBytes(t testing.TB, n int) []byte {
@@ -81,13 +65,10 @@ func NewCluster(t testing.TB, n int, extra ...string) *Cluster {
 	return c
 }
 
-func (c *Cluster) File() ClusterFile {
+// File is the cluster's record (cluster.json), as it is now.
+func (c *Cluster) File() *testbed.Cluster {
 	c.t.Helper()
-	var f ClusterFile
-	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "cluster.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &f)
-	}
+	f, err := testbed.Load(testbed.Dir(c.Data))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -98,12 +79,10 @@ func (c *Cluster) File() ClusterFile {
 // processes, namespaces, links, mounts, cgroups.
 func (c *Cluster) down() {
 	t := c.t
-	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "cluster.json"))
+	f, err := testbed.Load(testbed.Dir(c.Data))
 	if err != nil {
 		return // up failed before it wrote anything
 	}
-	var f ClusterFile
-	_ = json.Unmarshal(b, &f)
 	if t.Failed() {
 		c.dumpLogs(f)
 	}
@@ -120,8 +99,8 @@ func (c *Cluster) down() {
 	for _, in := range insts {
 		CheckNoLeaks(t, in.data, in.id)
 	}
-	for _, pid := range append([]int{f.CoordPID}, pids(f)...) {
-		if processRuns(pid) {
+	for _, pid := range f.PIDs() {
+		if testbed.Running(pid) {
 			t.Errorf("cluster process %d still runs", pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -149,10 +128,10 @@ func (c *Cluster) down() {
 // dumpLogs shows the tail of the coordinator's and every agent's log in
 // the test's output, and with CAIRN_TEST_LOGS=DIR keeps them whole there:
 // what a failed end-to-end run needs to be understood afterwards.
-func (c *Cluster) dumpLogs(f ClusterFile) {
-	logs := map[string]string{"coordinator": filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log")}
+func (c *Cluster) dumpLogs(f *testbed.Cluster) {
+	logs := map[string]string{"coordinator": f.CoordinatorLog()}
 	for _, n := range f.Nodes {
-		logs[n.Name] = filepath.Join(c.Data, "cluster", "nodes", n.Name, "agent.log")
+		logs[n.Name] = f.AgentLog(n.Name)
 	}
 	keep := os.Getenv("CAIRN_TEST_LOGS")
 	for _, name := range slices.Sorted(maps.Keys(logs)) {
@@ -171,29 +150,16 @@ func (c *Cluster) dumpLogs(f ClusterFile) {
 	}
 }
 
-func pids(f ClusterFile) []int {
-	var out []int
-	for _, n := range f.Nodes {
-		out = append(out, n.PID)
-	}
-	return out
-}
-
 // waitGone waits until a killed process has exited.
 func waitGone(t testing.TB, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for processRuns(pid) {
+	for testbed.Running(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d still runs 10s after SIGKILL", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func processRuns(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	return err == nil && !strings.Contains(string(b), ") Z ")
 }
 
 // Run runs the cairn binary against the cluster.
@@ -274,7 +240,12 @@ func (c *Cluster) Logs(job string, rank int) string {
 		return out
 	}
 	if p := c.placed[job]; rank < len(p) {
-		b, _ := os.ReadFile(filepath.Join(c.Data, "cluster", "nodes", p[rank], "data", "containers", fmt.Sprintf("%s.%d", job, rank), "container.log"))
+		f, err := testbed.Load(testbed.Dir(c.Data))
+		if err != nil {
+			return ""
+		}
+		n, _ := f.Node(p[rank])
+		b, _ := os.ReadFile(filepath.Join(n.Data, "containers", fmt.Sprintf("%s.%d", job, rank), "container.log"))
 		return string(b)
 	}
 	return ""
@@ -352,10 +323,9 @@ func (c *Cluster) KillAgent(node string) (restart func(env ...string)) {
 			c.t.Helper()
 			// The agent itself is already in the node's netns: join it.
 			full := append([]string{"nsenter", "--net=" + netw.NetnsPath(node), "--"}, argv...)
-			pid := c.spawnEnv(filepath.Join(c.Data, "cluster", "nodes", node, "agent.log"), full, env)
 			f := c.File()
-			f.Nodes[i].PID = pid
-			c.saveFile(f)
+			f.Nodes[i].PID = c.spawn(f.AgentLog(node), full, env)
+			c.save(f)
 		}
 	}
 	c.t.Fatalf("no node %s", node)
@@ -374,53 +344,27 @@ func (c *Cluster) KillCoordinator(env ...string) (restart func(env ...string)) {
 	waitGone(c.t, f.CoordPID)
 	return func(env ...string) {
 		c.t.Helper()
-		pid := c.spawnEnv(filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log"), argv, env)
 		f := c.File()
-		f.CoordPID = pid
-		c.saveFile(f)
+		f.CoordPID = c.spawn(f.CoordinatorLog(), argv, env)
+		c.save(f)
 	}
 }
 
-func (c *Cluster) spawn(logPath string, argv []string) int { return c.spawnEnv(logPath, argv, nil) }
-
-func (c *Cluster) spawnEnv(logPath string, argv, env []string) int {
+// spawn starts a process of the cluster again.
+func (c *Cluster) spawn(logPath string, argv, env []string) int {
 	c.t.Helper()
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	pid, err := testbed.Spawn(logPath, argv, env)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	defer lf.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait() }()
-	return cmd.Process.Pid
+	return pid
 }
 
-// saveFile rewrites cluster.json with processes a test restarted, so that
+// save records processes a test restarted in cluster.json, so that
 // `cairn down` stops them.
-func (c *Cluster) saveFile(f ClusterFile) {
+func (c *Cluster) save(f *testbed.Cluster) {
 	c.t.Helper()
-	path := filepath.Join(c.Data, "cluster", "cluster.json")
-	var raw map[string]any
-	b, err := os.ReadFile(path)
-	if err == nil {
-		err = json.Unmarshal(b, &raw)
-	}
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	raw["coordinator_pid"] = f.CoordPID
-	nodes := raw["nodes"].([]any)
-	for i, n := range f.Nodes {
-		nodes[i].(map[string]any)["pid"] = n.PID
-	}
-	b, _ = json.MarshalIndent(raw, "", "  ")
-	if err := durable.WriteFile(path, b, 0o600); err != nil {
+	if err := f.Save(); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -446,7 +390,7 @@ func (c *Cluster) WaitNodes(want int, within time.Duration) {
 			}
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log"))
+			b, _ := os.ReadFile(c.File().CoordinatorLog())
 			if len(b) > 3000 {
 				b = b[len(b)-3000:]
 			}
@@ -512,7 +456,7 @@ func (c *Cluster) RankNetns(job string) []string {
 // failpoint.
 func (c *Cluster) WaitFailpoint(name string, within time.Duration) {
 	c.t.Helper()
-	log := filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log")
+	log := c.File().CoordinatorLog()
 	deadline := time.Now().Add(within)
 	for {
 		b, _ := os.ReadFile(log)
@@ -529,7 +473,7 @@ func (c *Cluster) WaitFailpoint(name string, within time.Duration) {
 // WaitAgentLog waits until a node's agent has logged substr.
 func (c *Cluster) WaitAgentLog(node, substr string, within time.Duration) {
 	c.t.Helper()
-	log := filepath.Join(c.Data, "cluster", "nodes", node, "agent.log")
+	log := c.File().AgentLog(node)
 	WaitUntil(c.t, within, func() (bool, string) {
 		b, _ := os.ReadFile(log)
 		return strings.Contains(string(b), substr), fmt.Sprintf("agent of %s never logged %q", node, substr)
@@ -564,40 +508,21 @@ func (c *Cluster) KillNode(node string, deleteData bool) { c.KillNodes([]string{
 func (c *Cluster) KillNodes(nodes []string, deleteData bool) {
 	c.t.Helper()
 	f := c.File()
-	var dead []ClusterNode
+	var dead []testbed.Node
 	for _, node := range nodes {
-		i := slices.IndexFunc(f.Nodes, func(n ClusterNode) bool { return n.Name == node })
-		if i < 0 {
+		n, ok := f.Node(node)
+		if !ok {
 			c.t.Fatalf("no node %s", node)
 		}
-		if err := syscall.Kill(f.Nodes[i].PID, syscall.SIGKILL); err != nil {
+		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
 			c.t.Fatal(err)
 		}
-		dead = append(dead, f.Nodes[i])
+		dead = append(dead, n)
 	}
 	for _, n := range dead {
 		waitGone(c.t, n.PID)
-		local := func(args ...string) string {
-			out, err := exec.Command(c.Bin, append([]string{"--data", n.Data, "--staging", n.Staging}, args...)...).CombinedOutput()
-			if err != nil {
-				c.t.Fatalf("cairn %v on node %s: %v\n%s", args, n.Name, err, out)
-			}
-			return string(out)
-		}
-		var list []struct {
-			Name string `json:"name"`
-		}
-		if err := json.Unmarshal([]byte(local("ps", "--json")), &list); err != nil {
-			c.t.Fatal(err)
-		}
-		for _, in := range list {
-			local("rm", "-f", in.Name)
-		}
-		if deleteData {
-			if err := os.RemoveAll(n.Data); err != nil {
-				c.t.Fatal(err)
-			}
-			os.RemoveAll(n.Staging)
+		if err := n.Fail(context.Background(), testbed.Runtime{}, deleteData); err != nil {
+			c.t.Fatalf("fail node %s: %v", n.Name, err)
 		}
 	}
 }

@@ -1,10 +1,9 @@
-package main
+package demo
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,41 +13,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/human"
 	"cairn/internal/ringapp"
 )
 
-func newDemoClusterCmd() *cobra.Command {
-	var keep bool
-	var messages int
-	cmd := &cobra.Command{
-		Use:   "cluster",
-		Short: "Show a cluster: a 4-rank job, global checkpoints, a restart on other nodes, a drain, a node failure",
-		Long: `Start a local cluster of 3 nodes (cairn up), run a 4-rank job that passes
-checksummed messages around a ring over TCP at full speed, take global
-checkpoints while it runs, kill every rank, restart the job from the last
-checkpoint with every rank on another node; drain a node, whose ranks migrate
-while the job runs on; take one more checkpoint, which is
-replicated to another node, and make a node fail with its disk: the job
-restarts by itself on the spare from the replica. It must finish with exactly
-the result of an uninterrupted run. Every step is a cairn command,
-printed before it runs. Uses a data dir of its own and removes the cluster
-afterwards (unless --keep).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClusterDemo(cmd.Context(), cmd.OutOrStdout(), keep, messages)
-		},
-	}
-	cmd.Flags().BoolVar(&keep, "keep", false, "leave the cluster up afterwards (remove it with cairn --data DIR down)")
-	cmd.Flags().IntVar(&messages, "messages", 1_500_000, "messages each rank of the ring handles")
-	return cmd
-}
-
 // clusterDemo runs cairn commands against a demo cluster of its own.
 type clusterDemo struct {
-	*demo
+	*script
 	exe, data, staging string
 }
 
@@ -104,16 +76,25 @@ func (d *clusterDemo) ckpts(ctx context.Context) ([]coordv1.Ckpt, error) {
 	return cks, json.Unmarshal([]byte(out), &cks)
 }
 
-func runClusterDemo(ctx context.Context, w io.Writer, keep bool, messages int) (err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
+// RunCluster runs the cluster demo: a testbed of 4 nodes (one a spare)
+// and a 4-rank ring job taken through global checkpoints, a kill and a
+// restart with every rank on another node, a drain, a replicated
+// checkpoint and the failure of a node with its disk, after which the job
+// restarts by itself; it must end with exactly the result of an
+// uninterrupted run. The testbed has a data dir of its own and is removed
+// afterwards unless cfg.Keep.
+func RunCluster(ctx context.Context, cfg Config) (err error) {
+	w, keep, messages, exe := cfg.Out, cfg.Keep, cfg.Messages, cfg.Exe
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return err
+		}
 	}
 	dir, err := os.MkdirTemp("/var/tmp", "cairn-demo-cluster-")
 	if err != nil {
 		return err
 	}
-	d := &clusterDemo{demo: &demo{w: w, color: isTerminal(os.Stdout)}, exe: exe, data: dir, staging: filepath.Join("/dev/shm", filepath.Base(dir))}
+	d := &clusterDemo{script: &script{w: w, color: cfg.Color}, exe: exe, data: dir, staging: filepath.Join("/dev/shm", filepath.Base(dir))}
 	defer func() {
 		if keep {
 			fmt.Fprintf(w, "\nThe cluster is still up: cairn --data %s --staging %s down\n", d.data, d.staging)
@@ -251,7 +232,7 @@ func runClusterDemo(ctx context.Context, w io.Writer, keep bool, messages int) (
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	d.detail("restarted by itself %s after the failure", humanDuration(time.Since(start)))
+	d.detail("restarted by itself %s after the failure", human.Duration(time.Since(start)))
 	if _, err := d.run(ctx, true, "ps", "--job", "ring"); err != nil {
 		return err
 	}

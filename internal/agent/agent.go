@@ -1,0 +1,186 @@
+// The agent's lifecycle: what `cairn agent` runs, from its credentials to
+// serving.
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/container"
+	"cairn/internal/launch"
+	"cairn/internal/netw"
+	"cairn/internal/pki"
+	"cairn/internal/rpc"
+)
+
+// Config is everything an agent runs with.
+type Config struct {
+	// Creds is the directory of the node's credentials (role agent); no
+	// rank ever sees it.
+	Creds string
+	// Container are the options of the node's Manager.
+	Container container.Options
+	// Listen is the address the agent API is served on.
+	Listen string
+	// Coordinator, when set, is the address of the coordinator the agent
+	// joins as the node its certificate names, and keeps its membership
+	// alive with heartbeats. Underlay is then required: the address other
+	// nodes reach this one at, over which job networks run.
+	Coordinator string
+	Underlay    netip.Addr
+	// Advertise is the agent API address the coordinator calls (default:
+	// the listener's).
+	Advertise string
+	// Labels are the node's labels (rack=r1).
+	Labels map[string]string
+	// NetnsPrefix starts the names of rank network namespaces (default
+	// cairn-NODE-).
+	NetnsPrefix string
+	// Health are the health probes run while joined; Node and DataDir are
+	// the agent's.
+	Health HealthConfig
+	// ToolsDir keeps the tools mounted in MPI ranks, by content: Exe
+	// (default: this executable) and the MPICH fix library MPICHFix.
+	ToolsDir, Exe, MPICHFix string
+	// Logger: nil logs nothing.
+	Logger *slog.Logger
+}
+
+// Agent is a node's agent, ready to serve.
+type Agent struct {
+	cfg   Config
+	creds *pki.Credentials
+	m     *container.Manager
+	tools string
+	ln    net.Listener
+	log   *slog.Logger
+}
+
+// New loads the node's credentials, opens its Manager, installs the tools
+// of MPI ranks and listens on cfg.Listen.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Creds == "" {
+		return nil, errors.New("agent: no credentials directory")
+	}
+	if cfg.Coordinator != "" && !cfg.Underlay.IsValid() {
+		return nil, errors.New("agent: joining a coordinator needs the node's underlay address")
+	}
+	c, err := pki.LoadCredentials(cfg.Creds)
+	if err != nil {
+		return nil, err
+	}
+	if c.Role != pki.Agent {
+		return nil, fmt.Errorf("credentials in %s are for a %s, not an agent", cfg.Creds, c.Role)
+	}
+	if cfg.NetnsPrefix == "" {
+		cfg.NetnsPrefix = "cairn-" + c.Name + "-"
+	}
+	a := &Agent{cfg: cfg, creds: c, log: cfg.Logger}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	// The node's credentials are never a rank's to read.
+	opts := cfg.Container
+	opts.Hide = append(opts.Hide[:len(opts.Hide):len(opts.Hide)], cfg.Creds)
+	if a.m, err = container.New(opts); err != nil {
+		return nil, err
+	}
+	exe := cfg.Exe
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	if a.tools, err = launch.InstallTools(cfg.ToolsDir, exe, cfg.MPICHFix); err != nil {
+		return nil, fmt.Errorf("install the tools of MPI ranks in %s: %w", cfg.ToolsDir, err)
+	}
+	if a.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Addr is the address the agent serves on.
+func (a *Agent) Addr() net.Addr { return a.ln.Addr() }
+
+// Run serves the agent API until ctx is done, joined to the coordinator
+// if there is one. First it unlocks the network of every rank an earlier
+// agent left locked.
+func (a *Agent) Run(ctx context.Context) error {
+	c := a.creds
+	unlockRanks(ctx, a.m, a.log)
+	a.log.Info("agent serving", "node", c.Name, "addr", a.ln.Addr().String(), "cluster", c.ClusterID)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node := Node{NetnsPrefix: a.cfg.NetnsPrefix}
+	if a.cfg.Coordinator != "" {
+		node.Underlay = a.cfg.Underlay
+		a.join(ctx)
+	}
+	return (&Server{Manager: a.m, Creds: c, Logger: a.log, Node: node, Tools: a.tools}).Serve(ctx, a.ln)
+}
+
+// join starts the health probes and the membership of the cluster, both
+// until ctx is done.
+func (a *Agent) join(ctx context.Context) {
+	advertise := a.cfg.Advertise
+	if advertise == "" {
+		advertise = a.ln.Addr().String()
+	}
+	j := coordv1.Join{Name: a.creds.Name, Addr: advertise, Underlay: a.cfg.Underlay.String(), Labels: a.cfg.Labels}
+	hc := a.cfg.Health
+	hc.Node, hc.DataDir = a.creds.Name, a.cfg.Container.DataDir
+	h := NewHealth(hc)
+	go h.Run(ctx, func(w []string) {
+		if len(w) > 0 {
+			a.log.Warn("health probes failing", "probes", strings.Join(w, "; "))
+		} else {
+			a.log.Info("health probes pass")
+		}
+	})
+	go keepJoined(ctx, rpc.NewCoordClient(a.cfg.Coordinator, a.creds), j, h.Warnings, a.quarantined, a.log)
+}
+
+// quarantined lists the damaged packs of the store's quarantine, reported
+// with every heartbeat: the coordinator publishes each new one.
+func (a *Agent) quarantined() []string {
+	qs, err := a.m.Repo().Quarantined()
+	if err != nil {
+		return []string{"cannot read the store's quarantine: " + err.Error()}
+	}
+	var out []string
+	for _, q := range qs {
+		out = append(out, q.String())
+	}
+	return out
+}
+
+// unlockRanks unlocks the network of every rank on this node: an agent
+// that died in the middle of a round may have left some locked, and a new
+// agent holds no round.
+func unlockRanks(ctx context.Context, m *container.Manager, log *slog.Logger) {
+	list, err := m.List(ctx)
+	if err != nil {
+		log.Warn("list containers", "err", err)
+		return
+	}
+	for _, in := range list {
+		if in.Config.Net == nil {
+			continue
+		}
+		if locked, err := netw.NetnsLocked(ctx, in.Config.Net.Netns); err == nil && locked {
+			log.Warn("unlocking the network of a rank an earlier agent left locked", "container", in.Name)
+			if err := netw.UnlockNetns(ctx, in.Config.Net.Netns); err != nil {
+				log.Warn("unlock", "container", in.Name, "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,54 @@
+// The agent's membership of the cluster: join, heartbeats, join again.
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	v1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/rpc"
+)
+
+// keepJoined joins the cluster and sends heartbeats, with the failing
+// health probes and the store's quarantine, until ctx ends; it joins again
+// whenever the coordinator no longer knows the node.
+func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, health, quarantined func() []string, log *slog.Logger) {
+	defer cl.Close()
+	every := time.Second
+	joined := false
+	for {
+		var err error
+		if !joined {
+			var reply coordv1.JoinReply
+			reply, err = cl.Join(ctx, j)
+			if err == nil {
+				joined = true
+				if reply.Heartbeat > 0 {
+					every = reply.Heartbeat
+				}
+				log.Info("joined the cluster", "node", j.Name, "heartbeat", every)
+			}
+		} else {
+			hctx, cancel := context.WithTimeout(ctx, every*2)
+			err = cl.Heartbeat(hctx, coordv1.Heartbeat{Name: j.Name, Health: health(), Quarantined: quarantined()})
+			cancel()
+			var we *v1.Error
+			if errors.As(err, &we) && we.Code == v1.CodeNotFound {
+				joined = false
+				continue
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("coordinator", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}

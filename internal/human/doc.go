@@ -1,0 +1,4 @@
+// Package human writes quantities for people, the way cairn's CLI and
+// demos print them: sizes in binary units (1.5 MiB), durations rounded to
+// what a reader can use, times as how long ago they were.
+package human

@@ -1,0 +1,97 @@
+package testbed
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"cairn/internal/durable"
+)
+
+// Cluster is what DIR/cluster.json records of a testbed: enough for the
+// CLI to find the coordinator and for Down to remove everything.
+type Cluster struct {
+	Prefix      string    `json:"prefix"`   // of its namespaces, bridges and nodes
+	Underlay    string    `json:"underlay"` // the subnet between nodes
+	Coordinator string    `json:"coordinator"`
+	CoordPID    int       `json:"coordinator_pid"`
+	Nodes       []Node    `json:"nodes"`
+	Created     time.Time `json:"created"`
+
+	dir string
+}
+
+// Node is a node of a testbed.
+type Node struct {
+	Name    string `json:"name"`
+	Addr    string `json:"addr"` // the agent's listen address
+	Data    string `json:"data"`
+	Staging string `json:"staging"`
+	PID     int    `json:"pid"` // the agent's
+}
+
+// Dir is where the testbed of the data dir data lives.
+func Dir(data string) string { return filepath.Join(data, "cluster") }
+
+func file(dir string) string { return filepath.Join(dir, "cluster.json") }
+
+// Load reads the testbed in dir; an error satisfying
+// errors.Is(err, os.ErrNotExist) says there is none.
+func Load(dir string) (*Cluster, error) {
+	b, err := os.ReadFile(file(dir))
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{dir: dir}
+	if err := json.Unmarshal(b, c); err != nil {
+		return nil, fmt.Errorf("%s: %w", file(dir), err)
+	}
+	return c, nil
+}
+
+// Save records c in its cluster.json, durably.
+func (c *Cluster) Save() error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return durable.WriteFile(file(c.dir), b, 0o600)
+}
+
+// Dir is the testbed's directory.
+func (c *Cluster) Dir() string { return c.dir }
+
+// ClientCreds is the directory of the credentials of the testbed's
+// clients (the CLI).
+func (c *Cluster) ClientCreds() string { return filepath.Join(c.dir, "client") }
+
+// CoordinatorLog is the coordinator's output.
+func (c *Cluster) CoordinatorLog() string {
+	return filepath.Join(c.dir, "coordinator", "coordinator.log")
+}
+
+// AgentLog is the output of a node's agent.
+func (c *Cluster) AgentLog(node string) string { return filepath.Join(c.nodeDir(node), "agent.log") }
+
+func (c *Cluster) nodeDir(node string) string { return filepath.Join(c.dir, "nodes", node) }
+
+// Node returns the node named name.
+func (c *Cluster) Node(name string) (Node, bool) {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// PIDs are the testbed's processes: the coordinator, then every agent.
+func (c *Cluster) PIDs() []int {
+	pids := []int{c.CoordPID}
+	for _, n := range c.Nodes {
+		pids = append(pids, n.PID)
+	}
+	return pids
+}

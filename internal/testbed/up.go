@@ -1,0 +1,235 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"cairn/internal/container"
+	"cairn/internal/netw"
+	"cairn/internal/pki"
+	"cairn/internal/rpc"
+)
+
+// The testbed's service ports.
+const (
+	CoordPort = 7400
+	AgentPort = 7420
+)
+
+// ErrBadConfig marks a Config no testbed can be made of.
+var ErrBadConfig = errors.New("bad testbed config")
+
+type configError struct{ error }
+
+func (e configError) Unwrap() error        { return e.error }
+func (e configError) Is(target error) bool { return target == ErrBadConfig }
+
+// Config says what testbed Up makes.
+type Config struct {
+	Dir      string       // the testbed's directory (Dir of a data dir)
+	Nodes    int          // how many
+	Prefix   string       // names of its namespaces, bridges and nodes start with it
+	Underlay netip.Prefix // the subnet between nodes
+	// Staging holds each node's staging dir (Staging/NODE; default
+	// container.DefaultStagingDir).
+	Staging string
+	// Exe is the cairn binary the processes run (default: this
+	// executable); CRIU and Runc are the agents' binaries (default: their
+	// defaults).
+	Exe, CRIU, Runc string
+	// The coordinator's options, as `cairn coordinator` takes them (zero:
+	// its defaults).
+	JobSubnets        string
+	Deadline, NodeTTL time.Duration
+	Hooks             []string
+	HookSecretFile    string
+	HookCA            string
+	// The agents' health probes (as `cairn agent` takes them; 0: the
+	// agent's default).
+	HealthCmd   string
+	HealthEvery time.Duration
+	// Out is told about each process as it starts (nil: nothing).
+	Out io.Writer
+}
+
+// joinWithin bounds the wait for every node to join.
+const joinWithin = 60 * time.Second
+
+// Up makes a testbed and returns once every node has joined. When it
+// fails, it removes whatever it made.
+func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	dir := cfg.Dir
+	if _, err := os.Stat(file(dir)); err == nil {
+		return nil, fmt.Errorf("a local cluster exists (%s); remove it with `cairn down` first", dir)
+	}
+	if cfg.Exe == "" {
+		if cfg.Exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	if cfg.Staging == "" {
+		cfg.Staging = container.DefaultStagingDir
+	}
+	cl, err := netw.NewCluster(cfg.Prefix, cfg.Underlay, cfg.Nodes)
+	if err != nil {
+		return nil, configError{err}
+	}
+	cl.HostAddr = true
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	c := &Cluster{dir: dir, Prefix: cfg.Prefix, Underlay: cfg.Underlay.String(), Created: time.Now().UTC(),
+		Coordinator: netip.AddrPortFrom(cl.Underlay.Gateway(), CoordPort).String()}
+	// From here on, whatever fails takes everything down again.
+	if err := c.Save(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = c.Down(context.WithoutCancel(ctx), Runtime{CRIU: cfg.CRIU, Runc: cfg.Runc})
+		}
+	}()
+	ca, err := pki.Init(filepath.Join(dir, "pki"), pki.InitOptions{Force: true})
+	if err != nil {
+		return nil, err
+	}
+	issue := func(name string, role pki.Role, to string, ips ...net.IP) error {
+		creds, err := ca.Issue(name, role, pki.IssueOptions{IPs: ips})
+		if err != nil {
+			return err
+		}
+		return creds.Write(to)
+	}
+	coordDir := filepath.Join(dir, "coordinator")
+	if err := issue(rpc.CoordServerName, pki.Coordinator, filepath.Join(coordDir, "creds"), net.IP(cl.Underlay.Gateway().AsSlice())); err != nil {
+		return nil, err
+	}
+	if err := issue("client", pki.Client, c.ClientCreds()); err != nil {
+		return nil, err
+	}
+	if err := cl.Create(ctx); err != nil {
+		return nil, err
+	}
+	// The coordinator, on the host.
+	if c.CoordPID, err = Spawn(c.CoordinatorLog(), append([]string{cfg.Exe}, cfg.coordinatorArgs(c)...), nil); err != nil {
+		return nil, err
+	}
+	if err := c.Save(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cfg.Out, "coordinator at %s (pid %d)\n", c.Coordinator, c.CoordPID)
+	// The agents, one in each node's network namespace.
+	for _, node := range cl.Nodes {
+		nd := c.nodeDir(node.Name)
+		n := Node{Name: node.Name, Addr: netip.AddrPortFrom(node.Addr, AgentPort).String(),
+			Data: filepath.Join(nd, "data"), Staging: filepath.Join(cfg.Staging, node.Name)}
+		if err := issue(node.Name, pki.Agent, filepath.Join(nd, "creds"), net.IP(node.Addr.AsSlice())); err != nil {
+			return nil, err
+		}
+		args, err := cfg.agentArgs(c, n, node.Addr)
+		if err != nil {
+			return nil, err
+		}
+		argv := append([]string{"nsenter", "--net=" + node.Path(), "--", cfg.Exe}, args...)
+		if n.PID, err = Spawn(c.AgentLog(n.Name), argv, nil); err != nil {
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+		if err := c.Save(); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.waitJoined(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// coordinatorArgs are the command line of the testbed's coordinator.
+func (cfg Config) coordinatorArgs(c *Cluster) []string {
+	dir := filepath.Join(c.dir, "coordinator")
+	args := []string{"--data", dir, "coordinator",
+		"--creds", filepath.Join(dir, "creds"), "--dir", dir,
+		"--listen", c.Coordinator}
+	if cfg.JobSubnets != "" {
+		args = append(args, "--job-subnets", cfg.JobSubnets)
+	}
+	if cfg.Deadline > 0 {
+		args = append(args, "--deadline", cfg.Deadline.String())
+	}
+	if cfg.NodeTTL > 0 {
+		args = append(args, "--node-ttl", cfg.NodeTTL.String())
+	}
+	for _, h := range cfg.Hooks {
+		args = append(args, "--hook", h)
+	}
+	if cfg.HookSecretFile != "" {
+		args = append(args, "--hook-secret-file", cfg.HookSecretFile)
+	}
+	if cfg.HookCA != "" {
+		args = append(args, "--hook-ca", cfg.HookCA)
+	}
+	return args
+}
+
+// agentArgs are the command line of a node's agent.
+func (cfg Config) agentArgs(c *Cluster, n Node, underlay netip.Addr) ([]string, error) {
+	// Ranks see nothing of the testbed's dir: the CA key, every node's
+	// credentials and data, the coordinator's.
+	hide, err := filepath.Abs(c.dir)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--data", n.Data, "--staging", n.Staging, "--criu", cfg.CRIU, "--runc", cfg.Runc,
+		"--hide", hide, "agent", "--creds", filepath.Join(c.nodeDir(n.Name), "creds"), "--listen", n.Addr,
+		"--coordinator", c.Coordinator, "--underlay", underlay.String(), "--netns-prefix", n.Name + "-"}
+	if cfg.HealthCmd != "" {
+		args = append(args, "--health-cmd", cfg.HealthCmd)
+	}
+	if cfg.HealthEvery > 0 {
+		args = append(args, "--health-every", cfg.HealthEvery.String())
+	}
+	return args, nil
+}
+
+// waitJoined waits until the coordinator sees every node alive.
+func (c *Cluster) waitJoined(ctx context.Context) error {
+	creds, err := pki.LoadCredentials(c.ClientCreds())
+	if err != nil {
+		return err
+	}
+	cl := rpc.NewCoordClient(c.Coordinator, creds)
+	defer cl.Close()
+	deadline := time.Now().Add(joinWithin)
+	for {
+		nodes, err := cl.Nodes(ctx)
+		alive := 0
+		for _, nd := range nodes {
+			if nd.Alive {
+				alive++
+			}
+		}
+		if err == nil && alive == len(c.Nodes) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d nodes joined within 60s (%v); see the logs in %s", alive, len(c.Nodes), err, c.dir)
+		}
+		for _, p := range c.PIDs() {
+			if !Running(p) {
+				return fmt.Errorf("a cluster process (pid %d) exited; see the logs in %s", p, c.dir)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,25 @@
+package version_test
+
+import (
+	"testing"
+
+	"cairn/internal/version"
+)
+
+func TestString(t *testing.T) {
+	for _, tc := range []struct {
+		v    version.Info
+		want string
+	}{
+		{version.Info{Version: "devel", Go: "go1.26", API: "v1"}, "cairn devel, go1.26, API v1"},
+		{version.Info{Version: "v0.3.0", Revision: "0123456789abcdef", Modified: true, Go: "go1.26", API: "v1"}, "cairn v0.3.0 (0123456789ab, modified), go1.26, API v1"},
+		{version.Info{Version: "devel", Revision: "abc", Go: "go1.26", API: "v1"}, "cairn devel (abc), go1.26, API v1"},
+	} {
+		if got := tc.v.String(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.v, got, tc.want)
+		}
+	}
+	if v := version.Get(); v.API != version.API || v.Go == "" || v.Version == "" {
+		t.Errorf("Get() = %+v", v)
+	}
+}
