@@ -2,7 +2,6 @@ package pki
 
 import (
 	"bytes"
-	"cairn/internal/durable"
 	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/pem"
@@ -11,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"cairn/internal/durable"
 )
 
 // File names, inside a CA directory ([Init], [Load]) and a credentials

@@ -1,0 +1,415 @@
+package memagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+)
+
+// Client is a caller's client of one node's agent; it satisfies
+// coord.Agent.
+type Client struct {
+	c      *Cluster
+	caller string
+	node   string
+}
+
+func (cl *Client) call(ctx context.Context, op, what string, fn func(n *Node) error) error {
+	return cl.c.call(ctx, cl.caller, cl.node, op, what, fn)
+}
+
+func rankWhat(r agentv1.Rank) string { return "r" + strconv.Itoa(r.Rank) }
+
+func ranksWhat(rs []agentv1.Rank) string {
+	var b []byte
+	for i, r := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, rankWhat(r)...)
+	}
+	return string(b)
+}
+
+func ckptWhat(r agentv1.Rank, seq int) string { return rankWhat(r) + " ckpt=" + strconv.Itoa(seq) }
+
+// Close does nothing: a Client holds nothing.
+func (cl *Client) Close() {}
+
+// JobNet sets the job's network on the node.
+func (cl *Client) JobNet(ctx context.Context, req agentv1.JobNet) error {
+	return cl.call(ctx, "jobnet", remotesWhat(req), func(n *Node) error {
+		n.nets[req.VNI] = req
+		return nil
+	})
+}
+
+// DeleteJobNet removes the job's network from the node.
+func (cl *Client) DeleteJobNet(ctx context.Context, vni uint32) error {
+	return cl.call(ctx, "drop-jobnet", "", func(n *Node) error {
+		delete(n.nets, vni)
+		return nil
+	})
+}
+
+// RankRun starts a rank.
+func (cl *Client) RankRun(ctx context.Context, req agentv1.RankRun) (agentv1.Container, error) {
+	var out agentv1.Container
+	err := cl.call(ctx, "run", rankWhat(req.Rank), func(n *Node) error {
+		name := agentv1.RankName(req.Job, req.Rank.Rank)
+		if ct := n.ctrs[name]; ct != nil {
+			return apiErr(agentv1.CodeExists, "container %s exists", name)
+		}
+		n.nets[req.Net.VNI] = req.Net
+		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusRunning, Incarnation: 1}
+		n.ctrs[name] = ct
+		out = wire(ct)
+		return nil
+	})
+	return out, err
+}
+
+// RankRestore restores a rank frozen and locked from its image in the
+// node's store or, lazily, from its holders; it replaces a container of
+// the same name.
+func (cl *Client) RankRestore(ctx context.Context, req agentv1.RankRestore) (agentv1.Container, error) {
+	var out agentv1.Container
+	err := cl.call(ctx, "restore", restoreWhat(req), func(n *Node) error {
+		name := agentv1.RankName(req.Job, req.Rank.Rank)
+		key := imageKey{name, req.Seq}
+		switch {
+		case n.images[key] && n.damaged[key]:
+			return apiErr(agentv1.CodeCorrupt, "image %s:%d: damaged chunk", name, req.Seq)
+		case n.images[key]:
+		case len(req.Lazy) > 0:
+			var holders []string
+			for _, h := range req.Lazy {
+				holders = append(holders, h.Node)
+			}
+			if _, err := n.holder(key, holders); err != nil {
+				return fmt.Errorf("lazy restore of %s:%d: %w", name, req.Seq, err)
+			}
+		default:
+			return apiErr(agentv1.CodeNotFound, "no checkpoint %s:%d", name, req.Seq)
+		}
+		n.dropPending(name)
+		inc := 1
+		if old := n.ctrs[name]; old != nil {
+			old.stopHold()
+			inc = old.Incarnation + 1
+		}
+		n.nets[req.Net.VNI] = req.Net
+		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusPaused, Locked: true,
+			RestoredFrom: req.Seq, Incarnation: inc}
+		n.ctrs[name] = ct
+		out = wire(ct)
+		return nil
+	})
+	return out, err
+}
+
+// RankResume unlocks and thaws ranks.
+func (cl *Client) RankResume(ctx context.Context, req agentv1.RankResume) error {
+	return cl.call(ctx, "resume", ranksWhat(req.Ranks), func(n *Node) error {
+		var errs []error
+		for _, r := range req.Ranks {
+			ct := n.ctrs[r.Name()]
+			if ct == nil {
+				errs = append(errs, notFound(r.Name()))
+				continue
+			}
+			ct.stopHold()
+			n.thaw(ct)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// RankRemove removes a rank's container (Keep: stops it, keeping its
+// dir); a missing one is not an error.
+func (cl *Client) RankRemove(ctx context.Context, req agentv1.RankRemove) error {
+	return cl.call(ctx, "remove", removeWhat(req), func(n *Node) error {
+		n.remove(req.Name(), req.Keep)
+		return nil
+	})
+}
+
+func (n *Node) remove(name string, keep bool) {
+	n.dropPending(name)
+	ct := n.ctrs[name]
+	if ct == nil {
+		return
+	}
+	ct.stopHold()
+	if keep {
+		ct.Status, ct.Locked = agentv1.StatusStopped, false
+		return
+	}
+	delete(n.ctrs, name)
+}
+
+// RankStall locks and freezes ranks for a hold; all or nothing.
+func (cl *Client) RankStall(ctx context.Context, req agentv1.RankStall) error {
+	return cl.call(ctx, "stall", ranksWhat(req.Ranks), func(n *Node) error {
+		for _, r := range req.Ranks {
+			if n.ctrs[r.Name()] == nil {
+				return notFound(r.Name())
+			}
+		}
+		for _, r := range req.Ranks {
+			ct := n.ctrs[r.Name()]
+			ct.stopHold()
+			ct.Status, ct.Locked, ct.Held = agentv1.StatusPaused, true, true
+			ct.hold = n.later(n.hold(req.Hold), func() {
+				if n.ctrs[ct.Name] == ct && ct.Held {
+					ct.Held, ct.hold = false, nil
+					n.thaw(ct)
+				}
+			})
+		}
+		return nil
+	})
+}
+
+// Prepare locks, freezes and "dumps" a rank, and keeps it so until Commit,
+// Abort or the end of the hold.
+func (cl *Client) Prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prepared, error) {
+	var out agentv1.Prepared
+	err := cl.call(ctx, "prepare", ckptWhat(req.Rank, req.Seq), func(n *Node) error {
+		name := req.Name()
+		key := imageKey{name, req.Seq}
+		ct := n.ctrs[name]
+		if ct == nil {
+			return notFound(name)
+		}
+		if ct.Status != agentv1.StatusRunning && ct.Status != agentv1.StatusPaused {
+			return apiErr(agentv1.CodeNotRunning, "container %s is %s", name, ct.Status)
+		}
+		if n.pending[key] != nil {
+			return apiErr(agentv1.CodeExists, "%s:%d is already prepared", name, req.Seq)
+		}
+		ct.Status, ct.Locked = agentv1.StatusPaused, true
+		p := &prepared{}
+		p.thaw = n.later(n.hold(req.Hold), func() {
+			if n.pending[key] == p {
+				n.thaw(ct)
+			}
+		})
+		n.pending[key] = p
+		out = agentv1.Prepared{Size: 1 << 20, Dump: time.Millisecond}
+		return nil
+	})
+	return out, err
+}
+
+// Commit stores a prepared rank's image and thaws the rank; a commit sent
+// again for an image already stored succeeds.
+func (cl *Client) Commit(ctx context.Context, req agentv1.Finish) (agentv1.Committed, error) {
+	var out agentv1.Committed
+	err := cl.call(ctx, "commit", ckptWhat(req.Rank, req.Seq), func(n *Node) error {
+		name := req.Name()
+		key := imageKey{name, req.Seq}
+		p := n.pending[key]
+		if p == nil {
+			if n.images[key] {
+				return nil
+			}
+			return apiErr(agentv1.CodeNoSuchRound, "%s:%d is not prepared on this node", name, req.Seq)
+		}
+		p.stop()
+		delete(n.pending, key)
+		n.images[key] = true
+		if ct := n.ctrs[name]; ct != nil {
+			n.thaw(ct)
+		}
+		out.Checkpoint = agentv1.Checkpoint{Container: name, Seq: req.Seq, Size: 1 << 20}
+		return nil
+	})
+	return out, err
+}
+
+// Abort drops a prepare and thaws its rank; an unknown one is not an
+// error.
+func (cl *Client) Abort(ctx context.Context, req agentv1.Finish) error {
+	return cl.call(ctx, "abort", ckptWhat(req.Rank, req.Seq), func(n *Node) error {
+		key := imageKey{req.Name(), req.Seq}
+		if p := n.pending[key]; p != nil {
+			p.stop()
+			delete(n.pending, key)
+			if ct := n.ctrs[key.name]; ct != nil {
+				n.thaw(ct)
+			}
+		}
+		return nil
+	})
+}
+
+// Fetch copies an image from a holder the node reaches, or repairs the
+// node's damaged copy from one.
+func (cl *Client) Fetch(ctx context.Context, req agentv1.Fetch) (agentv1.Image, error) {
+	var out agentv1.Image
+	err := cl.call(ctx, "fetch", req.Container+":"+strconv.Itoa(req.Seq), func(n *Node) error {
+		key := imageKey{req.Container, req.Seq}
+		if n.images[key] && !n.damaged[key] {
+			return nil
+		}
+		holders := []string{req.FromNode}
+		for _, h := range req.Also {
+			holders = append(holders, h.Node)
+		}
+		src, err := n.holder(key, holders)
+		if err != nil {
+			return fmt.Errorf("fetch %s:%d: %w", req.Container, req.Seq, err)
+		}
+		if n.damaged[key] {
+			delete(n.damaged, key)
+			out.Repaired = 1
+		}
+		n.images[key] = true
+		out.Bytes = 1 << 20
+		out.Holders = []agentv1.HolderShare{{Node: src.name, Bytes: out.Bytes}}
+		return nil
+	})
+	return out, err
+}
+
+// MigrateIn pulls a rank prepared on another node and restores it here,
+// frozen and locked, for a hold after which it is removed.
+func (cl *Client) MigrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.MigratedIn, error) {
+	var out agentv1.MigratedIn
+	err := cl.call(ctx, "move-in", ckptWhat(req.Rank, req.Seq)+" from="+req.FromNode, func(n *Node) error {
+		name := req.Name()
+		key := imageKey{name, req.Seq}
+		src, ok := n.c.reachable(n.name, req.FromNode)
+		if !ok {
+			return fmt.Errorf("migrate %s from %s: %w", name, req.FromNode, ErrUnreachable)
+		}
+		src.mu.Lock()
+		staged := src.up && src.pending[key] != nil
+		src.mu.Unlock()
+		if !staged {
+			return apiErr(agentv1.CodeNotFound, "no prepared image %s:%d on %s", name, req.Seq, req.FromNode)
+		}
+		if old := n.ctrs[name]; old != nil {
+			old.stopHold()
+		}
+		n.nets[req.Net.VNI] = req.Net
+		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusPaused, Locked: true, Held: true, Incarnation: 1}
+		ct.hold = n.later(n.hold(req.Hold), func() {
+			if n.ctrs[name] == ct && ct.Held {
+				delete(n.ctrs, name) // it must never run beside the source
+			}
+		})
+		n.ctrs[name] = ct
+		out = agentv1.MigratedIn{Bytes: 1 << 20, Move: time.Millisecond, Restore: time.Millisecond}
+		return nil
+	})
+	return out, err
+}
+
+// MigrateOut removes a rank that moved away, without unlocking it.
+func (cl *Client) MigrateOut(ctx context.Context, req agentv1.MigrateOut) error {
+	return cl.call(ctx, "move-out", ckptWhat(req.Rank, req.Seq), func(n *Node) error {
+		name := req.Name()
+		if p := n.pending[imageKey{name, req.Seq}]; p != nil {
+			p.stop()
+			delete(n.pending, imageKey{name, req.Seq})
+		}
+		if ct := n.ctrs[name]; ct != nil {
+			ct.stopHold()
+			delete(n.ctrs, name)
+		}
+		return nil
+	})
+}
+
+// DropImages drops every image of the containers.
+func (cl *Client) DropImages(ctx context.Context, req agentv1.DropImages) (agentv1.Dropped, error) {
+	var out agentv1.Dropped
+	err := cl.call(ctx, "drop-images", "", func(n *Node) error {
+		for k := range n.images {
+			for _, name := range req.Containers {
+				if k.name == name {
+					delete(n.images, k)
+					out.Images++
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Kill ends a container's processes.
+func (cl *Client) Kill(ctx context.Context, name string, _ int) error {
+	return cl.call(ctx, "kill", name, func(n *Node) error {
+		ct := n.ctrs[name]
+		if ct == nil {
+			return notFound(name)
+		}
+		ct.stopHold()
+		ct.Status, ct.Locked = agentv1.StatusExited, false
+		return nil
+	})
+}
+
+// Get describes a container.
+func (cl *Client) Get(ctx context.Context, name string) (agentv1.Container, error) {
+	var out agentv1.Container
+	err := cl.call(ctx, "get", name, func(n *Node) error {
+		ct := n.ctrs[name]
+		if ct == nil {
+			return notFound(name)
+		}
+		out = wire(ct)
+		return nil
+	})
+	return out, err
+}
+
+func wire(ct *Container) agentv1.Container {
+	out := agentv1.Container{Name: ct.Name, Status: ct.Status, Addr: ct.Addr}
+	if ct.RestoredFrom != 0 {
+		out.RestoredFrom = ct.Name + ":" + strconv.Itoa(ct.RestoredFrom)
+	}
+	if ct.Status == agentv1.StatusExited {
+		zero := 0
+		out.ExitCode = &zero
+	}
+	return out
+}
+
+func restoreWhat(req agentv1.RankRestore) string {
+	s := ckptWhat(req.Rank, req.Seq)
+	if len(req.Lazy) > 0 {
+		s += " lazy"
+	}
+	return s
+}
+
+func removeWhat(req agentv1.RankRemove) string {
+	if req.Keep {
+		return rankWhat(req.Rank) + " keep"
+	}
+	return rankWhat(req.Rank)
+}
+
+// remotesWhat lists where a job network sends each remote address, in
+// address order.
+func remotesWhat(j agentv1.JobNet) string {
+	addrs := make([]string, 0, len(j.Remotes))
+	for a := range j.Remotes {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	for i, a := range addrs {
+		addrs[i] = a + ">" + j.Remotes[a]
+	}
+	return strings.Join(addrs, ",")
+}

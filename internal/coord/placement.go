@@ -1,0 +1,175 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sort"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/catalog"
+)
+
+// Placement: where a job's ranks go, and the job's network.
+
+// liveNodes returns the live nodes by name.
+func (c *Coordinator) liveNodes(ctx context.Context) (map[string]coordv1.Node, error) {
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]coordv1.Node{}
+	for _, n := range nodes {
+		if n.Alive {
+			out[n.Name] = n
+		}
+	}
+	return out, nil
+}
+
+// place puts n ranks on the given candidate nodes (all live nodes if
+// none), least loaded first, at most perNode on each (0: as evenly as
+// possible). prefer, if set, names a node to keep for a rank when it is a
+// candidate.
+func place(n, perNode int, cands []coordv1.Node, prefer []string) ([]string, error) {
+	if len(cands) == 0 {
+		return nil, apiErr(coordv1.CodeNoNodes, "no live node to place %d ranks on", n)
+	}
+	if perNode <= 0 {
+		perNode = (n + len(cands) - 1) / len(cands)
+	}
+	if perNode*len(cands) < n {
+		return nil, apiErr(coordv1.CodeNoNodes, "%d ranks do not fit on %d nodes with at most %d per node", n, len(cands), perNode)
+	}
+	load := map[string]int{}
+	ok := map[string]bool{}
+	for _, c := range cands {
+		load[c.Name] = c.Ranks
+		ok[c.Name] = true
+	}
+	count := map[string]int{}
+	out := make([]string, n)
+	for r := range n {
+		if r < len(prefer) && ok[prefer[r]] && count[prefer[r]] < perNode {
+			out[r] = prefer[r]
+			count[prefer[r]]++
+		}
+	}
+	for r := range n {
+		if out[r] != "" {
+			continue
+		}
+		best, bestSpare := "", false
+		for _, c := range cands {
+			if count[c.Name] >= perNode {
+				continue
+			}
+			l, bl := load[c.Name]+count[c.Name], load[best]+count[best]
+			// Least loaded first; among equals, a spare (kept for this).
+			if best == "" || l < bl || l == bl && c.Spare && !bestSpare {
+				best, bestSpare = c.Name, c.Spare
+			}
+		}
+		out[r] = best
+		count[best]++
+	}
+	return out, nil
+}
+
+// candidates returns the live nodes among names (all live nodes if none,
+// spares only if withSpares), sorted by name; a named node that is not
+// alive is an error.
+func (c *Coordinator) candidates(ctx context.Context, names []string, withSpares bool) ([]coordv1.Node, error) {
+	live, err := c.liveNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []coordv1.Node
+	if len(names) == 0 {
+		for _, n := range live {
+			if n.Spare && !withSpares || n.Drained {
+				continue
+			}
+			out = append(out, n)
+		}
+	} else {
+		for _, name := range names {
+			n, ok := live[name]
+			if !ok {
+				return nil, apiErr(coordv1.CodeNodeDead, "node %s is not a live node of the cluster", name)
+			}
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out, nil
+}
+
+// MaxRanks is the most ranks a job may have: a /18 of addresses, less
+// the network's, the first host's and the broadcast address.
+const MaxRanks = 1<<14 - 3
+
+// allocNet gives a new job a VNI and a subnet of the job subnets with room
+// for ranks addresses beside the network's, the first host's (kept free)
+// and the broadcast address: a /24, or a larger block of /24s (aligned on
+// its size) for a job of more than 253 ranks.
+func (c *Coordinator) allocNet(ctx context.Context, ranks int) (uint32, netip.Prefix, error) {
+	var vni uint32
+	err := c.cat.Update(ctx, "counters/vni", &vni, func() error { vni++; return nil })
+	if errors.Is(err, catalog.ErrNotFound) {
+		vni = 1
+		if err = c.cat.Create(ctx, "counters/vni", &vni); errors.Is(err, catalog.ErrExists) {
+			return c.allocNet(ctx, ranks)
+		}
+	}
+	if err != nil {
+		return 0, netip.Prefix{}, err
+	}
+	bits := 24
+	for 1<<(32-bits) < ranks+3 {
+		bits--
+	}
+	blocks := uint32(1) << (24 - bits) // /24s in the job's subnet
+	base := c.opts.JobSubnets.Masked()
+	if base.Bits() > bits {
+		return 0, netip.Prefix{}, apiErr(agentv1.CodeBadRequest, "%d ranks need a /%d: the job subnets %s are smaller", ranks, bits, base)
+	}
+	// counters/subnet counts the /24s given out; a job's block starts at
+	// the next multiple of its size. Clusters from before jobs could be
+	// larger than a /24 gave one /24 per VNI.
+	var used, start uint32
+	take := func() error {
+		start = (used + blocks - 1) / blocks * blocks
+		used = start + blocks
+		return nil
+	}
+	err = c.cat.Update(ctx, "counters/subnet", &used, take)
+	if errors.Is(err, catalog.ErrNotFound) {
+		used = vni - 1
+		_ = take()
+		if err = c.cat.Create(ctx, "counters/subnet", &used); errors.Is(err, catalog.ErrExists) {
+			err = c.cat.Update(ctx, "counters/subnet", &used, take)
+		}
+	}
+	if err != nil {
+		return 0, netip.Prefix{}, err
+	}
+	idx := start % (uint32(1) << (24 - base.Bits()))
+	b := base.Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v += idx << 8
+	a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), 0})
+	return vni, netip.PrefixFrom(a, bits), nil
+}
+
+// jobNet is the job network as node sees it under the job's placement.
+func jobNet(j *coordv1.Job, node string, underlays map[string]string) agentv1.JobNet {
+	n := agentv1.JobNet{Job: j.Name, VNI: j.VNI, Subnet: j.Subnet, Remotes: map[string]string{}}
+	for r, on := range j.Placement {
+		if on != node && underlays[on] != "" {
+			n.Remotes[j.Addrs[r]] = underlays[on]
+		}
+	}
+	return n
+}

@@ -1,0 +1,129 @@
+package coord
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
+	"cairn/internal/coord/machine"
+	"cairn/internal/launch"
+)
+
+// startJob runs the start of j, which the catalog holds as starting, to
+// its end (machine.JobStart); recover says that an earlier coordinator
+// died during it.
+func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool) (machine.Done, error) {
+	m, err := machine.NewStart(machine.StartConfig{Job: j.Name, Placement: j.Placement, Recover: recover})
+	if err != nil {
+		return machine.Done{}, err
+	}
+	subnet, err := netip.ParsePrefix(j.Subnet)
+	if err != nil {
+		return machine.Done{}, err
+	}
+	launchEnv, err := launchEnv(j.RunJob, subnet)
+	if err != nil {
+		return machine.Done{}, err
+	}
+	x, err := c.newJobRun(ctx, j, c.log.With("job", j.Name))
+	if err != nil {
+		return machine.Done{}, err
+	}
+	req := j.RunJob
+	peers := "CAIRN_PEERS=" + strings.Join(j.Addrs, ",")
+	x.run = func(r int) agentv1.RankRun {
+		env := append(append([]string{
+			"CAIRN_JOB=" + j.Name, "CAIRN_RANK=" + strconv.Itoa(r), "CAIRN_SIZE=" + strconv.Itoa(req.Ranks), peers,
+		}, launchEnv...), req.Env...)
+		return agentv1.RankRun{
+			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: x.ownNet(j.Placement[r]),
+			Addr: j.Addrs[r], Args: req.Args, Env: env, RootFS: req.RootFS, MPI: req.MPI,
+			Cwd: req.Cwd, Volumes: req.Volumes, CPUs: req.CPUs, Memory: req.Memory,
+		}
+	}
+	x.persist = func(ctx context.Context, p machine.Persist) error {
+		switch p.Phase {
+		case machine.PhaseRunning:
+			return c.markStarted(ctx, j)
+		case machine.PhaseRemoved:
+			return c.cat.Delete(ctx, jobKey(j.Name))
+		}
+		return fmt.Errorf("job start: no phase %s", p.Phase)
+	}
+	return x.drive(ctx, m)
+}
+
+// markStarted records a job whose every rank runs as running.
+func (c *Coordinator) markStarted(ctx context.Context, j *coordv1.Job) error {
+	if _, err := c.updateJob(ctx, j.Name, func(j *coordv1.Job) error { j.State = coordv1.JobRunning; return nil }); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.lastRun[j.Name] = time.Now()
+	c.mu.Unlock()
+	c.log.Info("job started", "job", j.Name, "ranks", j.Ranks, "placement", j.Placement)
+	c.publish(evv1.Event{Type: evv1.JobStarted, Job: j.Name, Message: fmt.Sprintf("%d ranks on %s", j.Ranks, strings.Join(j.Placement, ","))})
+	return nil
+}
+
+// recoverStarts finishes the job starts an earlier coordinator left: a job
+// still starting whose every rank runs is recorded running; any other has
+// what it started removed and is started again, as asked (it has no
+// checkpoint to lose). Its nodes may not have joined this coordinator
+// yet: five attempts, a node lease apart; then the job is failed.
+func (c *Coordinator) recoverStarts(ctx context.Context) {
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
+		c.log.Warn("recover job starts", "err", err)
+		return
+	}
+	for _, j := range jobs {
+		if j.State != coordv1.JobStarting {
+			continue
+		}
+		c.log.Info("finishing a job start an earlier coordinator left", "job", j.Name)
+		err := c.retry(ctx, j.Name, "finishing a job start failed", func() error {
+			defer c.lockJob(j.Name)()
+			done, err := c.startJob(ctx, &j, true)
+			if err == nil {
+				err = doneErr(done)
+			}
+			return err
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			_, _ = c.updateJob(ctx, j.Name, func(j *coordv1.Job) error {
+				j.State, j.Reason = coordv1.JobFailed, "its start was cut short and could not be finished: "+err.Error()
+				return nil
+			})
+		}
+	}
+}
+
+// launchEnv returns the environment an MPI job's ranks get besides every
+// job's: the job's network, for the launcher's interfaces, and a fresh
+// secret that authenticates the ranks to each other's launch daemons.
+func launchEnv(req coordv1.RunJob, subnet netip.Prefix) ([]string, error) {
+	if req.MPI == "" {
+		return nil, nil
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	return []string{
+		launch.EnvMPI + "=" + req.MPI,
+		launch.EnvSubnet + "=" + subnet.String(),
+		launch.EnvSecret + "=" + hex.EncodeToString(secret),
+	}, nil
+}
