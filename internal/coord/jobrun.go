@@ -150,6 +150,7 @@ func (x *jobRun) perform(ctx context.Context, a machine.Action) (machine.Event, 
 			})
 			return nil, false
 		}
+		x.log.Warn("damaged image at restore; repairing it from another copy", "rank", a.Rank, "node", a.Node, "peer", strings.Join(a.From, ","))
 		res.Err = x.c.repairCopy(ctx, x.job.Name, x.ckpt, a.Rank, a.Node, a.From, x.nodes, false)
 		return res, true
 	}
@@ -300,10 +301,14 @@ func underlaysOf(nodes map[string]coordv1.Node) map[string]string {
 	return out
 }
 
-// doneErr is the error of a run that ended badly.
+// doneErr is the error of a run that ended badly: its failures, which
+// wrap the agents' errors and so keep their codes.
 func doneErr(d machine.Done) error {
-	if d.OK {
+	switch {
+	case d.OK:
 		return nil
+	case d.Err != nil:
+		return d.Err
 	}
 	return errors.New(d.Reason)
 }

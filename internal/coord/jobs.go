@@ -126,8 +126,7 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 		return nil, fmt.Errorf("start job %s: %w", j.Name, err)
 	}
 	if !done.OK {
-		c.log.Warn("job start failed; removed it", "job", j.Name, "err", done.Reason)
-		return nil, fmt.Errorf("start job %s: %s", j.Name, done.Reason)
+		return nil, fmt.Errorf("start job %s: %w", j.Name, doneErr(done))
 	}
 	return c.job(ctx, j.Name)
 }

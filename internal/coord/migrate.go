@@ -192,7 +192,7 @@ func (c *Coordinator) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 		// newest checkpoint (once this migration lets go of it).
 		c.rankDamaged(m.Job, damaged)
 	}
-	return m, fmt.Errorf("migrate %s/%d from %s to %s: %s", m.Job, m.Rank, m.From, m.To, done.Reason)
+	return m, fmt.Errorf("migrate %s/%d from %s to %s: %w", m.Job, m.Rank, m.From, m.To, doneErr(done))
 }
 
 // migrationTarget picks where a rank goes when the caller does not say:

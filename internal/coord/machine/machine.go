@@ -174,10 +174,12 @@ type Failpoint struct {
 	Name string
 }
 
-// Done ends a run: OK, or not with Reason.
+// Done ends a run: OK, or not with Reason. Err, when not OK, is the
+// failures that ended it, wrapping the agents' errors (with their codes).
 type Done struct {
 	OK     bool
 	Reason string
+	Err    error
 }
 
 func (RunRank) isAction()      {}
@@ -332,6 +334,12 @@ func (c *core) finish(ok bool, reason string) {
 	c.out = append(c.out, Done{OK: ok, Reason: reason})
 }
 
+// fail ends a run badly with errs.
+func (c *core) fail(errs failures) {
+	c.done = true
+	c.out = append(c.out, Done{Reason: errs.Error(), Err: errs})
+}
+
 // begin checks an event against the run's state and returns the Result
 // it is, if it is one; the caller handles Start itself.
 func (c *core) begin(ev Event, started bool) (*Result, error) {
@@ -389,5 +397,19 @@ func nodesOf(placement []string) []string {
 	return nodes
 }
 
-// reasons joins failure reasons into one.
+// failures are the errors that make a run fail, as one error that wraps
+// each.
+type failures []error
+
+func (f failures) Error() string {
+	s := make([]string, len(f))
+	for i, err := range f {
+		s[i] = err.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (f failures) Unwrap() []error { return f }
+
+// reasons joins notes into one.
 func reasons(rs []string) string { return strings.Join(rs, "; ") }

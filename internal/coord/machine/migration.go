@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -81,8 +82,11 @@ type Migration struct {
 	cfg    MigrationConfig
 	moved  []string // the placement after the move
 	phase  migPhase
-	failed []string
+	failed failures
 	noted  []string // failures that do not undo the move
+	// recovered: an earlier coordinator died after the commit point;
+	// the done record says who finished it.
+	recovered bool
 }
 
 // NewMigration returns the machine of the migration cfg describes.
@@ -120,9 +124,10 @@ func (m *Migration) Step(_ time.Time, ev Event) ([]Action, error) {
 func (m *Migration) start() {
 	switch {
 	case m.cfg.Recover && m.cfg.Placed:
+		m.recovered = true
 		m.leave()
 	case m.cfg.Recover:
-		m.failed = append(m.failed, "the coordinator died during it")
+		m.failed = append(m.failed, errors.New("the coordinator died during it"))
 		m.undo()
 	default:
 		m.phase = migStall
@@ -141,7 +146,7 @@ func (m *Migration) stay() ([]string, map[string][]int) {
 
 func (m *Migration) result(res Result) {
 	if res.Err != nil {
-		why := fmt.Sprintf("%s: %v", res.Action, res.Err)
+		why := fmt.Errorf("%s: %w", res.Action, res.Err)
 		switch a := res.Action.(type) {
 		case MoveOut, ResumeRanks:
 			// Either may have happened with its reply lost: a second
@@ -153,7 +158,7 @@ func (m *Migration) result(res Result) {
 			if _, out := a.(MoveOut); out {
 				m.failed = append(m.failed, why)
 			} else if m.phase < migUnplace {
-				m.noted = append(m.noted, why)
+				m.noted = append(m.noted, why.Error())
 			}
 		case StallRanks, PrepareRank, MoveIn:
 			m.failed = append(m.failed, why)
@@ -165,14 +170,14 @@ func (m *Migration) result(res Result) {
 				// The record still places the rank on its target: undoing
 				// now would lose it. Whoever finishes the migration
 				// (the next coordinator) moves it again.
-				m.finish(false, reasons(append(m.failed, why)))
+				m.fail(append(m.failed, why))
 				return
 			default:
-				m.noted = append(m.noted, why)
+				m.noted = append(m.noted, why.Error())
 			}
 		case SetJobNet:
 			if !m.again(a) && m.phase < migUnplace {
-				m.noted = append(m.noted, why)
+				m.noted = append(m.noted, why.Error())
 			}
 		}
 	}
@@ -236,9 +241,9 @@ func (m *Migration) result(res Result) {
 		}
 	case migUndo2:
 		m.phase = migFailed
-		m.emit(Persist{Phase: PhaseFailed, Reason: reasons(m.failed)})
+		m.emit(Persist{Phase: PhaseFailed, Reason: m.failed.Error()})
 	case migFailed:
-		m.finish(false, reasons(m.failed))
+		m.fail(m.failed)
 	}
 }
 
@@ -256,7 +261,11 @@ func (m *Migration) leave() {
 
 func (m *Migration) done() {
 	m.phase = migDone
-	m.emit(Persist{Phase: PhaseDone, Reason: reasons(m.noted)})
+	why := m.noted
+	if m.recovered {
+		why = append([]string{"finished by a restarted coordinator"}, why...)
+	}
+	m.emit(Persist{Phase: PhaseDone, Reason: reasons(why)})
 }
 
 // undo removes the target's copy and points the job networks back.

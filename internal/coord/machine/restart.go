@@ -90,7 +90,7 @@ type Restart struct {
 	cfg      RestartConfig
 	phase    restartPhase
 	repaired []bool // a damaged copy of the rank was mended already
-	failed   []string
+	failed   failures
 	missing  bool // recovered in resuming: some rank is not there
 }
 
@@ -182,23 +182,23 @@ func (m *Restart) restore() {
 	}
 }
 
-func (m *Restart) fail(format string, args ...any) {
-	m.failed = append(m.failed, fmt.Sprintf(format, args...))
+func (m *Restart) addFailure(format string, args ...any) {
+	m.failed = append(m.failed, fmt.Errorf(format, args...))
 }
 
 func (m *Restart) result(res Result) {
 	switch a := res.Action.(type) {
 	case Persist:
 		if res.Err != nil && a.Phase == PhaseRunning {
-			m.finish(false, fmt.Sprintf("record the job running: %v", res.Err))
+			m.fail(failures{fmt.Errorf("record the job running: %w", res.Err)})
 			return
 		}
 		if res.Err != nil && a.Phase == PhaseFailed {
-			m.finish(false, reasons(append(m.failed, fmt.Sprintf("record the job failed: %v", res.Err))))
+			m.fail(append(m.failed, fmt.Errorf("record the job failed: %w", res.Err)))
 			return
 		}
 		if res.Err != nil {
-			m.fail("record the job %s: %v", a.Phase, res.Err)
+			m.addFailure("record the job %s: %w", a.Phase, res.Err)
 		}
 	case QueryRank:
 		if res.Err != nil || res.Status != "paused" && res.Status != "running" {
@@ -206,7 +206,7 @@ func (m *Restart) result(res Result) {
 		}
 	case FetchImage:
 		if res.Err != nil {
-			m.fail("rank %d: fetch to %s: %v", a.Rank, a.Node, res.Err)
+			m.addFailure("rank %d: fetch to %s: %w", a.Rank, a.Node, res.Err)
 			break
 		}
 		for _, d := range res.Damaged {
@@ -220,17 +220,17 @@ func (m *Restart) result(res Result) {
 			m.repaired[a.Rank] = true
 			m.emit(RepairCopy{Rank: a.Rank, Node: a.Node, From: m.others(a.Rank)})
 		default:
-			m.fail("rank %d: restore on %s: %v", a.Rank, a.Node, res.Err)
+			m.addFailure("rank %d: restore on %s: %w", a.Rank, a.Node, res.Err)
 		}
 	case RepairCopy:
 		if res.Err != nil {
-			m.fail("rank %d: its copy on %s is damaged and could not be mended: %v", a.Rank, a.Node, res.Err)
+			m.addFailure("rank %d: its copy on %s is damaged and could not be mended: %w", a.Rank, a.Node, res.Err)
 			break
 		}
 		m.emit(RestoreRank{Rank: a.Rank, Node: a.Node})
 	case ResumeRanks:
 		if res.Err != nil && !m.again(a) {
-			m.fail("resume on %s: %v", a.Node, res.Err)
+			m.addFailure("resume on %s: %w", a.Node, res.Err)
 		}
 	}
 	if !m.idle() {
@@ -253,7 +253,7 @@ func (m *Restart) others(r int) []string {
 func (m *Restart) next() {
 	if len(m.failed) > 0 && m.phase < restartUndo {
 		if m.phase == restartRecord {
-			m.finish(false, reasons(m.failed)) // nothing was done
+			m.fail(m.failed) // nothing was done
 			return
 		}
 		m.phase = restartUndo
@@ -298,9 +298,9 @@ func (m *Restart) next() {
 		m.finish(true, "")
 	case restartUndo:
 		m.phase = restartFailed
-		m.emit(Persist{Phase: PhaseFailed, Reason: reasons(m.failed)})
+		m.emit(Persist{Phase: PhaseFailed, Reason: m.failed.Error()})
 	case restartFailed:
-		m.finish(false, reasons(m.failed))
+		m.fail(m.failed)
 	}
 }
 

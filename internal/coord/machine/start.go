@@ -55,7 +55,7 @@ type JobStart struct {
 	core
 	cfg    StartConfig
 	phase  startPhase
-	failed []string
+	failed failures
 }
 
 // NewStart returns the machine of the start cfg describes.
@@ -110,17 +110,17 @@ func (m *JobStart) result(res Result) {
 	switch a := res.Action.(type) {
 	case QueryRank:
 		if res.Err != nil {
-			m.failed = append(m.failed, fmt.Sprintf("rank %d: %v", a.Rank, res.Err))
+			m.failed = append(m.failed, fmt.Errorf("rank %d: %w", a.Rank, res.Err))
 		} else if res.Status != "running" {
-			m.failed = append(m.failed, fmt.Sprintf("rank %d is %s", a.Rank, orNone(res.Status)))
+			m.failed = append(m.failed, fmt.Errorf("rank %d is %s", a.Rank, orNone(res.Status)))
 		}
 	case RunRank:
 		if res.Err != nil {
-			m.failed = append(m.failed, fmt.Sprintf("rank %d on %s: %v", a.Rank, a.Node, res.Err))
+			m.failed = append(m.failed, fmt.Errorf("rank %d on %s: %w", a.Rank, a.Node, res.Err))
 		}
 	case Persist:
 		if res.Err != nil {
-			m.finish(false, fmt.Sprintf("record the job %s: %v", a.Phase, res.Err))
+			m.fail(append(m.failed, fmt.Errorf("record the job %s: %w", a.Phase, res.Err)))
 			return
 		}
 	}
@@ -160,13 +160,13 @@ func (m *JobStart) result(res Result) {
 		m.dropNets()
 	case startUndoNet:
 		if m.cfg.Recover {
-			m.finish(false, reasons(m.failed))
+			m.fail(m.failed)
 			return
 		}
 		m.phase = startRemove
-		m.emit(Persist{Phase: PhaseRemoved, Reason: reasons(m.failed)})
+		m.emit(Persist{Phase: PhaseRemoved, Reason: m.failed.Error()})
 	case startRemove:
-		m.finish(false, reasons(m.failed))
+		m.fail(m.failed)
 	}
 }
 
