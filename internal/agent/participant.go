@@ -113,6 +113,7 @@ func (s *Server) prepare(ctx context.Context, req v1.Prepare) (v1.Prepared, erro
 		err := errors.Join(p.thaw(context.WithoutCancel(ctx)), prep.Abort(context.WithoutCancel(ctx)))
 		return v1.Prepared{}, errors.Join(&v1.Error{Code: v1.CodeNoSuchRound, Message: fmt.Sprintf("%s:%d was aborted while it prepared", name, req.Seq)}, err)
 	}
+	s.failpoint(ctx, "prepared")
 	return v1.Prepared{Size: prep.Size(), Dump: time.Since(start), CRIU: prep.CRIUTime()}, nil
 }
 
