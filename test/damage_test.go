@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"cairn/internal/image"
 	"cairn/internal/ringapp"
@@ -149,6 +153,7 @@ func TestDamagedCopy(t *testing.T) {
 		}
 	}
 	checkIntact(t, c, home, name, ck.Seq, bad)
+	c.CheckRestarted("ring", ck.Seq, testutil.RingOutput)
 
 	// 2. Fetch from the damaged copy and the good one: a page in every
 	// 256 that the target lacks is damaged, so whatever share the damaged
@@ -174,6 +179,7 @@ func TestDamagedCopy(t *testing.T) {
 	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
+	c.CheckRestarted("ring", ck.Seq, testutil.RingOutput)
 }
 
 // checkIntact checks that a node's copy of a checkpoint reads back whole,
@@ -194,16 +200,22 @@ func checkIntact(t *testing.T, c *testutil.Cluster, node, name string, seq int, 
 	}
 }
 
-// TestNodeDiesMidReplication: the node receiving a replica dies (its agent
-// killed, its disk kept) while the copy streams in. The checkpoint is never
-// protected without its copies on live nodes, the copy cut short is never
-// recorded nor listed on the node when it comes back, the lost copy is
-// made again elsewhere, and a restart that places the rank on that node
-// fetches the image rather than using what was half received.
+// TestNodeDiesMidReplication: the node receiving a rank's replica dies
+// (its agent killed, its disk kept) halfway through the copy, some of its
+// chunks stored. The checkpoint is never protected without its copies on
+// live nodes, and the lost copy is made again elsewhere. Then the node
+// holding that rank's original dies with its disk, and the first node
+// comes back with what it had received: not recorded, not listed, not
+// whole. A restart that puts the rank there must restore it, and does so
+// from a complete copy fetched from the live holders (only what the node
+// lacked), never from what was half received. Each rank holds 40 MiB of
+// ballast, so that its image fills more than one pack (16 MiB): the first
+// is stored on the receiver while the rest streams in, rate-limited.
 func TestNodeDiesMidReplication(t *testing.T) {
 	const messages = 1_500_000
 	c := testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1", "--replication-rate", "256K"}, ringArgs(c, messages)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1", "--replication-rate", "4M", "--on-failure", "stop"},
+		append(ringArgs(c, messages), "-ballast", "40")...)...)
 	place := c.Status("ring").Placement
 	var idle string
 	for _, n := range c.Nodes {
@@ -213,23 +225,53 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	}
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
-	// The idle node receives one rank's replica: wait until its store is
-	// writing it, then kill the node.
-	tmp := filepath.Join(nodeRepo(t, c, idle).StoreDir, "tmp")
-	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
-		ents, _ := os.ReadDir(tmp)
-		return len(ents) > 0, "no replica arriving on " + idle
+	// The idle node receives one rank's replica: wait until its store
+	// holds a good part of that image, then kill the node.
+	images := make([][]store.ID, len(place))
+	for r, n := range place {
+		images[r] = imageChunks(t, c, n, fmt.Sprintf("ring.%d", r), 1)
+	}
+	rank := -1
+	testutil.WaitUntil(t, time.Minute, func() (bool, string) {
+		held := make([]int, len(images))
+		for r, ids := range images {
+			missing, err := nodeRepo(t, c, idle).Missing(context.Background(), ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held[r] = len(ids) - len(missing); held[r] >= len(ids)/3 && held[r] < len(ids) {
+				rank = r
+			}
+		}
+		return rank >= 0, fmt.Sprintf("%s holds %v chunks of the ranks' images, want a third or more of one, not all", idle, held)
 	})
 	ck := c.Ckpts("ring")[0]
 	if ck.State == "protected" {
 		t.Fatalf("checkpoint protected while a copy is still arriving: %+v", ck.Ranks)
 	}
-	restartAgent := c.KillAgent(idle)
-	t.Logf("killed %s while it received a replica", idle)
+	restartIdle := c.KillAgent(idle)
+	t.Logf("killed %s while it received a replica of rank %d", idle, rank)
+	// Its replication to the node failed.
+	var cut []int
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		cut = nil
+		for _, e := range events(t, c, "--type", "replica.failed") {
+			if e.Node == idle && e.Ckpt == ck.Seq && e.Rank != nil {
+				cut = append(cut, *e.Rank)
+			}
+		}
+		return len(cut) > 0, "no failed replication to " + idle
+	})
+	if cut = slices.Compact(slices.Sorted(slices.Values(cut))); !slices.Equal(cut, []int{rank}) {
+		t.Fatalf("replications of ranks %v to %s failed, want rank %d's", cut, idle, rank)
+	}
+	name := fmt.Sprintf("ring.%d", rank)
+	origin := place[rank]
+	t.Logf("%s's copy of rank %d (from %s) was cut short", idle, rank, origin)
 
 	// Until the copy is made again elsewhere the checkpoint is durable; once
 	// protected, every rank has 2 copies and none is the killed node's.
-	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
+	testutil.WaitUntil(t, 3*time.Minute, func() (bool, string) {
 		ck = c.Ckpts("ring")[0]
 		for r, rk := range ck.Ranks {
 			if slices.Contains(rk.Copies, idle) {
@@ -241,25 +283,91 @@ func TestNodeDiesMidReplication(t *testing.T) {
 		}
 		return ck.State == "protected", fmt.Sprintf("checkpoint %s: %+v", ck.State, ck.Ranks)
 	})
+	remade := ck.Ranks[rank].Copies[1] // the copy made after the cut
+	chunks := imageChunks(t, c, remade, name, ck.Seq)
+	if d := cmp.Diff(images[rank], chunks); d != "" {
+		t.Fatalf("%s's copy of %s:%d is not the original's:\n%s", remade, name, ck.Seq, d)
+	}
+
+	// The rank's original goes with its node: the copies made after the
+	// cut are all that is left of its image. The checkpoint gets its two
+	// copies back on the two live nodes before the half-filled node returns.
+	c.KillNode(origin, true)
+	c.WaitNodes(2, time.Minute)
+	testutil.WaitUntil(t, 3*time.Minute, func() (bool, string) {
+		ck = c.Ckpts("ring")[0]
+		for _, rk := range ck.Ranks {
+			live := slices.DeleteFunc(slices.Clone(rk.Copies), func(n string) bool { return n == origin || n == idle })
+			if len(live) < 2 {
+				return false, fmt.Sprintf("checkpoint %s, rank %d on %v, want 2 copies besides %s", ck.State, rk.Rank, rk.Copies, origin)
+			}
+		}
+		return ck.State == "protected", fmt.Sprintf("checkpoint %s: %+v", ck.State, ck.Ranks)
+	})
+
 	// The node comes back: what it received in part is not a checkpoint.
-	restartAgent()
-	c.WaitNodes(4, 30*time.Second)
-	repo := nodeRepo(t, c, idle)
+	restartIdle()
+	c.WaitNodes(3, 30*time.Second)
 	for r := range 3 {
-		if _, err := repo.Load(fmt.Sprintf("ring.%d", r), ck.Seq); err == nil {
-			t.Fatalf("%s lists ring.%d:%d, which it received only in part", idle, r, ck.Seq)
+		if _, err := nodeRepo(t, c, idle).Load(fmt.Sprintf("ring.%d", r), ck.Seq); err == nil {
+			t.Fatalf("%s's store has a record of ring.%d:%d, which it received only in part", idle, r, ck.Seq)
+		}
+		if _, ok := nodeChunks(t, c, idle, fmt.Sprintf("ring.%d", r), ck.Seq); ok {
+			t.Fatalf("%s's agent lists ring.%d:%d, which it received only in part", idle, r, ck.Seq)
 		}
 	}
-	// A restart with a rank on that node fetches the image whole.
+	missing, err := nodeRepo(t, c, idle).Missing(context.Background(), chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) == 0 || len(missing) == len(chunks) {
+		t.Fatalf("%s lacks %d of the %d chunks of %s:%d, want part of them", idle, len(missing), len(chunks), name, ck.Seq)
+	}
+	t.Logf("%s holds %d of the %d chunks of %s:%d", idle, len(chunks)-len(missing), len(chunks), name, ck.Seq)
+	if ck := c.Ckpts("ring")[0]; slices.Contains(ck.Ranks[rank].Copies, idle) {
+		t.Fatalf("%s's partial copy of %s:%d is recorded: %v", idle, name, ck.Seq, ck.Ranks[rank].Copies)
+	}
+
+	// The restart puts the rank on that node: its image is fetched whole
+	// from the live copies, then restored.
 	moved := slices.Clone(place)
-	moved[0] = idle
+	moved[rank] = idle
 	c.OK("restart", "ring", "--placement", strings.Join(moved, ","))
-	if _, err := repo.Verify(context.Background(), "ring.0", ck.Seq, true, nil); err != nil {
-		t.Fatalf("ring.0:%d on %s after the restart: %v", ck.Seq, idle, err)
+	log := coordLog(t, c)
+	m := regexp.MustCompile(`msg="fetched for restart" job=ring rank=` + fmt.Sprint(rank) + ` to=` + regexp.QuoteMeta(idle) + ` from=(\S+) bytes=(\d+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no fetch of rank %d onto %s for the restart in the coordinator's log", rank, idle)
+	}
+	for _, from := range strings.Split(m[1], ",") {
+		if from == `""` || from == idle || from == origin || !slices.Contains(ck.Ranks[rank].Copies, from) {
+			t.Fatalf("rank %d's image was fetched onto %s from %s, want from its live copies %v", rank, idle, m[1], ck.Ranks[rank].Copies)
+		}
+	}
+	// What had arrived was kept as chunks and not sent again: less than
+	// the whole copy made after the cut.
+	whole := regexp.MustCompile(`msg=replicated job=ring ckpt=1 rank=` + fmt.Sprint(rank) + ` from=\S+ to=` + regexp.QuoteMeta(remade) + ` bytes=(\d+)`).FindStringSubmatch(log)
+	if whole == nil {
+		t.Fatalf("no replication of rank %d to %s in the coordinator's log", rank, remade)
+	}
+	fetched, full := atoi(t, m[2]), atoi(t, whole[1])
+	if fetched >= full {
+		t.Fatalf("the restart fetched %d bytes of rank %d's image onto %s, the whole copy to %s took %d: the chunks it held were sent again", fetched, rank, idle, remade, full)
+	}
+	t.Logf("the restart fetched %d bytes onto %s from %s; the whole copy to %s took %d", fetched, idle, m[1], remade, full)
+	ids, ok := nodeChunks(t, c, idle, name, ck.Seq)
+	if !ok {
+		t.Fatalf("%s does not list %s:%d after the restart", idle, name, ck.Seq)
+	}
+	if d := cmp.Diff(storeIDs(chunks), ids); d != "" {
+		t.Fatalf("%s's copy of %s:%d is not %s's (-%s +%s):\n%s", idle, name, ck.Seq, remade, remade, idle, d)
+	}
+	if _, err := nodeRepo(t, c, idle).Verify(context.Background(), name, ck.Seq, true, nil); err != nil {
+		t.Fatalf("%s:%d on %s after the restart: %v", name, ck.Seq, idle, err)
 	}
 	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
+	c.CheckRestarted("ring", ck.Seq, testutil.RingOutput)
 }
 
 // TestQuarantineEvent damages a pack no index lists in a node's store (a
@@ -315,4 +423,13 @@ func TestQuarantineEvent(t *testing.T) {
 		t.Fatalf("%d quarantine events after more heartbeats", n)
 	}
 	c.OK("rm", "-f", "q")
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -30,9 +30,10 @@ func waitProtected(t *testing.T, c *testutil.Cluster, job string, within time.Du
 // testNodeLoss runs the ring on 4 of 5 nodes (the fifth a spare) with k
 // replicas, checkpoints it, then kills the nodes of the given ranks with
 // their data: the job must restart by itself from the replicas, the lost
-// ranks on the spare first, and finish with an uninterrupted run's result;
-// afterwards the checkpoint is back to k copies on live nodes, without a
-// new checkpoint.
+// ranks on the spare first, go on from the newest checkpoint and finish
+// with an uninterrupted run's result; afterwards the checkpoints are back
+// to k copies on live nodes, without a new checkpoint, and each copy is
+// whole in its node's store.
 func testNodeLoss(t *testing.T, k int, lose []int) {
 	const messages = 1_500_000
 	c := testutil.NewCluster(t, 5)
@@ -60,6 +61,12 @@ func testNodeLoss(t *testing.T, k int, lose []int) {
 	if second*4 > first*3 { // a full stream would move about as much as the first
 		t.Errorf("checkpoint 2's replication moved %d bytes, checkpoint 1's %d: want only the changed chunks sent", second, first)
 	}
+	copiesBefore := map[int][][]string{} // by checkpoint, by rank
+	for _, ck := range c.Ckpts("ring") {
+		for _, r := range ck.Ranks {
+			copiesBefore[ck.Seq] = append(copiesBefore[ck.Seq], r.Copies)
+		}
+	}
 	var dead []string
 	for _, r := range lose {
 		dead = append(dead, before[r])
@@ -85,6 +92,8 @@ func testNodeLoss(t *testing.T, k int, lose []int) {
 	if got, want := c.Result("ring"), ringapp.Expected(4, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
+	// From the newest checkpoint, complete on the live nodes.
+	c.CheckRestarted("ring", 2, testutil.RingOutput)
 	// Repair: every checkpoint kept has its copies again, all on live
 	// nodes, without a new checkpoint.
 	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
@@ -96,12 +105,16 @@ func testNodeLoss(t *testing.T, k int, lose []int) {
 		}
 		return len(cks) == 2, fmt.Sprintf("%d checkpoints", len(cks))
 	})
+	made := 0 // copies on nodes that did not hold them before the loss
 	for _, ck := range c.Ckpts("ring") {
-		for _, r := range ck.Ranks {
+		for i, r := range ck.Ranks {
 			live := 0
 			for _, n := range r.Copies {
 				if !slices.Contains(dead, n) {
 					live++
+				}
+				if !slices.Contains(copiesBefore[ck.Seq][i], n) {
+					made++
 				}
 			}
 			if live < 1+k {
@@ -109,6 +122,13 @@ func testNodeLoss(t *testing.T, k int, lose []int) {
 			}
 		}
 	}
+	if made == 0 {
+		t.Fatal("the catalog records no copy made after the loss")
+	}
+	// The catalog is only the coordinator's word: every copy it records is
+	// on its node, listed by its agent and whole in its store.
+	checked := checkCopiesStored(t, c, "ring", dead)
+	t.Logf("after the repair, %d copies on live nodes (%d made since the loss) are in their nodes' stores, every chunk verified", checked, made)
 }
 
 var replicatedRE = regexp.MustCompile(`msg=replicated job=ring ckpt=(\d+) rank=\d+ node=\S+ peer=\S+ bytes=(\d+)`)

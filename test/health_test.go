@@ -19,9 +19,9 @@ import (
 
 // TestHealthWarningMigrates: a node's health probe (a command of the
 // operator's) goes bad while a ring job with the migrate policy has a rank
-// there: the rank moves to the spare by itself, the ring finishes with the
-// right result, and the event stream shows the warning, then every phase
-// of the migration in order.
+// there: the rank moves to the spare by itself (and goes on there from its
+// image), the ring finishes with the right result, and the event stream
+// shows the warning, then every phase of the migration in order.
 func TestHealthWarningMigrates(t *testing.T) {
 	const messages = 1_500_000
 	dir := t.TempDir()
@@ -35,13 +35,19 @@ func TestHealthWarningMigrates(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "sick-"+sick), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var moved Event
 	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
-		done := slices.ContainsFunc(events(t, c, "--type", "migration.done"), func(e Event) bool { return e.Node == spare })
-		return done, "rank 1 has not moved to the spare"
+		evs := events(t, c, "--type", "migration.done")
+		i := slices.IndexFunc(evs, func(e Event) bool { return e.Node == spare })
+		if i >= 0 {
+			moved = evs[i]
+		}
+		return i >= 0, "rank 1 has not moved to the spare"
 	})
 	if p := c.Status("ring").Placement; p[1] != spare {
 		t.Fatalf("rank 1 on %s, want the spare %s", p[1], spare)
 	}
+	c.CheckRestored("ring", 1, moved.Ckpt, testutil.RingOutput)
 	var warned uint64
 	var phases []string
 	for _, e := range events(t, c) {
@@ -88,20 +94,43 @@ func TestHealthWarningMigrates(t *testing.T) {
 // TestEventsLateSubscriberAndHooks: a subscriber that comes late with
 // --since gets what it missed and then the live events, in order and
 // without gaps; a hook that keeps failing is retried, its failure is
-// reported as an event, and it holds nothing up; a working hook gets
-// every event.
+// reported as an event, and it holds nothing up: a round runs to its end
+// while the hook is still stuck on the previous round's event; a working
+// hook gets every event.
 func TestEventsLateSubscriberAndHooks(t *testing.T) {
 	dir := t.TempDir()
 	tries := filepath.Join(dir, "tries")
+	release := filepath.Join(dir, "release")
 	got := filepath.Join(dir, "got")
+	// The failing hook notes the event of every attempt, then hangs until
+	// the test releases it (or its 10 s timeout kills it), then fails.
 	c := testutil.NewCluster(t, 2,
-		"--hook", "checkpoint.durable=exec:echo x >> "+tries+"; echo pager unreachable >&2; exit 7",
+		"--hook", "checkpoint.durable=exec:echo $CAIRN_EVENT_SEQ >> "+tries+"; while [ ! -e "+release+" ]; do sleep 0.1; done; echo pager unreachable >&2; exit 7",
 		"--hook", "*=exec:echo $CAIRN_EVENT_TYPE >> "+got)
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--replicas", "0"}, ringArgs(c, 1_000_000_000)...)...)
 	c.WaitProgress("ring", 2, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
 	past := events(t, c)
 	since := past[len(past)/2].Seq // the subscriber missed the rest
+	durable := func(seq int) Event {
+		t.Helper()
+		for _, e := range events(t, c, "--type", "checkpoint.durable") {
+			if e.Ckpt == seq {
+				return e
+			}
+		}
+		t.Fatalf("no checkpoint.durable event for round %d", seq)
+		return Event{}
+	}
+	durable1 := durable(1)
+	attempts := func() []string {
+		b, _ := os.ReadFile(tries)
+		return strings.Fields(string(b))
+	}
+	// The failing hook is stuck on round 1's event before round 2 begins.
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		return slices.Contains(attempts(), fmt.Sprint(durable1.Seq)), fmt.Sprintf("the failing hook never ran for event %d: %v", durable1.Seq, attempts())
+	})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -115,10 +144,16 @@ func TestEventsLateSubscriberAndHooks(t *testing.T) {
 	}
 	defer sub.Wait()
 	defer cancel()
-	start := time.Now()
 	c.OK("checkpoint", "ring")
-	if d := time.Since(start); d > 20*time.Second {
-		t.Errorf("a checkpoint took %s with a failing hook", d)
+	// Round 2 ended while the hook, released only below, was stuck on
+	// round 1's event: short of its 4 attempts timing out (4 x 10 s), it
+	// cannot have given up on it yet. Had the round waited for the hook,
+	// its durable event would come after the hook's failure.
+	durable2 := durable(2)
+	for _, e := range events(t, c, "--type", "hook.failed") {
+		if e.Seq < durable2.Seq {
+			t.Fatalf("hook.failed (event %d, %s) before round 2's durable event %d (%s): the round waited for the failing hook", e.Seq, e.Time, durable2.Seq, durable2.Time)
+		}
 	}
 	// Read until the second round's durable event, then check for gaps.
 	var seqs []uint64
@@ -144,9 +179,11 @@ func TestEventsLateSubscriberAndHooks(t *testing.T) {
 	if seqs[len(seqs)-1] <= past[len(past)-1].Seq {
 		t.Fatalf("late subscriber got no live event: %v", seqs)
 	}
-	// The failing hook: retried, then reported; both rounds' events went
-	// out without waiting for it.
-	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+	// The failing hook, released: retried, then reported, for each event.
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
 		n := 0
 		for _, e := range events(t, c, "--type", "hook.failed") {
 			if strings.Contains(e.Message, "after 4 attempts") && strings.Contains(e.Message, "pager unreachable") {
@@ -155,24 +192,12 @@ func TestEventsLateSubscriberAndHooks(t *testing.T) {
 		}
 		return n == 2, fmt.Sprintf("%d hook failures reported, want 2", n)
 	})
-	b, _ := os.ReadFile(tries)
-	if n := strings.Count(string(b), "x"); n != 8 {
-		t.Errorf("the failing hook ran %d times, want 4 attempts for each of 2 events", n)
+	want := slices.Repeat([]string{fmt.Sprint(durable1.Seq)}, 4)
+	want = append(want, slices.Repeat([]string{fmt.Sprint(durable2.Seq)}, 4)...)
+	if ran := attempts(); !slices.Equal(ran, want) {
+		t.Errorf("the failing hook ran for events %v, want 4 attempts for each of %d and %d", ran, durable1.Seq, durable2.Seq)
 	}
-	all := events(t, c)
-	var failedAt, durable2 uint64
-	for _, e := range all {
-		if e.Type == "hook.failed" && failedAt == 0 {
-			failedAt = e.Seq
-		}
-		if e.Type == "checkpoint.durable" && e.Ckpt == 2 {
-			durable2 = e.Seq
-		}
-	}
-	if durable2 == 0 || failedAt == 0 {
-		t.Fatalf("events lack the second round (%d) or the hook failure (%d)", durable2, failedAt)
-	}
-	b, _ = os.ReadFile(got)
+	b, _ := os.ReadFile(got)
 	for _, want := range []string{"job.started", "checkpoint.committed", "checkpoint.durable", "node.joined"} {
 		if !strings.Contains(string(b), want+"\n") {
 			t.Errorf("the catch-all hook never got %s:\n%s", want, b)

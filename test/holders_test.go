@@ -61,6 +61,7 @@ func TestRestartFromHolders(t *testing.T) {
 	if got, want := c.Result("ring"), ringapp.Expected(4, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
+	c.CheckRestarted("ring", 1, testutil.RingOutput)
 
 	// Rank 1's new node fetched from the survivor, and gave the victim up.
 	// The fetch may be the restart's own, or the repair of the lost copy

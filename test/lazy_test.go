@@ -48,6 +48,7 @@ func TestLazyRestartHolderDies(t *testing.T) {
 	if got, want := c.Result("ring"), ringapp.Expected(2, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
+	c.CheckRestarted("ring", 1, testutil.RingOutput)
 
 	// Rank 1's node served its pages lazily, all of the 192 MiB ballast
 	// among them, and gave the victim up on the way.

@@ -22,6 +22,9 @@ const counterScript = `i=0; while :; do i=$((i+1)); echo "line $i"; sleep 0.05; 
 
 var counterLineRE = regexp.MustCompile(`^line (\d+)$`)
 
+// counterOutput is counterScript's: a count, and nothing at its start.
+var counterOutput = testutil.Output{Progress: counterLineRE}
+
 // countedLines checks that out counts "line 1", "line 2", ... without a
 // gap or a repeat, and returns how many lines it has.
 func countedLines(t *testing.T, what, out string) int {
@@ -157,6 +160,7 @@ func TestJobLogsAcrossRestart(t *testing.T) {
 			t.Fatalf("rank %d restored %d bytes of output; the killed run had printed %d", r, kept, len(died[r]))
 		}
 	}
+	c.CheckRestarted("cnt", 1, counterOutput)
 	// Rank 0 moved: its node has only the current incarnation. Rank 1
 	// restarted in place and keeps the killed run's output.
 	if incs := incarnations(t, c, "cnt/0"); len(incs) != 1 {

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/testutil"
 )
 
@@ -82,6 +84,15 @@ func mpiReference(t *testing.T) string {
 
 var progressLine = regexp.MustCompile(`(?m)^progress \d+/\d+ sum=[0-9a-f]+`)
 
+// mpiOutput is the test program's output, all of it in rank 0's (the
+// launcher's): every process prints its MPI_Init once, rank 0 its
+// progress.
+var mpiOutput = testutil.Output{
+	Start:    regexp.MustCompile(`^rank \d+/\d+ on .* MPI_Init`),
+	Progress: regexp.MustCompile(`^progress (\d+)/`),
+	Rank0:    true,
+}
+
 // progressLines is rank 0's progress lines in out, without their times.
 func progressLines(out string) []string { return progressLine.FindAllString(out, -1) }
 
@@ -146,6 +157,8 @@ func testMPICheckpointRestart(t *testing.T, kind string) {
 	if got := mpiResult(t, c, "mpi"); got != want {
 		t.Fatalf("%s job's checksum %s after checkpoint, kill and restart elsewhere; an uninterrupted run's is %s", kind, got, want)
 	}
+	// Every rank went on from checkpoint 2, none started afresh.
+	c.CheckRestarted("mpi", 2, mpiOutput)
 	// Its output reads as an uninterrupted run's: every progress line
 	// once, in order, none lost at the checkpoint, none repeated by the
 	// killed incarnation.
@@ -164,7 +177,8 @@ func TestMPICheckpointRestartOpenMPI(t *testing.T) { testMPICheckpointRestart(t,
 func TestMPICheckpointRestartMPICH(t *testing.T)   { testMPICheckpointRestart(t, "mpich") }
 
 // testMPIMigrate moves rank 1, then rank 0 (which holds the launcher),
-// each to a free node while the job runs: the result is exact.
+// each to a free node while the job runs: each goes on from its image, and
+// the result is exact.
 func testMPIMigrate(t *testing.T, kind string) {
 	want := mpiReference(t)
 	c := testutil.NewCluster(t, mpiRanks+1)
@@ -178,10 +192,11 @@ func testMPIMigrate(t *testing.T, kind string) {
 				free = n
 			}
 		}
-		c.OK("migrate", fmt.Sprintf("mpi/%d", r), "--to", free)
-		if got := c.Status("mpi").Placement[r]; got != free {
-			t.Fatalf("rank %d on %s after its migration to %s", r, got, free)
+		m := migrate(t, c, fmt.Sprintf("mpi/%d", r), "--to", free)
+		if got := c.Status("mpi").Placement[r]; got != free || m.State != "done" {
+			t.Fatalf("rank %d on %s after its migration to %s: %+v", r, got, free, m)
 		}
+		c.CheckRestored("mpi", r, m.Seq, mpiOutput)
 	}
 	if got := mpiResult(t, c, "mpi"); got != want {
 		t.Fatalf("%s job's checksum %s after two migrations; an uninterrupted run's is %s", kind, got, want)
@@ -190,7 +205,7 @@ func testMPIMigrate(t *testing.T, kind string) {
 
 // testMPINodeLoss kills a node of the job with its disk after a protected
 // checkpoint: the job restarts by itself from the replicas, onto the
-// spare, and its result is exact.
+// spare, goes on from that checkpoint, and its result is exact.
 func testMPINodeLoss(t *testing.T, kind string) {
 	want := mpiReference(t)
 	c := testutil.NewCluster(t, mpiRanks+1)
@@ -213,6 +228,7 @@ func testMPINodeLoss(t *testing.T, kind string) {
 	if got := mpiResult(t, c, "mpi"); got != want {
 		t.Fatalf("%s job's checksum %s after a node loss and automatic restart; an uninterrupted run's is %s", kind, got, want)
 	}
+	c.CheckRestarted("mpi", 1, mpiOutput)
 }
 
 // make test samples the matrix: migration under Open MPI, node loss under
@@ -240,7 +256,8 @@ func soakOnly(t *testing.T) {
 // TestMPIInOneContainer: a job whose MPI processes all run in one
 // container, started with the implementation's own launcher as the
 // container's command (`cairn run --name N -- mpirun -np 4 PROGRAM`):
-// checkpointed while it runs, killed, restored, its result is exact.
+// checkpointed while it runs, killed, restored, it goes on from the
+// checkpoint and its result is exact.
 func TestMPIInOneContainer(t *testing.T) {
 	want := mpiReference(t)
 	env := testutil.NewEnv(t)
@@ -276,10 +293,16 @@ func TestMPIInOneContainer(t *testing.T) {
 			testutil.WaitUntil(t, 120*time.Second, func() (bool, string) {
 				return strings.Contains(cairn("inspect", name, "--json"), `"status": "exited"`), cairn("logs", name)
 			})
-			m := mpiFinal.FindStringSubmatch(cairn("logs", name))
+			log := cairn("logs", name)
+			m := mpiFinal.FindStringSubmatch(log)
 			if m == nil || m[3] != want {
-				t.Fatalf("%s in one container: final line %v after checkpoint, kill and restore; an uninterrupted run's checksum is %s\n%s", tc.kind, m, want, cairn("logs", name))
+				t.Fatalf("%s in one container: final line %v after checkpoint, kill and restore; an uninterrupted run's checksum is %s\n%s", tc.kind, m, want, log)
 			}
+			var incs []agentv1.Incarnation
+			if err := json.Unmarshal([]byte(cairn("logs", name, "--incarnations", "--json")), &incs); err != nil || len(incs) == 0 {
+				t.Fatalf("incarnations of %s: %v", name, err)
+			}
+			testutil.CheckRestoredLog(t, name, log, incs[len(incs)-1], name+":1", mpiOutput)
 			cairn("rm", "-f", name)
 		})
 	}

@@ -25,7 +25,8 @@ func ringArgs(c *testutil.Cluster, messages int) []string {
 // nodes passing checksummed messages at full speed is checkpointed three
 // times while it runs, every container is killed, and the job restarts from
 // the last checkpoint with every rank on another node. It must finish with
-// exactly the result of an uninterrupted run; the ring program itself
+// exactly the result of an uninterrupted run, every rank restored from
+// that checkpoint rather than started afresh; the ring program itself
 // fails on any lost, duplicated, reordered or damaged message.
 func TestRingCheckpointRestart(t *testing.T) {
 	c := testutil.NewCluster(t, 4)
@@ -79,6 +80,9 @@ func TestRingCheckpointRestart(t *testing.T) {
 	if got, want := c.Result("ring"), ringapp.Expected(4, ringMessages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s (an uninterrupted run's)", got, want)
 	}
+	// The same result would come from a run started afresh: every rank
+	// went on from the last checkpoint.
+	c.CheckRestarted("ring", cks[2].Seq, testutil.RingOutput)
 }
 
 // TestPeriodicCheckpoints: the coordinator takes a job's checkpoints at its

@@ -232,9 +232,14 @@ func (s *Server) rankResume(ctx context.Context, req agentv1.RankResume) error {
 }
 
 // prepare is the prepare phase of a global checkpoint on one rank
-// (participant.prepare).
+// (participant.prepare). The failpoint "prepared" holds the reply once the
+// rank is prepared (frozen, locked, dumped).
 func (s *Server) prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prepared, error) {
-	return s.part.prepare(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq}, req.Hold)
+	out, err := s.part.prepare(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq}, req.Hold)
+	if err == nil {
+		s.failpoint(ctx, "prepared")
+	}
+	return out, err
 }
 
 // commit and abort are the decision on one rank's prepare.

@@ -12,9 +12,10 @@
 // migration, in the coordinator, once the rank's new node is recorded,
 // before and after the source's copy is removed); restart-before-resume
 // (a restart, in the coordinator, once every rank is restored and before
-// any resumes); migrate-in (an agent receiving a migrating rank);
-// chunk-data (an agent serving a share of an image's chunks, every share
-// but its first).
+// any resumes); prepared (a checkpoint round, in an agent, once its rank
+// is prepared: frozen, network locked, dumped; before it answers);
+// migrate-in (an agent receiving a migrating rank); chunk-data (an agent
+// serving a share of an image's chunks, every share but its first).
 package failpoint
 
 import (

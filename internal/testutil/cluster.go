@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"cairn/internal/netw"
+	"cairn/internal/pki"
+	"cairn/internal/rpc"
 	"cairn/internal/testbed"
 )
 
@@ -212,6 +214,7 @@ type Ckpt struct {
 	State  string `json:"state"`
 	Reason string `json:"reason"`
 	Ranks  []struct {
+		Rank   int      `json:"rank"`
 		Node   string   `json:"node"`
 		State  string   `json:"state"`
 		Copies []string `json:"copies"`
@@ -552,4 +555,21 @@ func (c *Cluster) Job(name string) Job {
 	}
 	c.t.Fatalf("no job %s", name)
 	return Job{}
+}
+
+// Agent returns a client of a node's agent, authenticated as the
+// cluster's client (`cairn up` made its credentials).
+func (c *Cluster) Agent(node string) *rpc.AgentClient {
+	c.t.Helper()
+	creds, err := pki.LoadCredentials(filepath.Join(c.Data, "cluster", "client"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, n := range c.File().Nodes {
+		if n.Name == node {
+			return rpc.NewAgentClient(n.Addr, n.Name, creds)
+		}
+	}
+	c.t.Fatalf("no node %s", node)
+	return nil
 }
