@@ -18,6 +18,8 @@
 //	jobs/JOB            a job's record
 //	ckpts/JOB/SEQ       a checkpoint (ckpt) of JOB; SEQ is zero-padded so
 //	                    that key order is checkpoint order
+//	migrations/JOB/SEQ  a migration of one of JOB's ranks
+//	counters/NAME       what was given out so far (VNIs, job subnets)
 //	alive/NAME          a member's liveness key, attached to its lease
 //
 // alive/ belongs to this package ([Catalog.Register]); the others are

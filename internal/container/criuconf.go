@@ -35,7 +35,7 @@ var irmapScan = []string{"/tmp", "/var/tmp", "/root", "/home", "/srv", "/opt", "
 //     an overlay (without nfs_export) cannot open its handles, so CRIU
 //     walks directories for an inode of that number instead. It does so
 //     only for a process that has a watch; the walk stalls the container
-//     (docs/architecture.md, "Known limits").
+//     (docs/node.md, "Known limits").
 //   - network-lock nftables, where CRIU can: the iptables method runs
 //     iptables-restore, and with Debian 12's nft-backed iptables the unlock
 //     alone stalls the container for about 70 ms per checkpoint.

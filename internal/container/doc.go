@@ -51,7 +51,7 @@
 // Logs name a container under the key rank (its name) and an image under
 // ckpt (NAME:SEQ).
 //
-// Data dir layout (see docs/architecture.md):
+// Data dir layout (see docs/node.md, "A container"):
 //
 //	<data>/instance                 random id of this data dir (cgroup, netns, veth names)
 //	<data>/containers/<name>/       state.json, config.json (runc bundle), criu.conf,

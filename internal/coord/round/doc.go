@@ -1,5 +1,5 @@
 // Package round is the coordinator's global checkpoint round, the two-phase
-// commit of docs/architecture.md, as a deterministic state machine: it does no
+// commit of docs/protocols.md, as a deterministic state machine: it does no
 // I/O, starts no goroutine and reads no clock. Package coord drives it: it
 // performs the actions (RPCs to agents, etcd transactions) and steps the
 // replies back in, as etcd-io/raft's RawNode is driven by its user.
