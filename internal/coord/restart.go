@@ -182,8 +182,9 @@ func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Rest
 // restartPlacement picks the node of every rank of j for a restart from
 // ck, whose live copies are copies (by rank): placement if the caller gave
 // one; else a rank stays where it is if a copy of its image is there, else
-// goes where a copy is; ranks whose copies are all gone with their nodes
-// go to spares first, then to the least loaded of cands.
+// goes where its first live copy is (place: as long as the node has room
+// under the job's ranks per node; the others go to the least loaded of
+// cands, a spare first among equally loaded ones).
 func restartPlacement(j *coordv1.Job, ck *coordv1.Ckpt, copies [][]string, cands []coordv1.Node, placement []string) ([]string, error) {
 	if len(placement) > 0 {
 		if len(placement) != len(ck.Ranks) {

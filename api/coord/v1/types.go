@@ -207,8 +207,8 @@ type Job struct {
 	// Leftover lists, by rank, the nodes that may still hold a container
 	// of the rank while a restart is under way: where it ran before, and
 	// where a restart cut short put it.
-	Leftover [][]string `json:"leftover,omitempty"`
-	Migrations  int `json:"migrations,omitempty"` // ranks moved so far
+	Leftover   [][]string `json:"leftover,omitempty"`
+	Migrations int        `json:"migrations,omitempty"` // ranks moved so far
 }
 
 // Rank is the live state of one rank.
