@@ -14,6 +14,7 @@ import (
 
 	"cairn/internal/container"
 	"cairn/internal/criu"
+	"cairn/internal/proc"
 	"cairn/internal/testutil"
 )
 
@@ -156,7 +157,7 @@ func bareRestore(b *testing.B, criuBin, dir string) time.Duration {
 		var pid int
 		fmt.Sscan(strings.TrimSpace(string(pidB)), &pid)
 		syscall.Kill(pid, syscall.SIGKILL)
-		for i := 0; i < 200 && syscall.Kill(pid, 0) == nil; i++ {
+		for i := 0; i < 200 && proc.Runs(pid); i++ {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/rpc"
 )
@@ -36,8 +36,8 @@ func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, health
 			hctx, cancel := context.WithTimeout(ctx, every*2)
 			err = cl.Heartbeat(hctx, coordv1.Heartbeat{Name: j.Name, Health: health(), Quarantined: quarantined()})
 			cancel()
-			var we *v1.Error
-			if errors.As(err, &we) && we.Code == v1.CodeNotFound {
+			var we *agentv1.Error
+			if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {
 				joined = false
 				continue
 			}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "cairn/api/agent/v1"
+	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/agent"
 	"cairn/internal/container"
@@ -67,13 +67,13 @@ func (f *fakeCoord) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if !f.forgot {
 			f.forgot = true
-			rpc.Fail(w, http.StatusNotFound, v1.CodeNotFound, "no node "+hb.Name)
+			rpc.Fail(w, http.StatusNotFound, agentv1.CodeNotFound, "no node "+hb.Name)
 			return
 		}
 		f.heartbeats = append(f.heartbeats, hb)
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		rpc.Fail(w, http.StatusNotFound, v1.CodeNotFound, r.URL.Path)
+		rpc.Fail(w, http.StatusNotFound, agentv1.CodeNotFound, r.URL.Path)
 	}
 }
 

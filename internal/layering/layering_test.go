@@ -65,7 +65,7 @@ var rules = []struct {
 	{"cairn/internal/control", []string{"cairn/internal/catalog", "cairn/internal/coord", "cairn/internal/events", "cairn/internal/pki"}, []string{"cairn/"}},
 	// The testbed runs the coordinator and the agents as processes and
 	// talks to them through the API.
-	{"cairn/internal/testbed", []string{"cairn/internal/container", "cairn/internal/durable", "cairn/internal/netw", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"cairn/internal/testbed", []string{"cairn/internal/container", "cairn/internal/durable", "cairn/internal/netw", "cairn/internal/pki", "cairn/internal/proc", "cairn/internal/rpc"}, []string{"cairn/"}},
 }
 
 // reach are rules on everything a package depends on, directly or not.

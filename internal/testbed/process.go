@@ -1,13 +1,13 @@
 package testbed
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
+
+	"cairn/internal/proc"
 )
 
 // Spawn starts argv detached (a session of its own, output appended to
@@ -36,17 +36,7 @@ func Spawn(logPath string, argv, env []string) (int, error) {
 }
 
 // Running reports whether process pid runs (a zombie has exited).
-func Running(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
-}
+func Running(pid int) bool { return proc.Runs(pid) }
 
 // stop ends a process the testbed started: SIGTERM, then SIGKILL.
 func stop(pid int) {

@@ -298,80 +298,6 @@ func (c *Cluster) Result(job string) string {
 	return m[1]
 }
 
-// agentCmdline returns the argv of a node's agent.
-func agentCmdline(t testing.TB, pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-}
-
-// KillAgent SIGKILLs a node's agent (its containers go on) and returns
-// what restarts it: the same command in the node's network namespace,
-// with env added to its environment.
-func (c *Cluster) KillAgent(node string) (restart func(env ...string)) {
-	c.t.Helper()
-	f := c.File()
-	for i, n := range f.Nodes {
-		if n.Name != node {
-			continue
-		}
-		argv := agentCmdline(c.t, n.PID)
-		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
-			c.t.Fatal(err)
-		}
-		waitGone(c.t, n.PID)
-		return func(env ...string) {
-			c.t.Helper()
-			// The agent itself is already in the node's netns: join it.
-			full := append([]string{"nsenter", "--net=" + netw.NetnsPath(node), "--"}, argv...)
-			f := c.File()
-			f.Nodes[i].PID = c.spawn(f.AgentLog(node), full, env)
-			c.save(f)
-		}
-	}
-	c.t.Fatalf("no node %s", node)
-	return nil
-}
-
-// KillCoordinator SIGKILLs the coordinator and returns what restarts it.
-func (c *Cluster) KillCoordinator(env ...string) (restart func(env ...string)) {
-	c.t.Helper()
-	f := c.File()
-	argv := agentCmdline(c.t, f.CoordPID)
-	if err := syscall.Kill(f.CoordPID, syscall.SIGKILL); err != nil {
-		c.t.Fatal(err)
-	}
-	// Until it is gone it holds its port and the etcd dir's lock.
-	waitGone(c.t, f.CoordPID)
-	return func(env ...string) {
-		c.t.Helper()
-		f := c.File()
-		f.CoordPID = c.spawn(f.CoordinatorLog(), argv, env)
-		c.save(f)
-	}
-}
-
-// spawn starts a process of the cluster again.
-func (c *Cluster) spawn(logPath string, argv, env []string) int {
-	c.t.Helper()
-	pid, err := testbed.Spawn(logPath, argv, env)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return pid
-}
-
-// save records processes a test restarted in cluster.json, so that
-// `cairn down` stops them.
-func (c *Cluster) save(f *testbed.Cluster) {
-	c.t.Helper()
-	if err := f.Save(); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
 // WaitNodes waits until the coordinator sees want nodes alive.
 func (c *Cluster) WaitNodes(want int, within time.Duration) {
 	c.t.Helper()
@@ -496,37 +422,6 @@ func WaitUntil(t testing.TB, within time.Duration, cond func() (bool, string)) {
 			t.Fatal(msg)
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// KillNode fails a node: its agent and every container on it are killed
-// (SIGKILL), and with deleteData its data dir is deleted, as if the machine
-// had died with its disk.
-func (c *Cluster) KillNode(node string, deleteData bool) { c.KillNodes([]string{node}, deleteData) }
-
-// KillNodes fails several nodes at once: every agent is SIGKILLed first,
-// so none of them outlives another by the seconds the clean-up takes, then
-// their containers are killed and, with deleteData, their data dirs
-// deleted.
-func (c *Cluster) KillNodes(nodes []string, deleteData bool) {
-	c.t.Helper()
-	f := c.File()
-	var dead []testbed.Node
-	for _, node := range nodes {
-		n, ok := f.Node(node)
-		if !ok {
-			c.t.Fatalf("no node %s", node)
-		}
-		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
-			c.t.Fatal(err)
-		}
-		dead = append(dead, n)
-	}
-	for _, n := range dead {
-		waitGone(c.t, n.PID)
-		if err := n.Fail(context.Background(), testbed.Runtime{}, deleteData); err != nil {
-			c.t.Fatalf("fail node %s: %v", n.Name, err)
-		}
 	}
 }
 
