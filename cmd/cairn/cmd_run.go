@@ -29,8 +29,10 @@ the background; its output goes to its log (cairn logs NAME).
 
 With --job, start a job on the cluster instead: N rank containers placed on
 its nodes (at most --per-node on each, only on --nodes if given), each with
-CAIRN_RANK, CAIRN_SIZE, CAIRN_JOB and CAIRN_PEERS (the IPs of all ranks in
-rank order) in its environment. Each job has its own subnet, and a rank keeps
+CAIRN_RANK, CAIRN_SIZE, CAIRN_JOB, CAIRN_SUBNET (the job's network) and
+CAIRN_PEERS (the IPs of all ranks in rank order; not given to jobs of more
+than about 4,000 ranks: rank R's IP is then CAIRN_SUBNET's third plus R) in
+its environment. Each job has its own subnet, and a rank keeps
 its IP wherever it runs. --checkpoint-every takes a global checkpoint at that
 interval. After each checkpoint, every rank image is copied to --replicas other
 nodes; when a node of the job dies, the job restarts by itself from the newest

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +30,7 @@ func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool
 	if err != nil {
 		return machine.Done{}, err
 	}
-	launchEnv, err := launchEnv(j.RunJob, subnet)
+	launchEnv, err := launchEnv(j.RunJob)
 	if err != nil {
 		return machine.Done{}, err
 	}
@@ -38,11 +39,15 @@ func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool
 		return machine.Done{}, err
 	}
 	req := j.RunJob
-	peers := "CAIRN_PEERS=" + strings.Join(j.Addrs, ",")
+	common := []string{"CAIRN_JOB=" + j.Name, "CAIRN_SIZE=" + strconv.Itoa(req.Ranks), launch.EnvSubnet + "=" + subnet.String()}
+	// Every rank's address, unless the list is too long for one
+	// environment string (Linux takes 128 KiB; a job of some 8,000 ranks):
+	// rank r's address is the subnet's third plus r (launch.Peers).
+	if peers := "CAIRN_PEERS=" + strings.Join(j.Addrs, ","); len(peers) <= MaxPeersEnv {
+		common = append(common, peers)
+	}
 	x.run = func(r int) agentv1.RankRun {
-		env := append(append([]string{
-			"CAIRN_JOB=" + j.Name, "CAIRN_RANK=" + strconv.Itoa(r), "CAIRN_SIZE=" + strconv.Itoa(req.Ranks), peers,
-		}, launchEnv...), req.Env...)
+		env := append(append(append(slices.Clone(common), "CAIRN_RANK="+strconv.Itoa(r)), launchEnv...), req.Env...)
 		return agentv1.RankRun{
 			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: x.ownNet(j.Placement[r]),
 			Addr: j.Addrs[r], Args: req.Args, Env: env, RootFS: req.RootFS, MPI: req.MPI,
@@ -111,9 +116,9 @@ func (c *Coordinator) recoverStarts(ctx context.Context) {
 }
 
 // launchEnv returns the environment an MPI job's ranks get besides every
-// job's: the job's network, for the launcher's interfaces, and a fresh
-// secret that authenticates the ranks to each other's launch daemons.
-func launchEnv(req coordv1.RunJob, subnet netip.Prefix) ([]string, error) {
+// job's: the MPI implementation, and a fresh secret that authenticates the
+// ranks to each other's launch daemons.
+func launchEnv(req coordv1.RunJob) ([]string, error) {
 	if req.MPI == "" {
 		return nil, nil
 	}
@@ -123,7 +128,9 @@ func launchEnv(req coordv1.RunJob, subnet netip.Prefix) ([]string, error) {
 	}
 	return []string{
 		launch.EnvMPI + "=" + req.MPI,
-		launch.EnvSubnet + "=" + subnet.String(),
 		launch.EnvSecret + "=" + hex.EncodeToString(secret),
 	}, nil
 }
+
+// MaxPeersEnv is the longest CAIRN_PEERS a job's ranks are given.
+const MaxPeersEnv = 64 << 10

@@ -78,12 +78,8 @@ func ConfigFromEnv(mpi string, program []string) (Config, error) {
 	if cfg.Rank, err = strconv.Atoi(os.Getenv("CAIRN_RANK")); err != nil {
 		return cfg, fmt.Errorf("$CAIRN_RANK: %w", err)
 	}
-	for _, s := range strings.Split(os.Getenv("CAIRN_PEERS"), ",") {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return cfg, fmt.Errorf("$CAIRN_PEERS: %w", err)
-		}
-		cfg.Peers = append(cfg.Peers, a)
+	if cfg.Peers, err = Peers(os.Getenv); err != nil {
+		return cfg, err
 	}
 	if cfg.Rank < 0 || cfg.Rank >= len(cfg.Peers) {
 		return cfg, fmt.Errorf("rank %d of %d peers", cfg.Rank, len(cfg.Peers))
@@ -442,4 +438,40 @@ func cwd() string {
 		return d
 	}
 	return "/"
+}
+
+// Peers returns every rank's address, in rank order, from a rank's
+// environment: $CAIRN_PEERS, or, for a job too large to be given that list
+// (coord.MaxPeersEnv), from $CAIRN_SUBNET and $CAIRN_SIZE: rank r's
+// address is the subnet's third plus r (its first two are the network's
+// and a host's kept free).
+func Peers(getenv func(string) string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	if list := getenv("CAIRN_PEERS"); list != "" {
+		for _, s := range strings.Split(list, ",") {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				return nil, fmt.Errorf("$CAIRN_PEERS: %w", err)
+			}
+			out = append(out, a)
+		}
+		return out, nil
+	}
+	subnet, err := netip.ParsePrefix(getenv(EnvSubnet))
+	if err != nil {
+		return nil, fmt.Errorf("no $CAIRN_PEERS, and $%s: %w", EnvSubnet, err)
+	}
+	size, err := strconv.Atoi(getenv("CAIRN_SIZE"))
+	if err != nil || size < 1 {
+		return nil, fmt.Errorf("no $CAIRN_PEERS, and $CAIRN_SIZE %q is not a job size", getenv("CAIRN_SIZE"))
+	}
+	a := subnet.Masked().Addr().Next()
+	for range size {
+		a = a.Next()
+		if !subnet.Contains(a.Next()) { // a is past the subnet, or its broadcast address
+			return nil, fmt.Errorf("%d ranks do not fit in %s", size, subnet)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }

@@ -188,3 +188,27 @@ func TestLauncher(t *testing.T) {
 		t.Error("an unknown MPI was accepted")
 	}
 }
+
+// TestPeers: a rank's peers from $CAIRN_PEERS, or, without it, from the
+// job's subnet and size, as the coordinator hands out addresses.
+func TestPeers(t *testing.T) {
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	got, err := Peers(env(map[string]string{"CAIRN_PEERS": "10.224.0.2,10.224.0.3"}))
+	if err != nil || len(got) != 2 || got[1].String() != "10.224.0.3" {
+		t.Fatalf("from the list: %v %v", got, err)
+	}
+	got, err = Peers(env(map[string]string{EnvSubnet: "10.224.4.0/22", "CAIRN_SIZE": "600"}))
+	if err != nil || len(got) != 600 || got[0].String() != "10.224.4.2" || got[599].String() != "10.224.6.89" {
+		t.Fatalf("from the subnet: %d peers, first %v, last %v, %v", len(got), got[0], got[len(got)-1], err)
+	}
+	for _, bad := range []map[string]string{
+		{"CAIRN_PEERS": "10.224.0.2,nope"},
+		{EnvSubnet: "10.224.0.0/24", "CAIRN_SIZE": "254"}, // one past the broadcast address
+		{EnvSubnet: "10.224.0.0/24"},
+		{"CAIRN_SIZE": "2"},
+	} {
+		if got, err := Peers(env(bad)); err == nil {
+			t.Errorf("%v: %v, want an error", bad, got)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -150,6 +151,18 @@ func parseArgs(args []string, getenv func(string) string, stderr io.Writer) (Con
 		return Config{}, errors.New("no size: set -size, -peers, $CAIRN_SIZE or $CAIRN_PEERS")
 	case *size == 0:
 		*size = len(hosts)
+	case hosts == nil && getenv("CAIRN_SUBNET") != "":
+		// A job too large to be given $CAIRN_PEERS: rank r is the job
+		// subnet's third address plus r.
+		subnet, err := netip.ParsePrefix(getenv("CAIRN_SUBNET"))
+		if err != nil {
+			return Config{}, fmt.Errorf("$CAIRN_SUBNET: %w", err)
+		}
+		a := subnet.Masked().Addr().Next()
+		for range *size {
+			a = a.Next()
+			hosts = append(hosts, a.String())
+		}
 	case hosts == nil:
 		for range *size {
 			hosts = append(hosts, "127.0.0.1")

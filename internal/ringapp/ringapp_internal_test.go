@@ -247,6 +247,12 @@ func TestParseArgs(t *testing.T) {
 			env:   env("CAIRN_RANK", "0"),
 			addrs: []string{"10.0.0.2:7171", "10.0.0.2:7172", "10.0.0.3:7173"},
 		},
+		{
+			name:  "a job too large for CAIRN_PEERS",
+			env:   env("CAIRN_RANK", "1", "CAIRN_SIZE", "3", "CAIRN_SUBNET", "10.224.8.0/22"),
+			rank:  1,
+			addrs: []string{"10.224.8.2:7171", "10.224.8.3:7171", "10.224.8.4:7171"},
+		},
 		{name: "no rank", args: []string{"-size", "2"}, env: env(), wantErr: true},
 		{name: "rank too big", args: []string{"-size", "2", "-rank", "2"}, env: env(), wantErr: true},
 		{name: "peers and size differ", args: []string{"-size", "3", "-peers", "a,b"}, env: env("CAIRN_RANK", "0"), wantErr: true},
