@@ -334,7 +334,7 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	moved[rank] = idle
 	c.OK("restart", "ring", "--placement", strings.Join(moved, ","))
 	log := coordLog(t, c)
-	m := regexp.MustCompile(`msg="fetched for restart" job=ring rank=` + fmt.Sprint(rank) + ` to=` + regexp.QuoteMeta(idle) + ` from=(\S+) bytes=(\d+)`).FindStringSubmatch(log)
+	m := regexp.MustCompile(`msg="fetched for restart" job=ring ckpt=\d+ rank=` + fmt.Sprint(rank) + ` node=` + regexp.QuoteMeta(idle) + ` peer=(\S+) bytes=(\d+)`).FindStringSubmatch(log)
 	if m == nil {
 		t.Fatalf("no fetch of rank %d onto %s for the restart in the coordinator's log", rank, idle)
 	}
@@ -345,7 +345,7 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	}
 	// What had arrived was kept as chunks and not sent again: less than
 	// the whole copy made after the cut.
-	whole := regexp.MustCompile(`msg=replicated job=ring ckpt=1 rank=` + fmt.Sprint(rank) + ` from=\S+ to=` + regexp.QuoteMeta(remade) + ` bytes=(\d+)`).FindStringSubmatch(log)
+	whole := regexp.MustCompile(`msg=replicated job=ring ckpt=1 rank=` + fmt.Sprint(rank) + ` node=` + regexp.QuoteMeta(remade) + ` peer=\S+ bytes=(\d+)`).FindStringSubmatch(log)
 	if whole == nil {
 		t.Fatalf("no replication of rank %d to %s in the coordinator's log", rank, remade)
 	}

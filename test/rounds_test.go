@@ -147,7 +147,7 @@ func TestCoordinatorDeath(t *testing.T) {
 			return true, ""
 		})
 		for r, n := range place {
-			thawed := regexp.MustCompile(fmt.Sprintf(`msg="no decision within the hold: thawing".* rank=ring\.%d seq=%d `, r, seq))
+			thawed := regexp.MustCompile(fmt.Sprintf(`msg="no decision within the hold: thawing".* rank=ring\.%d ckpt=%d `, r, seq))
 			if !thawed.MatchString(agentLog(t, c, n)) {
 				t.Fatalf("%s: rank %d's agent on %s did not thaw it at the end of its hold (no %s in its log)", fp, r, n, thawed)
 			}
