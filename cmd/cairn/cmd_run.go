@@ -38,7 +38,11 @@ interval. After each checkpoint, every rank image is copied to --replicas other
 nodes; when a node of the job dies, the job restarts by itself from the newest
 checkpoint complete on live nodes, onto spares first (--on-failure restart).
 With --mpi, CMD is an MPI program run as N processes, one per rank
-(docs/mpi.md). As srun does, a job's ranks get the caller's environment
+(docs/mpi.md). Every rank can talk to cairn through the rank API, a socket
+in its container ($CAIRN_SOCKET; docs/rank-api.md): ask for a checkpoint,
+be told before one; with --mode app, ranks save their own state when told
+and start afresh on it at a restart (CAIRN_RESTART=SEQ), never dumped by
+CRIU. As srun does, a job's ranks get the caller's environment
 (--export ALL, less what belongs to the caller's session: SSH_*, DISPLAY,
 XDG_*, CAIRN_*...; --export NONE or --export VAR,VAR) plus --env, and start
 in the caller's working directory (or --workdir).
@@ -147,6 +151,7 @@ and --memory limit each container.`,
 	f.BoolVar(&asJSON, "json", false, "print the container (or job) as JSON")
 	f.StringVar(&job.Name, "job", "", "start a job of this name on the cluster")
 	f.StringVar(&job.MPI, "mpi", "", "run CMD as an MPI program of --ranks processes, one per rank: openmpi or mpich (docs/mpi.md)")
+	f.StringVar(&job.Mode, "mode", "transparent", "how ranks are checkpointed: transparent (CRIU) or app (each rank saves its own state when told, through the rank API; docs/rank-api.md)")
 	f.IntVar(&job.Ranks, "ranks", 1, "number of ranks of the job")
 	f.IntVar(&job.PerNode, "per-node", 0, "at most this many ranks per node (default: spread evenly)")
 	f.StringSliceVar(&job.Nodes, "nodes", nil, "place the job's ranks on these nodes only")
@@ -161,7 +166,7 @@ and --memory limit each container.`,
 }
 
 // jobFlags are run's flags that only a job takes.
-var jobFlags = []string{"mpi", "export", "ranks", "per-node", "nodes", "checkpoint-every", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate", "lazy-restore"}
+var jobFlags = []string{"mpi", "mode", "export", "ranks", "per-node", "nodes", "checkpoint-every", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate", "lazy-restore"}
 
 // notWith refuses (usage error) any of the given flags that was set: they
 // do not apply to what cmd was asked to do.

@@ -121,11 +121,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	node := Node{NetnsPrefix: a.cfg.NetnsPrefix}
+	s := &Server{Manager: a.m, Creds: c, Logger: a.log, Node: node, Tools: a.tools}
 	if a.cfg.Coordinator != "" {
-		node.Underlay = a.cfg.Underlay
+		s.Node.Underlay = a.cfg.Underlay
 		a.join(ctx)
+		// The ranks' requests go to the coordinator as this node's.
+		co := rpc.NewCoordClient(a.cfg.Coordinator, a.creds)
+		defer co.Close()
+		s.Coord = co
 	}
-	return (&Server{Manager: a.m, Creds: c, Logger: a.log, Node: node, Tools: a.tools}).Serve(ctx, a.ln)
+	return s.Serve(ctx, a.ln)
 }
 
 // join starts the health probes and the membership of the cluster, both

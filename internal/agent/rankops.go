@@ -4,22 +4,38 @@ import (
 	"context"
 	"errors"
 
+	rankv1 "cairn/api/rank/v1"
 	"cairn/internal/container"
 	"cairn/internal/image"
 	"cairn/internal/netw"
 )
 
 // managerRanks are the participant's rankOps on this node's Manager and
-// the ranks' network namespaces.
-type managerRanks struct{ m *container.Manager }
+// the ranks' network namespaces, with their rank APIs (eps).
+type managerRanks struct {
+	m   *container.Manager
+	eps *endpoints
+}
 
 var _ rankOps = managerRanks{}
 
-func (r managerRanks) Prepare(ctx context.Context, name string, seq int) (stagedRank, error) {
+func (r managerRanks) Prepare(ctx context.Context, name string, seq int) (_ stagedRank, err error) {
 	cfg, err := r.m.Config(name)
 	if err != nil {
 		return nil, err
 	}
+	// The rank is told first (it may close connections, or save its
+	// state), then nothing of it stays connected outside its container.
+	mode := rankMode(cfg.Env)
+	if err := r.eps.prepare(ctx, name, seq, mode, mode == rankv1.ModeApp); err != nil {
+		r.eps.reopen(name)
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			r.eps.reopen(name)
+		}
+	}()
 	netns := ""
 	if cfg.Net != nil {
 		netns = cfg.Net.Netns
@@ -36,7 +52,7 @@ func (r managerRanks) Prepare(ctx context.Context, name string, seq int) (staged
 		}
 		return nil, err
 	}
-	return &managerPrepared{Prepared: prep, netns: netns}, nil
+	return &managerPrepared{Prepared: prep, netns: netns, name: name, eps: r.eps}, nil
 }
 
 func (r managerRanks) Stored(name string, seq int) (*image.Record, error) {
@@ -66,6 +82,7 @@ func (r managerRanks) Resume(ctx context.Context, name string) error {
 		errs = append(errs, netw.UnlockNetns(ctx, n.Netns))
 	}
 	errs = append(errs, r.m.Resume(ctx, name))
+	r.eps.reopen(name)
 	return errors.Join(errs...)
 }
 
@@ -74,6 +91,8 @@ func (r managerRanks) Resume(ctx context.Context, name string) error {
 type managerPrepared struct {
 	*container.Prepared
 	netns string
+	name  string
+	eps   *endpoints // its rank API is served again once it runs
 }
 
 func (p *managerPrepared) Thaw(ctx context.Context) error {
@@ -81,9 +100,16 @@ func (p *managerPrepared) Thaw(ctx context.Context) error {
 	if p.netns != "" {
 		err = errors.Join(err, netw.UnlockNetns(ctx, p.netns))
 	}
+	p.eps.reopen(p.name)
 	return err
 }
 
 func (p *managerPrepared) Commit(ctx context.Context) (*image.Record, error) {
+	defer p.eps.reopen(p.name)
 	return p.Prepared.Commit(ctx, nil)
+}
+
+func (p *managerPrepared) Abort(ctx context.Context) error {
+	defer p.eps.reopen(p.name)
+	return p.Prepared.Abort(ctx)
 }

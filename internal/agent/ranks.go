@@ -130,6 +130,9 @@ func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.I
 		_ = n.DetachRank(context.WithoutCancel(ctx), addr)
 		return nil, err
 	}
+	if err := s.eps.open(name); err != nil {
+		s.log().Warn("rank API", "rank", name, "err", err)
+	}
 	return in, nil
 }
 
@@ -144,6 +147,7 @@ func (s *Server) rankRunWire(ctx context.Context, req agentv1.RankRun) (agentv1.
 func (s *Server) rankRemove(ctx context.Context, req agentv1.RankRemove) error {
 	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	s.part.dropRank(ctx, name)
+	s.eps.close(name)
 	var errs []error
 	remove := func() error { return s.Manager.Remove(ctx, name, true) }
 	if req.Keep {
@@ -215,6 +219,11 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 	if err != nil {
 		_ = n.DetachRank(context.WithoutCancel(ctx), addr)
 		return nil, err
+	}
+	// Served from now on: the rank finds its socket once it runs.
+	s.eps.close(name)
+	if err := s.eps.open(name); err != nil {
+		s.log().Warn("rank API", "rank", name, "err", err)
 	}
 	return in, nil
 }

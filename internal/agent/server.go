@@ -28,10 +28,14 @@ type Server struct {
 	// Tools is this node's tools dir (launch.InstallTools), mounted in
 	// ranks that ask for it; "" refuses them.
 	Tools string
+	// Coord is the coordinator the rank API forwards ranks' requests to;
+	// nil when the node is in no cluster.
+	Coord RankCoordinator
 
-	once    sync.Once // makes api and part, on the first request
+	once    sync.Once // makes api, part and eps, on first use
 	api     *api
 	part    *participant
+	eps     *endpoints
 	netMu   sync.Mutex // job network changes on this node
 	sources chunkSources
 	fetches fetches
@@ -45,18 +49,27 @@ func (s *Server) log() *slog.Logger {
 }
 
 // Serve accepts connections on ln (TLS is added here) until ctx is done.
+// First it serves again the rank API of every rank on this node (an
+// earlier agent served it).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.init()
+	s.openRankAPIs(ctx)
 	err := rpc.Serve(ctx, ln, s, s.Creds, s.Logger)
 	s.sources.closeAll()
 	return err
 }
 
+func (s *Server) init() {
+	s.once.Do(func() {
+		s.eps = newEndpoints(s.apiDir, s.rankSelf, func() RankCoordinator { return s.Coord }, s.log())
+		s.api = newAPI(s.routes())
+		s.part = newParticipant(managerRanks{m: s.Manager, eps: s.eps}, s.log())
+	})
+}
+
 // ServeHTTP authenticates the caller and routes the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.once.Do(func() {
-		s.api = newAPI(s.routes())
-		s.part = newParticipant(managerRanks{s.Manager}, s.log())
-	})
+	s.init()
 	s.api.ServeHTTP(w, r)
 }
 

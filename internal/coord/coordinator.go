@@ -22,6 +22,7 @@ import (
 	"cairn/internal/rpc"
 
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 )
 
 // Options tunes a Coordinator.
@@ -77,7 +78,9 @@ type Coordinator struct {
 	members map[string]*catalog.Membership
 	jobMu   map[string]*jobMutex
 	lastRun map[string]time.Time // start of each job's last round
-	health  map[string][]string  // failing health probes by node, as last heard
+	// rankEvents limits each job's rank events.
+	rankEvents map[string]*rate.Limiter
+	health     map[string][]string // failing health probes by node, as last heard
 	// quarantined: damaged packs in each node's store, as last heard
 	quarantined map[string][]string
 
@@ -118,7 +121,7 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 		cat: cat, creds: creds, log: log, opts: opts,
 		clients: map[string]Agent{},
 		members: map[string]*catalog.Membership{}, jobMu: map[string]*jobMutex{},
-		lastRun: map[string]time.Time{},
+		lastRun: map[string]time.Time{}, rankEvents: map[string]*rate.Limiter{},
 	}
 }
 

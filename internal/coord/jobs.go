@@ -78,6 +78,14 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 			return nil, apiErr(agentv1.CodeBadRequest, "%v", err)
 		}
 	}
+	switch req.Mode {
+	case "", coordv1.ModeTransparent, coordv1.ModeApp:
+	default:
+		return nil, apiErr(agentv1.CodeBadRequest, "mode must be %s or %s, not %q", coordv1.ModeTransparent, coordv1.ModeApp, req.Mode)
+	}
+	if req.Mode == coordv1.ModeApp && req.LazyRestore {
+		return nil, apiErr(agentv1.CodeBadRequest, "an application-level job has no memory to restore lazily")
+	}
 	defer c.lockJob(req.Name)()
 	if req.Replicas < 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "replicas must be 0 or more")

@@ -94,6 +94,9 @@ func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Rest
 	if req.Lazy != nil {
 		cfg.Lazy = *req.Lazy
 	}
+	if jobMode(j) == coordv1.ModeApp {
+		cfg.Lazy = false // its ranks start afresh on their files: no memory to fetch
+	}
 	for _, r := range ck.Ranks {
 		cfg.Copies = append(cfg.Copies, liveCopies(r, live))
 	}

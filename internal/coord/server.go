@@ -156,6 +156,7 @@ func (c *Coordinator) handler() http.Handler {
 		j, err := c.Restart(context.WithoutCancel(r.Context()), name, req)
 		reply(w, http.StatusOK, j, err)
 	})
+	c.rankRoutes(route)
 	// Anything else, including a known path with another method.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		id := r.Context().Value(callerKey{}).(pki.Identity)

@@ -39,7 +39,8 @@ func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool
 		return machine.Done{}, err
 	}
 	req := j.RunJob
-	common := []string{"CAIRN_JOB=" + j.Name, "CAIRN_SIZE=" + strconv.Itoa(req.Ranks), launch.EnvSubnet + "=" + subnet.String()}
+	common := []string{"CAIRN_JOB=" + j.Name, "CAIRN_SIZE=" + strconv.Itoa(req.Ranks), launch.EnvSubnet + "=" + subnet.String(),
+		"CAIRN_MODE=" + jobMode(j)}
 	// Every rank's address, unless the list is too long for one
 	// environment string (Linux takes 128 KiB; a job of some 8,000 ranks):
 	// rank r's address is the subnet's third plus r (launch.Peers).

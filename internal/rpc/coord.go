@@ -166,3 +166,23 @@ func (c *CoordClient) Drain(ctx context.Context, node string, undrain bool) (coo
 	var out coordv1.DrainResult
 	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathNode+url.PathEscape(node)+coordv1.SuffixDrain, coordv1.Drain{Undrain: undrain}, &out)
 }
+
+// RankCheckpoint takes a global checkpoint of a job one of this agent's
+// ranks asked for, and returns it once the round has ended.
+func (c *CoordClient) RankCheckpoint(ctx context.Context, req coordv1.RankRequest) (coordv1.Ckpt, error) {
+	var out coordv1.Ckpt
+	err := c.rpc.Do(ctx, http.MethodPost, coordv1.PathRankCheckpoint, req, &out)
+	return out, err
+}
+
+// RankInfo tells a rank of this agent about its job.
+func (c *CoordClient) RankInfo(ctx context.Context, req coordv1.RankRequest) (coordv1.RankInfo, error) {
+	var out coordv1.RankInfo
+	err := c.rpc.Do(ctx, http.MethodPost, coordv1.PathRankInfo, req, &out)
+	return out, err
+}
+
+// RankEvent publishes an event of one of this agent's ranks.
+func (c *CoordClient) RankEvent(ctx context.Context, req coordv1.RankRequest) error {
+	return c.rpc.Do(ctx, http.MethodPost, coordv1.PathRankEvent, req, nil)
+}

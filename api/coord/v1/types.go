@@ -63,6 +63,8 @@ const (
 	CodeConflict = "conflict"  // e.g. a round already runs for the job
 	CodeAborted  = "aborted"   // the checkpoint round aborted
 	CodeNodeDead = "node_dead" // a node the request needs is not alive
+	// CodeRateLimited: too many requests of a kind (a rank's events).
+	CodeRateLimited = "rate_limited"
 )
 
 // Health says who answers.
@@ -126,6 +128,10 @@ type RunJob struct {
 	// Ranks processes, one per rank: every rank's init is cairn's launch
 	// daemon, and rank 0's starts the MPI launcher (docs/mpi.md).
 	MPI string `json:"mpi,omitempty"`
+	// Mode is how the job's ranks are checkpointed: "transparent" (or
+	// empty: CRIU dumps them) or "app" (application-level: every rank
+	// saves its own state when told, through the rank API; docs/rank-api.md).
+	Mode string `json:"mode,omitempty"`
 	// Cwd is the ranks' working directory; Volumes bind host directories
 	// into every rank ("HOST:PATH[:ro]", the same path on every node: a
 	// shared file system), outside the checkpoints; CPUs and Memory (bytes)
@@ -331,4 +337,36 @@ type Drain struct {
 type DrainResult struct {
 	Node       Node        `json:"node"`
 	Migrations []Migration `json:"migrations"`
+}
+
+// Paths of the rank API's requests, which an agent forwards for a rank of
+// a job it holds (docs/rank-api.md). Only agents call them, each for its
+// own ranks.
+const (
+	PathRankCheckpoint = "/v1/ranks/checkpoint" // POST RankRequest: Ckpt, once the round has ended
+	PathRankInfo       = "/v1/ranks/info"       // POST RankRequest: RankInfo
+	PathRankEvent      = "/v1/ranks/event"      // POST RankRequest
+)
+
+// RankRequest is a request of a rank, forwarded by its node's agent.
+type RankRequest struct {
+	Job  string `json:"job"`
+	Rank int    `json:"rank"`
+	// Stop (checkpoint): stop the job once the checkpoint is durable.
+	Stop bool `json:"stop,omitempty"`
+	// Kind and Message (event).
+	Kind    string `json:"kind,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Modes of a job (RunJob.Mode).
+const (
+	ModeTransparent = "transparent"
+	ModeApp         = "app"
+)
+
+// RankInfo is what the coordinator tells a rank of its job.
+type RankInfo struct {
+	Ckpt int    `json:"ckpt"` // the job's newest durable checkpoint; 0: none
+	Mode string `json:"mode"`
 }

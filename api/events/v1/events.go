@@ -25,6 +25,7 @@ type Event struct {
 	Peer     string        `json:"peer,omitempty"` // the other node (replication, migration)
 	Duration time.Duration `json:"duration_ns,omitempty"`
 	Bytes    int64         `json:"bytes,omitempty"`
+	Kind     string        `json:"kind,omitempty"` // a rank's event: what kind, as the rank names it
 	Message  string        `json:"message,omitempty"`
 }
 
@@ -58,6 +59,10 @@ const (
 	ReplicaCopied   = "replica.copied" // one rank image copied to Node from Peer
 	ReplicaFailed   = "replica.failed"
 	ReplicaRepaired = "replica.repaired" // a damaged copy on Node repaired from Peer
+
+	// RankEvent: a rank published an event of its own through the rank
+	// API (docs/rank-api.md); Kind and Message are the rank's.
+	RankEvent = "rank.event"
 
 	MigrationStarted  = "migration.started"  // Node: source, Peer: target
 	MigrationStalled  = "migration.stalled"  // every rank frozen, network locked, the rank dumped

@@ -1,0 +1,501 @@
+// The rank API: the unix socket in every rank's container through which
+// the rank talks to cairn (docs/rank-api.md, api/rank/v1).
+
+package agent
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	rankv1 "cairn/api/rank/v1"
+)
+
+// RankCoordinator is what the rank API asks of the coordinator, for a
+// rank of a job this node holds: rpc.CoordClient with the node's
+// credentials (the coordinator checks that the node holds the rank).
+type RankCoordinator interface {
+	RankCheckpoint(ctx context.Context, req coordv1.RankRequest) (coordv1.Ckpt, error)
+	RankInfo(ctx context.Context, req coordv1.RankRequest) (coordv1.RankInfo, error)
+	RankEvent(ctx context.Context, req coordv1.RankRequest) error
+}
+
+// rankSelf is what the node knows of the rank behind an endpoint.
+type rankSelf struct {
+	Job          string
+	Rank, Size   int
+	Mode         string
+	RestoredFrom int // the checkpoint its processes were restored from; 0: started afresh
+	Incarnation  int
+}
+
+// rankLookup says who the rank in container name is, as the node knows it
+// now (the Manager: the container's environment and incarnations).
+type rankLookup func(ctx context.Context, name string) (rankSelf, error)
+
+// Limits of the rank API.
+const (
+	// maxPrepareWait is the most a rank is given to answer prepare,
+	// whatever it asked for.
+	maxPrepareWait = 30 * time.Second
+	// requestTimeout bounds reading a request and writing its reply.
+	requestTimeout = 10 * time.Second
+	// keepResults is how long the outcome of a checkpoint a rank asked
+	// for is kept for it to read.
+	keepResults = 10 * time.Minute
+)
+
+// endpoints are the rank API's sockets on this node, one a rank
+// container, and the checkpoints ranks asked for.
+type endpoints struct {
+	dir    func(name string) string // the host dir bound at rankv1.SocketDir in the container
+	self   rankLookup
+	coord  func() RankCoordinator // nil while the node is in no cluster
+	log    *slog.Logger
+	mu     sync.Mutex
+	byName map[string]*endpoint
+	asked  map[string]*ticket
+}
+
+func newEndpoints(dir func(string) string, self rankLookup, coord func() RankCoordinator, log *slog.Logger) *endpoints {
+	return &endpoints{dir: dir, self: self, coord: coord, log: log, byName: map[string]*endpoint{}, asked: map[string]*ticket{}}
+}
+
+// endpoint is one rank container's socket: the listener (nil while the
+// rank is quiesced for a dump), the connections open on it, and the ranks'
+// watchers among them.
+type endpoint struct {
+	name string
+	path string
+
+	mu       sync.Mutex
+	ln       *net.UnixListener
+	conns    map[net.Conn]bool
+	watchers map[*watcher]bool
+	closed   bool // the container is gone: never listen again
+}
+
+// watcher is a connection of a rank that asked to be told before
+// checkpoints.
+type watcher struct {
+	conn     net.Conn
+	deadline time.Duration
+	ready    chan struct{} // closed when the rank answers ready
+	once     sync.Once
+}
+
+// ticket is a checkpoint a rank asked for.
+type ticket struct {
+	name        string // the container that asked
+	incarnation int    // its incarnation then
+	done        bool
+	ckpt        int
+	err         error
+	at          time.Time
+}
+
+// open starts serving container name's socket (again). It replaces a
+// socket file left behind.
+func (e *endpoints) open(name string) error {
+	e.mu.Lock()
+	ep := e.byName[name]
+	if ep == nil {
+		ep = &endpoint{name: name, path: filepath.Join(e.dir(name), filepath.Base(rankv1.SocketPath)),
+			conns: map[net.Conn]bool{}, watchers: map[*watcher]bool{}}
+		e.byName[name] = ep
+	}
+	e.mu.Unlock()
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.ln != nil || ep.closed {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(ep.path), 0o700); err != nil {
+		return err
+	}
+	_ = os.Remove(ep.path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: ep.path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("rank API of %s: %w", name, err)
+	}
+	ln.SetUnlinkOnClose(false) // quiesce removes the file first itself
+	ep.ln = ln
+	go e.accept(ep, ln)
+	return nil
+}
+
+// quiesce closes container name's socket and every connection on it, so
+// that nothing of the rank is connected outside its container when it is
+// dumped: first the file goes (no new connection can start), then the
+// ones waiting to be accepted and the open ones are closed. A rank that
+// connects meanwhile finds no socket and tries again later.
+func (e *endpoints) quiesce(name string) {
+	ep := e.get(name)
+	if ep == nil {
+		return
+	}
+	ep.mu.Lock()
+	ln := ep.ln
+	ep.ln = nil
+	conns := ep.conns
+	ep.conns = map[net.Conn]bool{}
+	ep.watchers = map[*watcher]bool{}
+	ep.mu.Unlock()
+	if ln == nil {
+		return
+	}
+	_ = os.Remove(ep.path)
+	// Connections already made but not accepted are accepted and closed:
+	// one left in the backlog would be dumped as a dangling connection.
+	_ = ln.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			break
+		}
+		c.Close()
+	}
+	ln.Close()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+// reopen serves container name's socket again after a dump, if it has
+// one.
+func (e *endpoints) reopen(name string) {
+	if e.get(name) == nil {
+		return
+	}
+	if err := e.open(name); err != nil {
+		e.log.Warn("rank API: serve the socket again", "rank", name, "err", err)
+	}
+}
+
+// close stops serving container name's socket for good (the container
+// is removed, or moved away).
+func (e *endpoints) close(name string) {
+	e.quiesce(name)
+	e.mu.Lock()
+	ep := e.byName[name]
+	delete(e.byName, name)
+	e.mu.Unlock()
+	if ep != nil {
+		ep.mu.Lock()
+		ep.closed = true
+		ep.mu.Unlock()
+	}
+}
+
+func (e *endpoints) get(name string) *endpoint {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.byName[name]
+}
+
+// prepare tells the watchers of container name that checkpoint ckpt is
+// about to freeze the rank and waits for each to answer ready (at most its
+// deadline); then it quiesces the socket. A watcher that does not answer
+// in time fails the prepare. mustWatch (application-level mode) fails it
+// too if no one watches: such a rank saves its state only when told.
+func (e *endpoints) prepare(ctx context.Context, name string, ckpt int, mode string, mustWatch bool) error {
+	ep := e.get(name)
+	if ep == nil {
+		if mustWatch {
+			return fmt.Errorf("rank %s: no rank API to tell it to save its state", name)
+		}
+		return nil
+	}
+	ep.mu.Lock()
+	var ws []*watcher
+	for w := range ep.watchers {
+		ws = append(ws, w)
+	}
+	ep.mu.Unlock()
+	if len(ws) == 0 && mustWatch {
+		e.quiesce(name)
+		return fmt.Errorf("rank %s does not watch the rank API: an application-level checkpoint cannot tell it to save its state", name)
+	}
+	var errs []error
+	for _, w := range ws {
+		ev, _ := json.Marshal(rankv1.Event{Event: rankv1.EventPrepare, Ckpt: ckpt, Mode: mode, DeadlineMS: int(w.deadline / time.Millisecond)})
+		_ = w.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		if _, err := w.conn.Write(append(ev, '\n')); err != nil {
+			errs = append(errs, fmt.Errorf("rank %s: tell it checkpoint %d comes: %w", name, ckpt, err))
+			continue
+		}
+		select {
+		case <-w.ready:
+		case <-time.After(w.deadline):
+			errs = append(errs, fmt.Errorf("rank %s did not answer its checkpoint callback within %s", name, w.deadline))
+		case <-ctx.Done():
+			errs = append(errs, ctx.Err())
+		}
+	}
+	e.quiesce(name)
+	return errors.Join(errs...)
+}
+
+func (e *endpoints) accept(ep *endpoint, ln *net.UnixListener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return // closed by quiesce or close
+		}
+		ep.mu.Lock()
+		if ep.ln != ln {
+			ep.mu.Unlock()
+			c.Close()
+			return
+		}
+		ep.conns[c] = true
+		ep.mu.Unlock()
+		go e.serve(ep, c)
+	}
+}
+
+// serve answers one connection: one request, one reply; a watch stays
+// open until the endpoint quiesces or the rank goes.
+func (e *endpoints) serve(ep *endpoint, c net.Conn) {
+	defer func() {
+		ep.mu.Lock()
+		delete(ep.conns, c)
+		ep.mu.Unlock()
+		c.Close()
+	}()
+	_ = c.SetDeadline(time.Now().Add(requestTimeout))
+	r := bufio.NewReaderSize(c, 4096)
+	req, err := readRequest(r)
+	if err != nil {
+		writeReply(c, rankFail(rankv1.CodeBadRequest, err.Error()))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	self, err := e.self(ctx, ep.name)
+	if err != nil {
+		writeReply(c, rankFail(rankv1.CodeUnavailable, err.Error()))
+		return
+	}
+	if (req.Job != "" && req.Job != self.Job) || (req.Rank != nil && *req.Rank != self.Rank) {
+		writeReply(c, rankFail(rankv1.CodeForbidden, fmt.Sprintf("rank %d of job %s may act on its own job only", self.Rank, self.Job)))
+		return
+	}
+	if req.Op == rankv1.OpWatch {
+		e.watch(ep, c, r, req, self)
+		return
+	}
+	writeReply(c, e.answer(ctx, ep.name, req, self))
+}
+
+// answer carries out a request other than watch.
+func (e *endpoints) answer(ctx context.Context, name string, req rankv1.Request, self rankSelf) rankv1.Reply {
+	rank := coordv1.RankRequest{Job: self.Job, Rank: self.Rank}
+	switch req.Op {
+	case rankv1.OpInfo:
+		out := selfReply(self)
+		out.Restored = self.RestoredFrom > 0
+		if co := e.coordinator(); co != nil {
+			if info, err := co.RankInfo(ctx, rank); err == nil {
+				out.Ckpt = info.Ckpt
+			} else {
+				return coordFail(err)
+			}
+		}
+		return out
+	case rankv1.OpCheckpoint:
+		co := e.coordinator()
+		if co == nil {
+			return rankFail(rankv1.CodeUnavailable, "this node is in no cluster")
+		}
+		rank.Stop = req.Stop
+		return e.ask(name, self, co, rank)
+	case rankv1.OpResult:
+		return e.result(req.Ticket, name, self)
+	case rankv1.OpEvent:
+		if !eventKind.MatchString(req.Kind) || len(req.Message) > rankv1.MaxMessage {
+			return rankFail(rankv1.CodeBadRequest, fmt.Sprintf("an event has a kind of 1 to %d letters, digits, '.', '-' or '_', and a message of at most %d bytes", rankv1.MaxKind, rankv1.MaxMessage))
+		}
+		co := e.coordinator()
+		if co == nil {
+			return rankFail(rankv1.CodeUnavailable, "this node is in no cluster")
+		}
+		rank.Kind, rank.Message = req.Kind, req.Message
+		if err := co.RankEvent(ctx, rank); err != nil {
+			return coordFail(err)
+		}
+		return rankv1.Reply{OK: true}
+	}
+	return rankFail(rankv1.CodeBadRequest, fmt.Sprintf("no operation %q", req.Op))
+}
+
+var eventKind = regexp.MustCompile(`^[A-Za-z0-9._-]{1,32}$`)
+
+func (e *endpoints) coordinator() RankCoordinator {
+	if e.coord == nil {
+		return nil
+	}
+	return e.coord()
+}
+
+// ask starts the checkpoint a rank asked for, in the background (the
+// rank is frozen during it), and returns its ticket.
+func (e *endpoints) ask(name string, self rankSelf, co RankCoordinator, req coordv1.RankRequest) rankv1.Reply {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	id := name + "-" + hex.EncodeToString(b)
+	t := &ticket{name: name, incarnation: self.Incarnation, at: time.Now()}
+	e.mu.Lock()
+	for k, old := range e.asked {
+		if time.Since(old.at) > keepResults {
+			delete(e.asked, k)
+		}
+	}
+	e.asked[id] = t
+	e.mu.Unlock()
+	go func() {
+		ck, err := co.RankCheckpoint(context.Background(), req)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		t.done, t.ckpt, t.err = true, ck.Seq, err
+		if err != nil {
+			e.log.Info("rank API: checkpoint asked by a rank", "job", req.Job, "rank", req.Rank, "err", err)
+		}
+	}()
+	return rankv1.Reply{OK: true, Ticket: id, State: rankv1.StatePending}
+}
+
+// result answers a rank asking how its checkpoint went. A rank restored
+// since it asked (on this node or another: the ticket is unknown there)
+// is told so, with the checkpoint it runs from.
+func (e *endpoints) result(id, name string, self rankSelf) rankv1.Reply {
+	e.mu.Lock()
+	t := e.asked[id]
+	e.mu.Unlock()
+	switch {
+	case t != nil && t.name != name:
+		return rankFail(rankv1.CodeForbidden, "not this rank's ticket")
+	case t == nil || t.incarnation != self.Incarnation:
+		if self.RestoredFrom > 0 {
+			return rankv1.Reply{OK: true, State: rankv1.StateRestored, RestoredFrom: self.RestoredFrom}
+		}
+		return rankFail(rankv1.CodeNotFound, fmt.Sprintf("no ticket %q", id))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case !t.done:
+		return rankv1.Reply{OK: true, State: rankv1.StatePending, Ticket: id}
+	case t.err != nil:
+		r := coordFail(t.err)
+		r.State, r.Ticket = rankv1.StateFailed, id
+		return r
+	}
+	return rankv1.Reply{OK: true, State: rankv1.StateDone, Ckpt: t.ckpt, Ticket: id}
+}
+
+// watch registers a rank's watcher: it is told before checkpoints until
+// the endpoint quiesces (or the rank hangs up).
+func (e *endpoints) watch(ep *endpoint, c net.Conn, r *bufio.Reader, req rankv1.Request, self rankSelf) {
+	d := time.Duration(req.DeadlineMS) * time.Millisecond
+	if d <= 0 || d > maxPrepareWait {
+		d = maxPrepareWait
+	}
+	w := &watcher{conn: c, deadline: d, ready: make(chan struct{})}
+	out := selfReply(self)
+	if co := e.coordinator(); co != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		if info, err := co.RankInfo(ctx, coordv1.RankRequest{Job: self.Job, Rank: self.Rank}); err == nil {
+			out.Ckpt = info.Ckpt
+		}
+		cancel()
+	}
+	ep.mu.Lock()
+	if ep.conns[c] {
+		ep.watchers[w] = true
+	}
+	ep.mu.Unlock()
+	writeReply(c, out)
+	_ = c.SetDeadline(time.Time{})
+	// The only message a watcher sends is ready; anything else, or the
+	// rank hanging up, ends the watch.
+	for {
+		req, err := readRequest(r)
+		if err != nil || req.Op != rankv1.OpReady {
+			break
+		}
+		w.once.Do(func() { close(w.ready) })
+	}
+	ep.mu.Lock()
+	delete(ep.watchers, w)
+	ep.mu.Unlock()
+}
+
+func selfReply(s rankSelf) rankv1.Reply {
+	rank := s.Rank
+	return rankv1.Reply{OK: true, Job: s.Job, Rank: &rank, Size: s.Size, Mode: s.Mode,
+		RestoredFrom: s.RestoredFrom, Incarnation: s.Incarnation, Restored: s.RestoredFrom > 0}
+}
+
+func readRequest(r *bufio.Reader) (rankv1.Request, error) {
+	var req rankv1.Request
+	line, err := r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		// Longer than the reader's buffer: read on, up to the limit.
+		buf := append([]byte(nil), line...)
+		for errors.Is(err, bufio.ErrBufferFull) && len(buf) < rankv1.MaxLine {
+			line, err = r.ReadSlice('\n')
+			buf = append(buf, line...)
+		}
+		line = buf
+	}
+	if err != nil {
+		return req, fmt.Errorf("read a request: %w", err)
+	}
+	if len(line) > rankv1.MaxLine {
+		return req, fmt.Errorf("a request of more than %d bytes", rankv1.MaxLine)
+	}
+	if err := json.Unmarshal(line, &req); err != nil {
+		return req, fmt.Errorf("a request is one JSON object on one line: %w", err)
+	}
+	return req, nil
+}
+
+func writeReply(c net.Conn, r rankv1.Reply) {
+	b, _ := json.Marshal(r)
+	_, _ = c.Write(append(b, '\n'))
+}
+
+func rankFail(code, msg string) rankv1.Reply { return rankv1.Reply{Code: code, Error: msg} }
+
+// coordFail maps the coordinator's answer to the rank API's codes.
+func coordFail(err error) rankv1.Reply {
+	var we *coordv1.Error
+	if errors.As(err, &we) {
+		switch we.Code {
+		case coordv1.CodeAborted:
+			return rankFail(rankv1.CodeAborted, err.Error())
+		case coordv1.CodeConflict:
+			return rankFail(rankv1.CodeConflict, err.Error())
+		case coordv1.CodeRateLimited:
+			return rankFail(rankv1.CodeRateLimited, err.Error())
+		case agentv1.CodeForbidden:
+			return rankFail(rankv1.CodeForbidden, err.Error())
+		}
+		return rankFail(rankv1.CodeUnavailable, err.Error())
+	}
+	return rankFail(rankv1.CodeUnavailable, err.Error())
+}

@@ -1,0 +1,316 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	rankv1 "cairn/api/rank/v1"
+)
+
+// fakeRankCoord answers a rank's requests as a coordinator would; ckpt
+// blocks RankCheckpoint until the test sends its outcome.
+type fakeRankCoord struct {
+	mu     sync.Mutex
+	last   int
+	asked  []coordv1.RankRequest
+	events []coordv1.RankRequest
+	ckpt   chan error
+	evErr  error
+}
+
+func (f *fakeRankCoord) RankCheckpoint(ctx context.Context, req coordv1.RankRequest) (coordv1.Ckpt, error) {
+	f.mu.Lock()
+	f.asked = append(f.asked, req)
+	f.mu.Unlock()
+	if err := <-f.ckpt; err != nil {
+		return coordv1.Ckpt{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last++
+	return coordv1.Ckpt{Job: req.Job, Seq: f.last}, nil
+}
+
+func (f *fakeRankCoord) RankInfo(ctx context.Context, req coordv1.RankRequest) (coordv1.RankInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return coordv1.RankInfo{Ckpt: f.last, Mode: coordv1.ModeTransparent}, nil
+}
+
+func (f *fakeRankCoord) RankEvent(ctx context.Context, req coordv1.RankRequest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, req)
+	return f.evErr
+}
+
+// rankAPIEnv is an endpoint for container "j.1" (rank 1 of job j) in a
+// temporary dir, served with a fake coordinator.
+type rankAPIEnv struct {
+	t     *testing.T
+	eps   *endpoints
+	co    *fakeRankCoord
+	sock  string
+	mu    sync.Mutex
+	self  rankSelf
+	ready chan struct{}
+}
+
+func newRankAPIEnv(t *testing.T) *rankAPIEnv {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rankapi") // short: a socket path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e := &rankAPIEnv{t: t, co: &fakeRankCoord{ckpt: make(chan error, 4)}, sock: filepath.Join(dir, "rank.sock"),
+		self: rankSelf{Job: "j", Rank: 1, Size: 4, Mode: rankv1.ModeTransparent, Incarnation: 1}}
+	lookup := func(ctx context.Context, name string) (rankSelf, error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.self, nil
+	}
+	e.eps = newEndpoints(func(string) string { return dir }, lookup, func() RankCoordinator { return e.co },
+		slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err := e.eps.open("j.1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.eps.close("j.1") })
+	return e
+}
+
+// ask sends one request and returns the reply.
+func (e *rankAPIEnv) ask(req string) rankv1.Reply {
+	e.t.Helper()
+	c, err := net.Dial("unix", e.sock)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(req + "\n")); err != nil {
+		e.t.Fatal(err)
+	}
+	var r rankv1.Reply
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err != nil {
+		e.t.Fatalf("%s: read the reply: %v", req, err)
+	}
+	if err := json.Unmarshal(line, &r); err != nil {
+		e.t.Fatalf("%s: reply %q: %v", req, line, err)
+	}
+	return r
+}
+
+func wantReply(t *testing.T, r rankv1.Reply, code string) {
+	t.Helper()
+	if r.OK || r.Code != code {
+		t.Fatalf("reply %+v, want code %s", r, code)
+	}
+}
+
+// TestRankAPIRequests: info, a rank's own job only, events checked and
+// forwarded, bad requests refused.
+func TestRankAPIRequests(t *testing.T) {
+	e := newRankAPIEnv(t)
+	r := e.ask(`{"op":"info"}`)
+	if !r.OK || r.Job != "j" || r.Rank == nil || *r.Rank != 1 || r.Size != 4 || r.Restored || r.Incarnation != 1 {
+		t.Fatalf("info: %+v", r)
+	}
+	wantReply(t, e.ask(`{"op":"checkpoint","job":"other"}`), rankv1.CodeForbidden)
+	wantReply(t, e.ask(`{"op":"info","rank":2}`), rankv1.CodeForbidden)
+	wantReply(t, e.ask(`{"op":"nope"}`), rankv1.CodeBadRequest)
+	wantReply(t, e.ask(`not json`), rankv1.CodeBadRequest)
+	wantReply(t, e.ask(`{"op":"info","pad":"`+strings.Repeat("x", rankv1.MaxLine)+`"}`), rankv1.CodeBadRequest)
+	wantReply(t, e.ask(`{"op":"event","kind":"a b","message":"x"}`), rankv1.CodeBadRequest)
+	wantReply(t, e.ask(`{"op":"event","kind":"k","message":"`+strings.Repeat("x", rankv1.MaxMessage+1)+`"}`), rankv1.CodeBadRequest)
+	if r := e.ask(`{"op":"event","kind":"phase","message":"step 10"}`); !r.OK {
+		t.Fatalf("event: %+v", r)
+	}
+	e.co.evErr = &coordv1.Error{Code: coordv1.CodeRateLimited, Message: "too many"}
+	wantReply(t, e.ask(`{"op":"event","kind":"phase","message":"step 11"}`), rankv1.CodeRateLimited)
+	if len(e.co.events) != 2 || e.co.events[0] != (coordv1.RankRequest{Job: "j", Rank: 1, Kind: "phase", Message: "step 10"}) {
+		t.Fatalf("events forwarded: %+v", e.co.events)
+	}
+	if len(e.co.asked) != 0 {
+		t.Fatalf("a refused checkpoint reached the coordinator: %+v", e.co.asked)
+	}
+}
+
+// TestRankAPICheckpoint: a checkpoint asked for returns a ticket at once;
+// its result is pending, then done or failed; a rank restored since it
+// asked is told so, on this node or another.
+func TestRankAPICheckpoint(t *testing.T) {
+	e := newRankAPIEnv(t)
+	r := e.ask(`{"op":"checkpoint"}`)
+	if !r.OK || r.Ticket == "" || r.State != rankv1.StatePending {
+		t.Fatalf("checkpoint: %+v", r)
+	}
+	ticket := r.Ticket
+	if r := e.ask(`{"op":"result","ticket":"` + ticket + `"}`); r.State != rankv1.StatePending {
+		t.Fatalf("result before the round ended: %+v", r)
+	}
+	e.co.ckpt <- nil
+	waitResult := func(ticket, state string) rankv1.Reply {
+		t.Helper()
+		for range 200 {
+			if r := e.ask(`{"op":"result","ticket":"` + ticket + `"}`); r.State != rankv1.StatePending {
+				if r.State != state {
+					t.Fatalf("result: %+v, want %s", r, state)
+				}
+				return r
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("ticket %s still pending", ticket)
+		return rankv1.Reply{}
+	}
+	if r := waitResult(ticket, rankv1.StateDone); r.Ckpt != 1 {
+		t.Fatalf("done: %+v", r)
+	}
+	if r := e.ask(`{"op":"info"}`); r.Ckpt != 1 {
+		t.Fatalf("info after the checkpoint: %+v", r)
+	}
+	// An aborted round.
+	t2 := e.ask(`{"op":"checkpoint","stop":true}`).Ticket
+	e.co.ckpt <- &coordv1.Error{Code: coordv1.CodeAborted, Message: "checkpoint j:2 aborted"}
+	if r := waitResult(t2, rankv1.StateFailed); r.Code != rankv1.CodeAborted {
+		t.Fatalf("aborted: %+v", r)
+	}
+	if !e.co.asked[1].Stop {
+		t.Fatalf("stop not forwarded: %+v", e.co.asked)
+	}
+	// The rank asks, is checkpointed (frozen meanwhile), and later
+	// restored from that checkpoint: the same question now says so.
+	t3 := e.ask(`{"op":"checkpoint"}`).Ticket
+	e.mu.Lock()
+	e.self.Incarnation, e.self.RestoredFrom = 2, 3
+	e.mu.Unlock()
+	if r := e.ask(`{"op":"result","ticket":"` + t3 + `"}`); r.State != rankv1.StateRestored || r.RestoredFrom != 3 {
+		t.Fatalf("result after a restore: %+v", r)
+	}
+	// On another node nobody knows the ticket.
+	if r := e.ask(`{"op":"result","ticket":"j.1-unknown"}`); r.State != rankv1.StateRestored || r.RestoredFrom != 3 {
+		t.Fatalf("unknown ticket of a restored rank: %+v", r)
+	}
+	e.mu.Lock()
+	e.self.RestoredFrom = 0
+	e.mu.Unlock()
+	wantReply(t, e.ask(`{"op":"result","ticket":"j.1-unknown"}`), rankv1.CodeNotFound)
+	e.co.ckpt <- nil
+}
+
+// watch opens a watch connection and returns it with its reply.
+func (e *rankAPIEnv) watch(deadlineMS int) (net.Conn, *bufio.Reader, rankv1.Reply) {
+	e.t.Helper()
+	c, err := net.Dial("unix", e.sock)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	req, _ := json.Marshal(rankv1.Request{Op: rankv1.OpWatch, Prepare: true, DeadlineMS: deadlineMS})
+	if _, err := c.Write(append(req, '\n')); err != nil {
+		e.t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var r rankv1.Reply
+	line, err := br.ReadBytes('\n')
+	if err != nil || json.Unmarshal(line, &r) != nil || !r.OK {
+		e.t.Fatalf("watch: %q %v", line, err)
+	}
+	return c, br, r
+}
+
+// TestRankAPIWatch: a watcher is told before the rank is frozen and the
+// prepare waits for its ready; then the socket is gone and every
+// connection closed until it is served again. A watcher that does not
+// answer in time fails the prepare; an application-level rank that does
+// not watch cannot be checkpointed.
+func TestRankAPIWatch(t *testing.T) {
+	e := newRankAPIEnv(t)
+	c, br, r := e.watch(2000)
+	if r.Incarnation != 1 || r.Job != "j" {
+		t.Fatalf("watch reply: %+v", r)
+	}
+	idle, err := net.Dial("unix", e.sock) // an idle connection, to be closed too
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	done := make(chan error, 1)
+	go func() { done <- e.eps.prepare(t.Context(), "j.1", 7, rankv1.ModeTransparent, false) }()
+	line, err := br.ReadBytes('\n')
+	var ev rankv1.Event
+	if err != nil || json.Unmarshal(line, &ev) != nil || ev.Event != rankv1.EventPrepare || ev.Ckpt != 7 || ev.DeadlineMS != 2000 {
+		t.Fatalf("prepare event: %q %v", line, err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("prepare returned before the rank was ready: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := c.Write([]byte(`{"op":"ready"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	// Quiesced: no socket, and both connections closed by the agent.
+	if _, err := os.Stat(e.sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the socket is still there while the rank is frozen: %v", err)
+	}
+	for _, conn := range []net.Conn{c, idle} {
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); err == nil {
+			t.Fatalf("a connection still open after the prepare (read %d bytes)", n)
+		}
+	}
+	if _, err := net.Dial("unix", e.sock); err == nil {
+		t.Fatal("connected to a quiesced rank API")
+	}
+	e.eps.reopen("j.1")
+	if r := e.ask(`{"op":"info"}`); !r.OK {
+		t.Fatalf("info once served again: %+v", r)
+	}
+
+	// A watcher that never answers fails the prepare after its deadline.
+	e.watch(300)
+	start := time.Now()
+	err = e.eps.prepare(t.Context(), "j.1", 8, rankv1.ModeTransparent, false)
+	if err == nil || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("prepare with a silent watcher: %v", err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("gave up after %s, before the rank's 300ms", took)
+	}
+	e.eps.reopen("j.1")
+
+	// Application-level: no watcher, no checkpoint.
+	if err := e.eps.prepare(t.Context(), "j.1", 9, rankv1.ModeApp, true); err == nil {
+		t.Fatal("an application-level prepare of a rank that does not watch succeeded")
+	}
+	e.eps.reopen("j.1")
+	// Without watchers, a transparent prepare only quiesces.
+	if err := e.eps.prepare(t.Context(), "j.1", 10, rankv1.ModeTransparent, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRankAPIForbiddenByTheCoordinator: what the coordinator refuses is
+// forbidden for the rank too.
+func TestRankAPIForbiddenByTheCoordinator(t *testing.T) {
+	r := coordFail(&coordv1.Error{Code: agentv1.CodeForbidden, Message: "node n1 holds no rank 1 of job j"})
+	wantReply(t, r, rankv1.CodeForbidden)
+	wantReply(t, coordFail(errors.New("connection refused")), rankv1.CodeUnavailable)
+}

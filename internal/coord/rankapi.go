@@ -1,0 +1,121 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"syscall"
+
+	"golang.org/x/time/rate"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
+	"cairn/internal/pki"
+)
+
+// The rank API's requests, forwarded by the agent of the rank's node
+// (docs/rank-api.md): an agent may ask only for ranks it holds, which
+// keeps a rank to its own job.
+
+// Rank events a job may publish: 10 a second, in bursts of 20.
+const (
+	rankEventRate  = 10
+	rankEventBurst = 20
+)
+
+// rankJob returns the job of a rank's request, checking that node holds
+// the rank.
+func (c *Coordinator) rankJob(ctx context.Context, node string, req coordv1.RankRequest) (*coordv1.Job, error) {
+	j, err := c.job(ctx, req.Job)
+	if err != nil {
+		return nil, err
+	}
+	if req.Rank < 0 || req.Rank >= len(j.Placement) || j.Placement[req.Rank] != node {
+		return nil, apiErr(agentv1.CodeForbidden, "node %s holds no rank %d of job %s", node, req.Rank, req.Job)
+	}
+	return j, nil
+}
+
+// RankCheckpoint takes a global checkpoint of a job that one of its
+// ranks, on node, asked for, and with Stop then kills the job's ranks
+// (the job and its checkpoints stay: cairn restart brings it back).
+func (c *Coordinator) RankCheckpoint(ctx context.Context, node string, req coordv1.RankRequest) (*coordv1.Ckpt, error) {
+	if _, err := c.rankJob(ctx, node, req); err != nil {
+		return nil, err
+	}
+	c.log.Info("a rank asks for a checkpoint of its job", "job", req.Job, "rank", req.Rank, "stop", req.Stop)
+	ck, err := c.Checkpoint(ctx, req.Job, false)
+	if err != nil || !req.Stop {
+		return ck, err
+	}
+	if _, err := c.KillJob(ctx, req.Job, syscall.SIGKILL); err != nil {
+		return ck, fmt.Errorf("checkpoint %s:%d is durable, but the job could not be stopped: %w", req.Job, ck.Seq, err)
+	}
+	return ck, nil
+}
+
+// RankInfo tells a rank, on node, about its job.
+func (c *Coordinator) RankInfo(ctx context.Context, node string, req coordv1.RankRequest) (*coordv1.RankInfo, error) {
+	j, err := c.rankJob(ctx, node, req)
+	if err != nil {
+		return nil, err
+	}
+	return &coordv1.RankInfo{Ckpt: j.LastCkpt, Mode: jobMode(j)}, nil
+}
+
+// RankEvent publishes an event of a rank, on node: at most rankEventRate
+// a second for a job.
+func (c *Coordinator) RankEvent(ctx context.Context, node string, req coordv1.RankRequest) error {
+	if _, err := c.rankJob(ctx, node, req); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	l := c.rankEvents[req.Job]
+	if l == nil {
+		l = rate.NewLimiter(rankEventRate, rankEventBurst)
+		c.rankEvents[req.Job] = l
+	}
+	c.mu.Unlock()
+	if !l.Allow() {
+		return apiErr(coordv1.CodeRateLimited, "job %s publishes more than %d events a second", req.Job, rankEventRate)
+	}
+	c.publish(evv1.Event{Type: evv1.RankEvent, Job: req.Job, Rank: evv1.IntPtr(req.Rank), Kind: req.Kind, Message: req.Message})
+	return nil
+}
+
+// jobMode is a job's mode of checkpointing, never empty.
+func jobMode(j *coordv1.Job) string {
+	if j.Mode == "" {
+		return coordv1.ModeTransparent
+	}
+	return j.Mode
+}
+
+// rankRoutes adds the rank API's routes, for agents only.
+func (c *Coordinator) rankRoutes(route func(string, []pki.Role, http.HandlerFunc)) {
+	serve := func(fn func(ctx context.Context, node string, req coordv1.RankRequest) (any, error)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			id := r.Context().Value(callerKey{}).(pki.Identity)
+			var req coordv1.RankRequest
+			if !decode(w, r, &req) {
+				return
+			}
+			out, err := fn(context.WithoutCancel(r.Context()), id.Name, req)
+			status := http.StatusOK
+			if out == nil && err == nil {
+				status = http.StatusNoContent
+			}
+			reply(w, status, out, err)
+		}
+	}
+	route("POST "+coordv1.PathRankCheckpoint, agents, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
+		return c.RankCheckpoint(ctx, node, req)
+	}))
+	route("POST "+coordv1.PathRankInfo, agents, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
+		return c.RankInfo(ctx, node, req)
+	}))
+	route("POST "+coordv1.PathRankEvent, agents, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
+		return nil, c.RankEvent(ctx, node, req)
+	}))
+}

@@ -1,0 +1,75 @@
+package coord_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
+	"cairn/internal/coord"
+	"cairn/internal/coord/memagent"
+	"cairn/internal/events"
+)
+
+// TestRankRequests: an agent asks for its own ranks only; a rank's
+// checkpoint is a global one of its job; its events are rate-limited.
+func TestRankRequests(t *testing.T) {
+	e := newMemEnv(t, 2, memagent.Options{}, coord.Options{})
+	c := e.start()
+	ctx := context.Background()
+	j := c.runJob(t, "ring", 2, 0, "n0", "n1")
+	mine := coordv1.RankRequest{Job: "ring", Rank: 1}
+	node := j.Placement[1]
+	other := j.Placement[0]
+
+	if _, err := c.RankCheckpoint(ctx, other, mine); !isCode(err, agentv1.CodeForbidden) {
+		t.Fatalf("a checkpoint asked by the agent of another rank's node: %v", err)
+	}
+	if _, err := c.RankInfo(ctx, node, coordv1.RankRequest{Job: "ring", Rank: 7}); !isCode(err, agentv1.CodeForbidden) {
+		t.Fatalf("info of a rank the job does not have: %v", err)
+	}
+	ck, err := c.RankCheckpoint(ctx, node, mine)
+	if err != nil || ck.Seq != 1 || ck.State != coordv1.CkptDurable {
+		t.Fatalf("checkpoint asked by rank 1: %+v %v", ck, err)
+	}
+	info, err := c.RankInfo(ctx, node, mine)
+	if err != nil || info.Ckpt != 1 || info.Mode != coordv1.ModeTransparent {
+		t.Fatalf("info: %+v %v", info, err)
+	}
+
+	sub := c.Events().SubscribeNew(events.Filter{Type: evv1.RankEvent}, 64)
+	defer sub.Cancel()
+	limited := 0
+	for i := range 30 {
+		err := c.RankEvent(ctx, node, coordv1.RankRequest{Job: "ring", Rank: 1, Kind: "step", Message: "n"})
+		switch {
+		case isCode(err, coordv1.CodeRateLimited):
+			limited++
+		case err != nil:
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	if limited < 5 || limited > 12 {
+		t.Fatalf("%d of 30 events at once were refused, want those past a burst of 20 (about 10)", limited)
+	}
+	ev, ok := sub.Wait(ctx)
+	if !ok || ev.Job != "ring" || ev.Rank == nil || *ev.Rank != 1 || ev.Kind != "step" || ev.Message != "n" {
+		t.Fatalf("the rank's event on the stream: %+v", ev)
+	}
+
+	// Stop: checkpoint, then the ranks are killed; the job is killed.
+	if _, err := c.RankCheckpoint(ctx, node, coordv1.RankRequest{Job: "ring", Rank: 1, Stop: true}); err != nil {
+		t.Fatal(err)
+	}
+	j2, err := c.Status(ctx, "ring")
+	if err != nil || j2.State != coordv1.JobKilled {
+		t.Fatalf("after checkpoint-and-stop the job is %v (%v)", j2.State, err)
+	}
+}
+
+func isCode(err error, code string) bool {
+	var we *agentv1.Error
+	return errors.As(err, &we) && we.Code == code
+}
