@@ -120,7 +120,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent serving", "node", c.Name, "addr", a.ln.Addr().String(), "cluster", c.ClusterID)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	node := Node{NetnsPrefix: a.cfg.NetnsPrefix}
+	node := Node{NetnsPrefix: a.cfg.NetnsPrefix, HostPorts: a.cfg.Container.Bridge.HostPorts}
 	s := &Server{Manager: a.m, Creds: c, Logger: a.log, Node: node, Tools: a.tools}
 	if a.cfg.Coordinator != "" {
 		s.Node.Underlay = a.cfg.Underlay

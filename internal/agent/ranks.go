@@ -25,6 +25,10 @@ type Node struct {
 	// NetnsPrefix starts the names of the rank network namespaces this
 	// agent makes; it must be unique on the machine.
 	NetnsPrefix string
+	// HostPorts are the TCP ports of this node that ranks may connect to,
+	// at their job network's gateway address (netw.NodeJobNet.HostPorts):
+	// the same --allow-host-port as single containers get.
+	HostPorts []uint16
 }
 
 func (s *Server) jobNet(j agentv1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr, error) {
@@ -32,7 +36,8 @@ func (s *Server) jobNet(j agentv1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip
 	if err != nil {
 		return netw.NodeJobNet{}, nil, fmt.Errorf("job subnet: %w", err)
 	}
-	n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: j.VNI, Subnet: sub.Masked(), Prefix: s.Node.NetnsPrefix}
+	n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: j.VNI, Subnet: sub.Masked(), Prefix: s.Node.NetnsPrefix,
+		HostPorts: s.Node.HostPorts}
 	remotes := map[netip.Addr]netip.Addr{}
 	for r, at := range j.Remotes {
 		ra, err1 := netip.ParseAddr(r)

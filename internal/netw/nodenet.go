@@ -36,7 +36,16 @@ type NodeJobNet struct {
 	// no node's Prefix may start another's: "cairn-n1-" and "cairn-n10-",
 	// not "cairn-n1" and "cairn-n10".
 	Prefix string
+	// HostPorts are the TCP ports of the node that the job's ranks may
+	// connect to, at Gateway (the job bridge's address on every node: a
+	// rank reaches its own node's). Nothing else of the node answers them;
+	// with none, the bridge has no address.
+	HostPorts []uint16
 }
+
+// Gateway is the address of the job bridge on every node when HostPorts
+// are open: the subnet's first host address, which no rank gets.
+func (n NodeJobNet) Gateway() netip.Addr { return n.Subnet.Masked().Addr().Next() }
 
 // BridgeName is the job bridge's name in the node.
 func (n NodeJobNet) BridgeName() string { return bridgeName(n.VNI) }
@@ -203,9 +212,16 @@ func (n NodeJobNet) Ensure(ctx context.Context) error {
 	if err := n.bridge(ctx, "link", "set", "dev", vx, "learning", "off"); err != nil {
 		return err
 	}
-	// A job bridge has no address, but a rank must not reach its node's
-	// listeners (the agent) even by crafting frames to the bridge's MAC.
-	return Guard(ctx, netnsPathOf(n.Netns), br, nil)
+	// A job bridge has an address only when ranks may reach ports of
+	// their node (HostPorts); even without one, a rank must not reach its
+	// node's listeners (the agent) by crafting frames to the bridge's MAC.
+	if len(n.HostPorts) > 0 {
+		gw := netip.PrefixFrom(n.Gateway(), n.Subnet.Bits())
+		if err := n.ip(ctx, "addr", "replace", gw.String(), "dev", br); err != nil {
+			return err
+		}
+	}
+	return Guard(ctx, netnsPathOf(n.Netns), br, n.HostPorts)
 }
 
 // Delete removes every rank netns of the job named with Prefix, with its

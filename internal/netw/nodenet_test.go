@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -317,5 +318,75 @@ func TestJobNetNodeView(t *testing.T) {
 	out, err := exec.Command("ip", "netns", "list").Output()
 	if err != nil || bytes.Count(out, []byte(prefix)) != 3 { // 2 nodes, 1 rank
 		t.Errorf("ip netns list: %v:\n%s", err, out)
+	}
+}
+
+// TestNodeJobNetHostPorts: with HostPorts, a rank reaches those ports of
+// its node at the job's gateway address, and nothing else of the node;
+// without, the job bridge has no address.
+func TestNodeJobNetHostPorts(t *testing.T) {
+	needRoot(t)
+	c, prefix := testCluster(t, 1)
+	ctx := context.Background()
+	open := testAgents(t, c, prefix, 310, "10.217.1.0/24")[0]
+	open.n.HostPorts = []uint16{echoPort}
+	open.ensure(t)
+	r := open.attach(t, "10.217.1.11", false)
+	closed := testAgents(t, c, prefix, 311, "10.217.2.0/24")[0]
+	closed.ensure(t)
+	r2 := closed.attach(t, "10.217.2.11", false)
+
+	// The node listens on the allowed port and on another.
+	node := c.Nodes[0]
+	for _, port := range []uint16{echoPort, echoPort + 1} {
+		var ln net.Listener
+		if err := InNetns(node.Path(), func() (err error) {
+			ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("node\n"))
+				c.Close()
+			}
+		}()
+	}
+	dial := func(from Rank, to netip.AddrPort) error {
+		return InNetns(from.Path(), func() error {
+			c, err := net.DialTimeout("tcp", to.String(), time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			_, err = c.Read(make([]byte, 5))
+			return err
+		})
+	}
+	gw := open.n.Gateway()
+	if gw.String() != "10.217.1.1" {
+		t.Fatalf("gateway %s", gw)
+	}
+	if err := dial(r, netip.AddrPortFrom(gw, echoPort)); err != nil {
+		t.Fatalf("a rank to its node's allowed port: %v", err)
+	}
+	if err := dial(r, netip.AddrPortFrom(gw, echoPort+1)); err == nil {
+		t.Fatal("a rank reached a port of its node that is not allowed")
+	}
+	if err := dial(r, netip.AddrPortFrom(node.Addr, echoPort)); err == nil {
+		t.Fatal("a rank reached its node's underlay address")
+	}
+	if out, err := node.Command(ctx, "ip", "-o", "addr", "show", "dev", closed.n.BridgeName()).CombinedOutput(); err != nil || bytes.Contains(out, []byte("inet ")) {
+		t.Fatalf("a job bridge without host ports has an address: %v %s", err, out)
+	}
+	if err := dial(r2, netip.AddrPortFrom(closed.n.Gateway(), echoPort)); err == nil {
+		t.Fatal("a rank of a job without host ports reached its node")
 	}
 }
