@@ -103,7 +103,9 @@ func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.I
 		return nil, err
 	}
 	name := agentv1.RankName(req.Job, req.Rank.Rank)
-	args, tools := req.Args, ""
+	// Every rank gets the tools (read-only): cairn rank talks to the rank
+	// API from inside; MPI ranks need them.
+	args, tools := req.Args, s.Tools
 	if req.MPI != "" {
 		if err := launch.CheckKind(req.MPI); err != nil {
 			return nil, badRequest(err)
@@ -111,7 +113,6 @@ func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.I
 		if s.Tools == "" {
 			return nil, fmt.Errorf("node %s has no cairn tools dir for the ranks of MPI jobs (cairn agent --tools-dir)", s.Creds.Name)
 		}
-		tools = s.Tools
 		args = append([]string{container.ToolsMount + "/cairn", "rankinit", "--mpi", req.MPI, "--"}, req.Args...)
 	}
 	vols, err := container.ParseVolumes(req.Volumes)
