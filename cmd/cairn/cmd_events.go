@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,16 +36,8 @@ the last 10m) or an RFC 3339 time. --type takes a type
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q := rpc.EventsQuery{Job: job, Type: typ, Follow: follow}
-			if since != "" {
-				if n, err := strconv.ParseUint(since, 10, 64); err == nil {
-					q.After = n
-				} else if d, err := time.ParseDuration(since); err == nil {
-					q.Since = time.Now().Add(-d)
-				} else if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
-					q.Since = t
-				} else {
-					return usageError{fmt.Errorf("--since %q: want an event number, a duration or an RFC 3339 time", since)}
-				}
+			if err := q.SetSince(since, time.Now()); since != "" && err != nil {
+				return usageError{fmt.Errorf("--since %w", err)}
 			}
 			return withCoord(func(c *rpc.CoordClient) error {
 				out := cmd.OutOrStdout()

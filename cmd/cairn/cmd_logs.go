@@ -7,12 +7,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
+	"cairn/internal/proc"
 	"cairn/internal/rpc"
 	"cairn/internal/table"
 )
@@ -201,7 +201,7 @@ func newKillCmd() *cobra.Command {
 processes; the job and its checkpoints stay (cairn restart JOB).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := parseSignal(sig)
+			s, err := proc.ParseSignal(sig)
 			if err != nil {
 				return usageError{err}
 			}
@@ -222,22 +222,6 @@ processes; the job and its checkpoints stay (cairn restart JOB).`,
 	}
 	cmd.Flags().StringVarP(&sig, "signal", "s", "KILL", "signal name or number")
 	return cmd
-}
-
-func parseSignal(s string) (syscall.Signal, error) {
-	var n int
-	if _, err := fmt.Sscanf(s, "%d", &n); err == nil && n > 0 && n < 65 {
-		return syscall.Signal(n), nil
-	}
-	names := map[string]syscall.Signal{"KILL": syscall.SIGKILL, "TERM": syscall.SIGTERM, "INT": syscall.SIGINT,
-		"HUP": syscall.SIGHUP, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT, "QUIT": syscall.SIGQUIT}
-	if len(s) > 3 && s[:3] == "SIG" {
-		s = s[3:]
-	}
-	if sig, ok := names[s]; ok {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("unknown signal %q", s)
 }
 
 func newWaitCmd() *cobra.Command {

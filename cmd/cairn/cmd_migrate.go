@@ -3,26 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/human"
+	"cairn/internal/names"
 	"cairn/internal/rpc"
 	"cairn/internal/table"
 )
-
-// parseRankRef reads JOB/RANK.
-func parseRankRef(s string) (string, int, error) {
-	job, r, ok := strings.Cut(s, "/")
-	rank, err := strconv.Atoi(r)
-	if !ok || job == "" || err != nil || rank < 0 {
-		return "", 0, usageError{fmt.Errorf("%q: want JOB/RANK, e.g. sim/3", s)}
-	}
-	return job, rank, nil
-}
 
 func newMigrateCmd() *cobra.Command {
 	var to string
@@ -44,7 +33,7 @@ record in 'cairn migrations JOB'.`,
   cairn migrate sim/0`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			job, rank, err := parseRankRef(args[0])
+			job, rank, err := names.ParseRank(args[0])
 			if err != nil {
 				return err
 			}

@@ -97,3 +97,13 @@ func ParseRef(ref string) (name string, seq int, err error) {
 	}
 	return name, seq, nil
 }
+
+// ParseRank splits "JOB/RANK" into a job and a rank number (0 or more).
+func ParseRank(s string) (job string, rank int, err error) {
+	job, r, ok := strings.Cut(s, "/")
+	rank, err = strconv.Atoi(r)
+	if !ok || job == "" || err != nil || rank < 0 {
+		return "", 0, errorf("%q: want JOB/RANK, e.g. sim/3", s)
+	}
+	return job, rank, nil
+}

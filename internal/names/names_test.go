@@ -50,3 +50,14 @@ func TestParseRef(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRank(t *testing.T) {
+	if job, rank, err := ParseRank("sim/3"); job != "sim" || rank != 3 || err != nil {
+		t.Errorf("ParseRank(sim/3) = %q, %d, %v", job, rank, err)
+	}
+	for _, bad := range []string{"sim", "/3", "sim/", "sim/-1", "sim/x"} {
+		if _, _, err := ParseRank(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseRank(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}

@@ -7,4 +7,5 @@
 //   - Runs tells whether a pid is a process that has not ended, a zombie
 //     counting as ended; Parent and Children follow the process tree. All
 //     three read /proc/PID/stat.
+//   - ParseSignal reads a signal as people write it.
 package proc

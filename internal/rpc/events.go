@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"time"
 
 	evv1 "cairn/api/events/v1"
 )
@@ -59,4 +61,20 @@ func eachEvent(body io.Reader, fn func(evv1.Event, []byte)) (n int, last uint64,
 		n, last = n+1, e.Seq
 	}
 	return n, last, sc.Err()
+}
+
+// SetSince sets where q starts from s as people write it: an event
+// number (events after it), a duration (events of the last one, before
+// now) or an RFC 3339 time.
+func (q *EventsQuery) SetSince(s string, now time.Time) error {
+	if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+		q.After = n
+	} else if d, err := time.ParseDuration(s); err == nil {
+		q.Since = now.Add(-d)
+	} else if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		q.Since = t
+	} else {
+		return fmt.Errorf("%q: want an event number, a duration or an RFC 3339 time", s)
+	}
+	return nil
 }
