@@ -59,6 +59,12 @@
 //	result=HEX                  rank 0, at the end (also in -out)
 //	FAIL rank R: REASON         before a non-zero exit
 //
+// Rank 0 also publishes its count of messages at every -progress through
+// the rank API's socket ($CAIRN_SOCKET, or its usual path in a rank of a
+// job), as events of kind progress (docs/rank-api.md), from a goroutine
+// of its own: a report that cannot be sent is dropped, never retried, and
+// the ring never waits for one. -report=false turns this off.
+//
 // Exit codes: 0 done; 1 error (connecting, I/O); 2 bad flags or
 // environment; 3 a corrupt, lost or duplicate message; 128+n on signal n
 // (SIGTERM, SIGINT).

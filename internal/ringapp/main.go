@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	rankv1 "cairn/api/rank/v1"
 )
 
 // Defaults of the flags. With them 4 ranks on one 2-core host (loopback) run for about 16 s.
@@ -101,6 +103,7 @@ func parseArgs(args []string, getenv func(string) string, stderr io.Writer) (Con
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "time to set up the ring (the only timeout)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress (0: never)")
 	ballast := fs.Int("ballast", 0, "MiB of random memory each rank holds, and checks unchanged at the end (for images of a given size)")
+	report := fs.Bool("report", true, "rank 0 publishes its progress as rank events through the rank API's socket ($CAIRN_SOCKET, or in a job of cairn's its usual path)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -177,6 +180,12 @@ func parseArgs(args []string, getenv func(string) string, stderr io.Writer) (Con
 		Job: *job, Rank: *rank, Size: *size, Addrs: addrs(hosts, *port, *portBase),
 		Messages: *messages, Window: *window, Payload: *payload, Seed: *seed, Compute: *compute,
 		Out: *out, ConnectTimeout: *connectTimeout, Progress: *progress, BallastMiB: *ballast,
+	}
+	if *report && *rank == 0 {
+		cfg.Socket = getenv(rankv1.EnvSocket)
+		if cfg.Socket == "" && getenv("CAIRN_JOB") != "" {
+			cfg.Socket = rankv1.SocketPath // a rank of a cairn job
+		}
 	}
 	return cfg, cfg.check()
 }

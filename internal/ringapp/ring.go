@@ -40,6 +40,10 @@ type Config struct {
 	Listener net.Listener
 	// Stdout receives the progress lines and rank 0's result (nil: none).
 	Stdout io.Writer
+	// Socket, if set, is the rank API's socket (docs/rank-api.md): the
+	// rank also publishes its progress there, every Progress, as events
+	// of kind progress.
+	Socket string
 }
 
 func (c *Config) check() error {
@@ -109,6 +113,10 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 		w:    bufio.NewWriterSize(down, bufSize),
 	}
 	r.progress.start(&cfg, out)
+	if cfg.Socket != "" && cfg.Progress > 0 {
+		r.progress.reporter = newReporter(cfg.Socket)
+		defer r.progress.reporter.close()
+	}
 	var result uint64
 	if cfg.Rank == 0 {
 		result, err = r.lead(ctx, cancel)
@@ -299,13 +307,15 @@ func (r *rank) finish() error {
 	return r.up.Close()
 }
 
-// progress prints "rank R: N/M msgs" lines every cfg.Progress.
+// progress prints "rank R: N/M msgs" lines every cfg.Progress, and
+// publishes the count if it has a reporter.
 type progress struct {
-	out   io.Writer
-	rank  int
-	total int
-	every time.Duration
-	last  time.Time
+	out      io.Writer
+	rank     int
+	total    int
+	every    time.Duration
+	last     time.Time
+	reporter *reporter
 }
 
 func (p *progress) start(cfg *Config, out io.Writer) {
@@ -319,6 +329,9 @@ func (p *progress) tick(n int) {
 	if now := time.Now(); now.Sub(p.last) >= p.every {
 		p.last = now
 		fmt.Fprintf(p.out, "rank %d: %d/%d msgs\n", p.rank, n, p.total)
+		if p.reporter != nil {
+			p.reporter.report(n)
+		}
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	rankv1 "cairn/api/rank/v1"
 )
 
 // stream builds the bytes a rank sends downstream.
@@ -217,6 +219,7 @@ func TestParseArgs(t *testing.T) {
 		rank    int
 		addrs   []string
 		job     string
+		socket  string // rank 0's progress reports go there
 		wantErr bool
 	}{
 		{
@@ -227,12 +230,26 @@ func TestParseArgs(t *testing.T) {
 			job:   "j1",
 		},
 		{
-			name:  "flags override",
-			args:  []string{"-rank", "0", "-peers", "10.0.0.7,10.0.0.8", "-port", "9000", "-job", "x"},
-			env:   env("CAIRN_RANK", "1", "CAIRN_SIZE", "2", "CAIRN_JOB", "j1", "CAIRN_PEERS", "10.0.0.2,10.0.0.3"),
-			rank:  0,
-			addrs: []string{"10.0.0.7:9000", "10.0.0.8:9000"},
-			job:   "x",
+			name:   "flags override",
+			args:   []string{"-rank", "0", "-peers", "10.0.0.7,10.0.0.8", "-port", "9000", "-job", "x"},
+			env:    env("CAIRN_RANK", "1", "CAIRN_SIZE", "2", "CAIRN_JOB", "j1", "CAIRN_PEERS", "10.0.0.2,10.0.0.3"),
+			rank:   0,
+			addrs:  []string{"10.0.0.7:9000", "10.0.0.8:9000"},
+			job:    "x",
+			socket: rankv1.SocketPath,
+		},
+		{
+			name:   "the rank API's socket from the environment",
+			env:    env("CAIRN_RANK", "0", "CAIRN_SIZE", "1", "CAIRN_SOCKET", "/x/rank.sock"),
+			addrs:  []string{"127.0.0.1:7171"},
+			socket: "/x/rank.sock",
+		},
+		{
+			name:  "no progress reports",
+			args:  []string{"-report=false"},
+			env:   env("CAIRN_RANK", "0", "CAIRN_SIZE", "1", "CAIRN_JOB", "j1"),
+			addrs: []string{"127.0.0.1:7171"},
+			job:   "j1",
 		},
 		{
 			name:  "localhost",
@@ -273,8 +290,8 @@ func TestParseArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.Rank != tc.rank || cfg.Job != tc.job || cfg.Size != len(tc.addrs) {
-				t.Errorf("rank %d size %d job %q, want %d %d %q", cfg.Rank, cfg.Size, cfg.Job, tc.rank, len(tc.addrs), tc.job)
+			if cfg.Rank != tc.rank || cfg.Job != tc.job || cfg.Size != len(tc.addrs) || cfg.Socket != tc.socket {
+				t.Errorf("rank %d size %d job %q socket %q, want %d %d %q %q", cfg.Rank, cfg.Size, cfg.Job, cfg.Socket, tc.rank, len(tc.addrs), tc.job, tc.socket)
 			}
 			if diff := cmp.Diff(tc.addrs, cfg.Addrs); diff != "" {
 				t.Errorf("addrs (-want +got):\n%s", diff)

@@ -112,3 +112,9 @@ const (
 	MaxKind    = 32
 	MaxMessage = 1024
 )
+
+// KindProgress is the kind of event by which a rank tells how far its
+// job has come: the message is a decimal count of the job's units of
+// work done so far (messages, steps, iterations), which only grows while
+// the rank runs.
+const KindProgress = "progress"
