@@ -24,7 +24,7 @@ import (
 
 func newCoordinatorCmd() *cobra.Command {
 	var listen, creds, dir, etcd string
-	var deadline, ttl time.Duration
+	var deadline, ttl, mtbf time.Duration
 	var jobSubnets string
 	var hf hookFlags
 	var etcdTLS catalog.TLSFiles
@@ -68,7 +68,7 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 				return err
 			}
 			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Hooks: hooks, HookSecret: secret, HookRoots: roots,
-				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets},
+				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, MTBF: mtbf},
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			if etcd != "" {
 				if cfg.Etcd, err = catalog.ExternalConfig(strings.Split(etcd, ","), etcdTLS); err != nil {
@@ -90,6 +90,7 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 	f.StringVar(&etcdTLS.Key, "etcd-key", "", "key (PEM) of --etcd-cert")
 	f.DurationVar(&deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
 	f.DurationVar(&ttl, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
+	f.DurationVar(&mtbf, "mtbf", 0, "a node's mean time between failures, for jobs with --checkpoint-every auto that give none, until enough node failures are seen to estimate it")
 	f.StringVar(&jobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
 	f.StringArrayVar(&hf.specs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable)")
 	f.StringVar(&hf.secretFile, "hook-secret-file", "", "sign HTTP hooks with the secret in this file (at least 16 bytes; default $CAIRN_HOOK_SECRET)")

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"cairn/internal/plan"
+	"cairn/internal/rpc"
 	"cairn/internal/table"
 )
 
@@ -64,5 +65,32 @@ placements are compared.`,
 	fl.Float64Var(&target, "target", 0, "with --failures: find the smallest --replicas reaching this probability")
 	fl.IntVar(&trials, "monte-carlo", 0, "also estimate by simulation with this many trials")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newReportCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "report JOB [--json]",
+		Short: "A job's overhead so far: the terms of its run time, replication, checkpoint interval, restart odds",
+		Long: `Show the measured terms of the job's run time, per checkpoint and summed,
+against the run time measured, its overhead, replication, checkpoint interval
+(if automatic, why) and the probability that it can restart after 1-3
+simultaneous node failures, by cairn plan's reckoning (docs/planning.md).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withCoord(func(c *rpc.CoordClient) error {
+				r, err := c.Report(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), r)
+				}
+				return table.Report(cmd.OutOrStdout(), r)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +18,7 @@ func newRunCmd() *cobra.Command {
 	var cfg container.Config
 	var asJSON bool
 	var job coordv1.RunJob
-	var replRate, memory, export string
+	var replRate, memory, export, every string
 	var volumes []string
 	cmd := &cobra.Command{
 		Use:   "run (--name NAME | --job NAME --ranks N) [--rootfs DIR] [--env K=V]... -- CMD [ARGS...]",
@@ -34,8 +35,10 @@ CAIRN_PEERS (the IPs of all ranks in rank order; not given to jobs of more
 than about 4,000 ranks: rank R's IP is then CAIRN_SUBNET's third plus R) in
 its environment. Each job has its own subnet, and a rank keeps
 its IP wherever it runs. --checkpoint-every takes a global checkpoint at that
-interval. After each checkpoint, every rank image is copied to --replicas other
-nodes; when a node of the job dies, the job restarts by itself from the newest
+interval; auto chooses it by Daly's formula from the job's measured checkpoint
+cost and --mtbf, again after every round ('cairn report JOB' says why). After
+each checkpoint, every rank image is copied to --replicas other nodes; when a
+node of the job dies, the job restarts by itself from the newest
 checkpoint complete on live nodes, onto spares first (--on-failure restart).
 With --mpi, CMD is an MPI program run as N processes, one per rank
 (docs/mpi.md). Every rank can talk to cairn through the rank API, a socket
@@ -87,6 +90,13 @@ and --memory limit each container.`,
 				if job.MPI != "" {
 					if err := launch.CheckKind(job.MPI); err != nil {
 						return usageError{fmt.Errorf("--mpi: %w", err)}
+					}
+				}
+				if every == "auto" {
+					job.CheckpointAuto = true
+				} else if every != "" {
+					if job.CheckpointEvery, err = time.ParseDuration(every); err != nil {
+						return usageError{fmt.Errorf("--checkpoint-every %q: want a duration or auto", every)}
 					}
 				}
 				if replRate != "" {
@@ -155,7 +165,8 @@ and --memory limit each container.`,
 	f.IntVar(&job.Ranks, "ranks", 1, "number of ranks of the job")
 	f.IntVar(&job.PerNode, "per-node", 0, "at most this many ranks per node (default: spread evenly)")
 	f.StringSliceVar(&job.Nodes, "nodes", nil, "place the job's ranks on these nodes only")
-	f.DurationVar(&job.CheckpointEvery, "checkpoint-every", 0, "take a global checkpoint of the job at this interval")
+	f.StringVar(&every, "checkpoint-every", "", "take a global checkpoint of the job at this interval, or auto: at the interval that minimizes lost work plus overhead for the job's measured checkpoint cost and MTBF")
+	f.DurationVar(&job.MTBF, "mtbf", 0, "with --checkpoint-every auto: the mean time between failures of one of the job's nodes (default: the cluster's)")
 	f.IntVar(&job.Replicas, "replicas", 1, "copies of every rank image on other nodes, made after each checkpoint")
 	f.StringVar(&job.OnHealthWarning, "on-health-warning", coordv1.HealthIgnore, "when a health probe of a node of the job goes bad: migrate (its ranks there to other nodes, spares first), checkpoint, or ignore")
 	f.StringVar(&job.OnFailure, "on-failure", coordv1.OnFailureRestart, "when a node of the job dies: restart (from the newest restorable checkpoint) or stop")
@@ -166,7 +177,7 @@ and --memory limit each container.`,
 }
 
 // jobFlags are run's flags that only a job takes.
-var jobFlags = []string{"mpi", "mode", "export", "ranks", "per-node", "nodes", "checkpoint-every", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate", "lazy-restore"}
+var jobFlags = []string{"mpi", "mode", "export", "ranks", "per-node", "nodes", "checkpoint-every", "mtbf", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate", "lazy-restore"}
 
 // notWith refuses (usage error) any of the given flags that was set: they
 // do not apply to what cmd was asked to do.

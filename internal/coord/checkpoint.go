@@ -301,12 +301,15 @@ func (rr *roundRun) finish(ctx context.Context, done round.Done) (*coordv1.Ckpt,
 	}
 	c.publish(evv1.Event{Type: evv1.CkptDurable, Job: ck.Job, Ckpt: ck.Seq, Duration: done.Stats.Stall, Bytes: done.Stats.Bytes,
 		Message: fmt.Sprintf("ranks frozen %s, coordination %s", done.Stats.Stall.Round(time.Millisecond), done.Stats.Coord.Round(time.Millisecond))})
-	_, _ = c.updateJob(ctx, ck.Job, func(j *coordv1.Job) error {
+	j, err := c.updateJob(ctx, ck.Job, func(j *coordv1.Job) error {
 		if ck.Seq > j.LastCkpt {
 			j.LastCkpt = ck.Seq
 		}
 		return nil
 	})
+	if err == nil && j.CheckpointAuto {
+		c.background(func(ctx context.Context) { c.reviewInterval(ctx, ck.Job) })
+	}
 	c.replicateLater(ctx, ck.Job, ck.Seq)
 	return &final, nil
 }
@@ -387,7 +390,11 @@ func (c *Coordinator) periodic(ctx context.Context) {
 			continue
 		}
 		for _, j := range jobs {
-			if j.CheckpointEvery <= 0 || j.State != coordv1.JobRunning {
+			if j.State != coordv1.JobRunning {
+				continue
+			}
+			every := c.every(ctx, j)
+			if every <= 0 {
 				continue
 			}
 			c.mu.Lock()
@@ -397,7 +404,7 @@ func (c *Coordinator) periodic(ctx context.Context) {
 				c.lastRun[j.Name] = last
 			}
 			c.mu.Unlock()
-			if time.Since(last) < j.CheckpointEvery {
+			if time.Since(last) < every {
 				continue
 			}
 			c.wg.Add(1)

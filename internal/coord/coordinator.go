@@ -47,6 +47,10 @@ type Options struct {
 	// Dial makes the client of a node's agent; nil dials it over the
 	// wire (api/agent/v1) with the coordinator's credentials.
 	Dial Dialer
+	// MTBF is the mean time between failures of a node, for jobs with an
+	// automatic checkpoint interval that give none, until the cluster
+	// has seen enough node failures to estimate it (docs/planning.md).
+	MTBF time.Duration
 	// Trace, if set, is told every phase a protocol records and every
 	// failpoint it passes, as it happens, with the job's name: the steps
 	// that order a protocol's calls to agents (tests print traces with
@@ -145,7 +149,7 @@ func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 func (c *Coordinator) Start(ctx context.Context) (wait func()) {
 	c.runCtx = ctx
 	for _, work := range []func(context.Context){
-		c.recoverStarts, c.recoverRounds, c.recoverMigrations, c.recoverRestarts, c.periodic, c.watchNodes,
+		c.recoverStarts, c.recoverRounds, c.recoverMigrations, c.recoverRestarts, c.periodic, c.watchNodes, c.watchFailures,
 	} {
 		c.wg.Add(1)
 		go func() { defer c.wg.Done(); work(ctx) }()

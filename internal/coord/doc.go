@@ -23,6 +23,8 @@
 //	migrations/JOB/SEQ    v1.Migration (its number from the job's sequence)
 //	counters/vni          the last VNI given to a job
 //	counters/subnet       the /24s of the job subnets given out so far
+//	counters/failures     node failures seen, and the node-time watched
+//	                      (model.Failures): a node's estimated MTBF
 //
 // Every change to a job or a checkpoint record is a compare-and-swap on its
 // key; the commit point of a round is the one transaction that moves its

@@ -86,6 +86,9 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 	if req.Mode == coordv1.ModeApp && req.LazyRestore {
 		return nil, apiErr(agentv1.CodeBadRequest, "an application-level job has no memory to restore lazily")
 	}
+	if err := c.checkAuto(ctx, req); err != nil {
+		return nil, err
+	}
 	defer c.lockJob(req.Name)()
 	if req.Replicas < 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "replicas must be 0 or more")

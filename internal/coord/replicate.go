@@ -169,6 +169,7 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 		Bytes: img.Bytes, Duration: time.Since(start)})
 	var ck coordv1.Ckpt
 	err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
+		noteCopy(&ck, start, time.Now(), img.Bytes)
 		for i := range ck.Ranks {
 			if ck.Ranks[i].Rank == rank {
 				ck.Ranks[i].Copies = append(copiesOf(ck.Ranks[i]), to)

@@ -144,6 +144,7 @@ func (c *Coordinator) handler() http.Handler {
 		ms, err := c.Migrations(r.Context(), name)
 		reply(w, http.StatusOK, ms, err)
 	})
+	jobRoute("GET "+job(coordv1.SuffixReport), c.serveReport)
 	jobRoute("GET "+job(coordv1.SuffixCheckpoints), func(w http.ResponseWriter, r *http.Request, name string) {
 		cks, err := c.Checkpoints(r.Context(), name)
 		reply(w, http.StatusOK, cks, err)

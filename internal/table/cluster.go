@@ -136,7 +136,10 @@ func Event(e evv1.Event) string {
 	}
 	kv("node", e.Node)
 	kv("peer", e.Peer)
-	if e.Duration > 0 {
+	switch {
+	case e.Duration > 0 && e.Type == evv1.JobInterval:
+		kv("every", e.Duration.Round(time.Millisecond).String())
+	case e.Duration > 0:
 		kv("took", e.Duration.Round(time.Millisecond).String())
 	}
 	if e.Bytes > 0 {

@@ -141,6 +141,14 @@ type RunJob struct {
 	CPUs            float64       `json:"cpus,omitempty"`
 	Memory          int64         `json:"memory,omitempty"`
 	CheckpointEvery time.Duration `json:"checkpoint_every_ns,omitempty"`
+	// CheckpointAuto, instead of CheckpointEvery, has the coordinator
+	// choose the interval from the job's measured checkpoint cost and
+	// its mean time between failures (Job.Interval; docs/planning.md).
+	CheckpointAuto bool `json:"checkpoint_auto,omitempty"`
+	// MTBF is the mean time between failures of one of the job's nodes,
+	// for CheckpointAuto; 0: the cluster's (estimated from its node
+	// failures, or the coordinator's --mtbf).
+	MTBF time.Duration `json:"mtbf_ns,omitempty"`
 	// Replicas is how many other nodes get a copy of every rank image of
 	// every checkpoint, in the background after it is durable.
 	Replicas int `json:"replicas"`
@@ -215,6 +223,9 @@ type Job struct {
 	// where a restart cut short put it.
 	Leftover   [][]string `json:"leftover,omitempty"`
 	Migrations int        `json:"migrations,omitempty"` // ranks moved so far
+	// Interval is the interval of a job with CheckpointAuto, as last
+	// chosen, and why; nil until the coordinator has chosen one.
+	Interval *Interval `json:"interval,omitempty"`
 }
 
 // Rank is the live state of one rank.
@@ -278,6 +289,19 @@ type Ckpt struct {
 	Ingest   time.Duration `json:"ingest_ns,omitempty"`
 	Bytes    int64         `json:"bytes,omitempty"`
 	Periodic bool          `json:"periodic,omitempty"`
+	// Copied is when its images were copied to other nodes, and how
+	// much: copies that overlap or follow each other within a second
+	// make one span (a repair after a node loss makes another).
+	Copied []CopySpan `json:"copied,omitempty"`
+}
+
+// CopySpan is a stretch of time during which images of a checkpoint were
+// being copied to other nodes.
+type CopySpan struct {
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	Copies int       `json:"copies"`
+	Bytes  int64     `json:"bytes"` // what the receivers fetched
 }
 
 // Restart restarts a job from a checkpoint.

@@ -49,6 +49,9 @@ const (
 	JobRestarted     = "job.restarted"
 	JobRestartFailed = "job.restart_failed"
 	JobLost          = "job.lost" // a node died and the policy is stop
+	// JobInterval: the coordinator chose a new checkpoint interval for a
+	// job with an automatic one; Duration is the interval, Message why.
+	JobInterval = "job.interval"
 
 	CkptPrepared  = "checkpoint.prepared" // every rank dumped; Duration: the prepare phase
 	CkptCommitted = "checkpoint.committed"

@@ -116,5 +116,7 @@ const (
 // KindProgress is the kind of event by which a rank tells how far its
 // job has come: the message is a decimal count of the job's units of
 // work done so far (messages, steps, iterations), which only grows while
-// the rank runs.
+// the rank runs. `cairn report` measures the job's rate from it, and how
+// much checkpoints and replication slow it (docs/planning.md, "The
+// overhead of a job").
 const KindProgress = "progress"
