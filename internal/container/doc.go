@@ -37,6 +37,8 @@
 //     CRIU does not read at once, which arrive while the processes run:
 //     lazy.go) → new overlay from the fs delta → new netns with the same
 //     address → `runc restore`.
+//   - API dir: a rank's own host directory for the rank API's socket,
+//     bound at /run/cairn ([Config].RankAPI, [Manager.APIDir], apidir.go).
 //   - incarnation: one run of a container's processes, from `run` or from a
 //     restore. Its log starts with the output kept with its checkpoint (up
 //     to the instant the checkpoint froze the container, what was still in
@@ -57,7 +59,8 @@
 //	<data>/containers/<name>/       state.json, config.json (runc bundle), criu.conf,
 //	                                rootfs/, upper/, work/, container.log, exit.json,
 //	                                shim.sock, incarnations.json, incarnations/N.log,
-//	                                frozen-by (freeze note), runc and CRIU logs
+//	                                frozen-by (freeze note), api/ (the rank API's dir),
+//	                                runc and CRIU logs
 //	<data>/checkpoints/<name>/<seq>.json  catalog records (package image)
 //	<data>/store/                   the content-addressed store (package store)
 //	<data>/runc/                    runc's own state (runc --root)

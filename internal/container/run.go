@@ -51,6 +51,9 @@ func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
 	if err := m.checkVolumes(cfg.Volumes); err != nil {
 		return nil, err
 	}
+	if err := checkAPIConfig(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.CPUs < 0 || cfg.Memory < 0 || cfg.Memory > 0 && cfg.Memory < 4<<20 {
 		return nil, fmt.Errorf("%w: cpus %g, memory %d bytes: want positive limits, memory at least 4 MiB", ErrBadConfig, cfg.CPUs, cfg.Memory)
 	}
@@ -106,6 +109,9 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 		if err := writeHosts(st, filepath.Join(dir, "upper")); err != nil {
 			return err
 		}
+	}
+	if err := m.makeAPIDir(st); err != nil {
+		return err
 	}
 	if err := m.mountRoot(st); err != nil {
 		return err

@@ -61,6 +61,11 @@ type Config struct {
 	CPUs float64 `json:"cpus,omitempty"`
 	// Memory limits the container's memory, in bytes (0: no limit).
 	Memory int64 `json:"memory,omitempty"`
+	// RankAPI gives the container a directory of its own for the rank API
+	// (Manager.APIDir, kept across restores), bound read-write at
+	// rankv1.SocketDir, with rankv1.EnvSocket naming the socket in it
+	// (apidir.go).
+	RankAPI bool `json:"rank_api,omitempty"`
 }
 
 // Volume binds a host directory into a container.
