@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	rankv1 "cairn/api/rank/v1"
@@ -78,12 +79,16 @@ func checkAPIConfig(cfg Config) error {
 }
 
 // apiSpec adds to s what st's config asks of the rank API: the API dir's
-// bind and the socket's path in the environment.
+// bind and the socket's path in the environment, and, for a command
+// started afresh on a files-only checkpoint, that checkpoint's number.
 func apiSpec(s *ociSpec, st *State, bundle string) {
 	if st.Config.RankAPI {
 		s.Mounts = append(s.Mounts, ociMount{rankv1.SocketDir, "none", filepath.Join(bundle, apiDirName),
 			[]string{"bind", "rprivate", "nosuid", "nodev", "noexec"}})
 		s.Process.Env = setEnv(s.Process.Env, rankv1.EnvSocket, rankv1.SocketPath)
+	}
+	if st.Restart > 0 {
+		s.Process.Env = setEnv(s.Process.Env, rankv1.EnvRestart, strconv.Itoa(st.Restart))
 	}
 }
 

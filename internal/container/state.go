@@ -95,6 +95,14 @@ type State struct {
 	// Checkpointed is set when a checkpoint stopped the container, so its
 	// end is shown as that rather than as a kill.
 	Checkpointed bool `json:"checkpointed,omitempty"`
+	// Restart is the files-only checkpoint the container's command was
+	// started afresh on (rankv1.EnvRestart in its environment); 0 for a
+	// run, or a restore by CRIU.
+	Restart int `json:"restart,omitempty"`
+	// StartPending: the container's init is made (runc create) and its
+	// command waits for Resume to start it (a files-only restore asked to
+	// stay paused).
+	StartPending bool `json:"start_pending,omitempty"`
 }
 
 // Exit is what the shim records when the container's init ends.
