@@ -131,6 +131,7 @@ func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.I
 		Hostname: fmt.Sprintf("%s-%d", req.Job, req.Rank.Rank),
 		Net:      &container.NetAttach{Netns: r.Path(), Addr: addr},
 		Tools:    tools, Cwd: req.Cwd, Volumes: vols, CPUs: req.CPUs, Memory: req.Memory,
+		RankAPI: true,
 	})
 	if err != nil {
 		_ = n.DetachRank(context.WithoutCancel(ctx), addr)
