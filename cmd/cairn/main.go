@@ -33,6 +33,7 @@ import (
 	"cairn/internal/names"
 	"cairn/internal/netw"
 	"cairn/internal/plan"
+	"cairn/internal/rankclient"
 	"cairn/internal/testbed"
 	"cairn/internal/version"
 )
@@ -92,7 +93,7 @@ or a new name.`,
 		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(),
 		newInitCmd(), newNodeCmd(), newAgentCmd(), newCoordinatorCmd(), newUpCmd(), newDownCmd(),
 		newJobsCmd(), newNodesCmd(), newRestartCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
-		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(),
+		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(), newRankCmd(),
 	)
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -233,10 +234,10 @@ func exitCode(err error) int {
 		wire = we.Code
 	}
 	switch {
-	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), errors.Is(err, testbed.ErrBadConfig), errors.Is(err, plan.ErrInput), wire == agentv1.CodeBadRequest:
+	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), errors.Is(err, testbed.ErrBadConfig), errors.Is(err, plan.ErrInput), wire == agentv1.CodeBadRequest, errors.Is(err, rankclient.ErrUsage), errors.Is(err, rankclient.ErrBadRequest):
 		fmt.Fprintln(os.Stderr, "Run 'cairn --help' for usage.")
 		return 2
-	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound), wire == agentv1.CodeNotFound:
+	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound), wire == agentv1.CodeNotFound, errors.Is(err, rankclient.ErrNotFound):
 		return 3
 	case errors.Is(err, image.ErrCorrupt), wire == agentv1.CodeCorrupt:
 		return 4
