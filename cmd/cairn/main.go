@@ -17,7 +17,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -123,22 +122,11 @@ func envList(key, sep string) []string {
 
 // hostPorts checks --allow-host-port and $CAIRN_ALLOW_HOST_PORTS.
 func hostPorts() ([]uint16, error) {
-	ports := hostPortFlags
-	for _, s := range envList("CAIRN_ALLOW_HOST_PORTS", ",") {
-		p, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("$CAIRN_ALLOW_HOST_PORTS: %q is not a port", s)}
-		}
-		ports = append(ports, uint(p))
+	ports, err := netw.HostPorts(hostPortFlags, os.Getenv("CAIRN_ALLOW_HOST_PORTS"))
+	if err != nil {
+		return nil, usageError{err}
 	}
-	var out []uint16
-	for _, p := range ports {
-		if p == 0 || p > 65535 {
-			return nil, usageError{fmt.Errorf("--allow-host-port %d: not a TCP port", p)}
-		}
-		out = append(out, uint16(p))
-	}
-	return out, nil
+	return ports, nil
 }
 
 // prefix is where cairn's setup installs what it builds ($CAIRN_PREFIX,

@@ -95,6 +95,7 @@ type watcher struct {
 	deadline time.Duration
 	ready    chan struct{} // closed when the rank answers ready
 	once     sync.Once
+	gone     chan struct{} // closed when the rank hangs up (or sends anything else)
 }
 
 // ticket is a checkpoint a rank asked for.
@@ -239,6 +240,12 @@ func (e *endpoints) prepare(ctx context.Context, name string, ckpt int, mode str
 		}
 		select {
 		case <-w.ready:
+		case <-w.gone:
+			select {
+			case <-w.ready: // it answered, then hung up
+			default:
+				errs = append(errs, fmt.Errorf("rank %s hung up its watch before it answered its checkpoint callback", name))
+			}
 		case <-time.After(w.deadline):
 			errs = append(errs, fmt.Errorf("rank %s did not answer its checkpoint callback within %s", name, w.deadline))
 		case <-ctx.Done():
@@ -414,7 +421,8 @@ func (e *endpoints) watch(ep *endpoint, c net.Conn, r *bufio.Reader, req rankv1.
 	if d <= 0 || d > maxPrepareWait {
 		d = maxPrepareWait
 	}
-	w := &watcher{conn: c, deadline: d, ready: make(chan struct{})}
+	w := &watcher{conn: c, deadline: d, ready: make(chan struct{}), gone: make(chan struct{})}
+	defer close(w.gone)
 	out := selfReply(self)
 	if co := e.coordinator(); co != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)

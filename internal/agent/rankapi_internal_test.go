@@ -59,13 +59,12 @@ func (f *fakeRankCoord) RankEvent(ctx context.Context, req coordv1.RankRequest) 
 // rankAPIEnv is an endpoint for container "j.1" (rank 1 of job j) in a
 // temporary dir, served with a fake coordinator.
 type rankAPIEnv struct {
-	t     *testing.T
-	eps   *endpoints
-	co    *fakeRankCoord
-	sock  string
-	mu    sync.Mutex
-	self  rankSelf
-	ready chan struct{}
+	t    *testing.T
+	eps  *endpoints
+	co   *fakeRankCoord
+	sock string
+	mu   sync.Mutex
+	self rankSelf
 }
 
 func newRankAPIEnv(t *testing.T) *rankAPIEnv {

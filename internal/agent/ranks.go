@@ -88,11 +88,6 @@ func (s *Server) deleteJobNet(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) rankNetns(vni uint32, addr netip.Addr) string {
-	n := netw.NodeJobNet{VNI: vni, Prefix: s.Node.NetnsPrefix}
-	return netw.NetnsPath(n.RankNetns(addr))
-}
-
 func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.Info, error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
