@@ -55,9 +55,10 @@ def main():
     p.add_argument("--every", type=int, default=250)
     p.add_argument("--sleep-ms", type=int, default=10)
     p.add_argument("--dir", default="/var/lib/appmode", help="where the rank keeps its state")
+    p.add_argument("--rank", type=int, default=0, help="the rank to be when run outside cairn")
     a = p.parse_args()
 
-    rank = int(os.environ.get("CAIRN_RANK", "0"))
+    rank = int(os.environ.get("CAIRN_RANK", a.rank))
     os.makedirs(a.dir, exist_ok=True)
     path = os.path.join(a.dir, f"rank-{rank}.json")
     lock = threading.Lock()

@@ -34,15 +34,19 @@ static uint64_t mix64(uint64_t x) {
 }
 
 int main(int argc, char **argv) {
-	long steps = 3000, at = 1000, every = 250, sleep_ms = 10, asker = 0;
+	long steps = 3000, at = 1000, every = 250, sleep_ms = 10, asker = 0, alone = 0;
+	const char *try_job = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--checkpoint-at") && i + 1 < argc) at = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--every") && i + 1 < argc) every = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--sleep-ms") && i + 1 < argc) sleep_ms = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--asker") && i + 1 < argc) asker = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--rank") && i + 1 < argc) alone = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--try-job") && i + 1 < argc) try_job = argv[++i];
 		else {
-			fprintf(stderr, "usage: ckpt [--steps N] [--checkpoint-at STEP] [--every N] [--sleep-ms MS] [--asker RANK]\n");
+			fprintf(stderr, "usage: ckpt [--steps N] [--checkpoint-at STEP] [--every N] [--sleep-ms MS] [--asker RANK]\n"
+			                "            [--rank R (outside cairn)] [--try-job JOB (the asker asks for JOB's checkpoint first)]\n");
 			return 2;
 		}
 	}
@@ -54,7 +58,17 @@ int main(int argc, char **argv) {
 		rank = info.rank;
 		printf("rank %d of %d, job %s, incarnation %d\n", rank, info.size, info.job, info.incarnation);
 	} else {
-		printf("rank 0: not in a cairn rank (%s): running alone\n", cairn_strerror(rc));
+		rank = (int)alone;
+		printf("rank %d: not in a cairn rank (%s): running alone\n", rank, cairn_strerror(rc));
+	}
+	if (try_job != NULL && rank == asker) {
+		/* A rank may act on its own job only: this is refused. */
+		struct cairn_result res;
+		rc = cairn_checkpoint_as(try_job, &res);
+		if (rc == 0)
+			printf("rank %d: checkpoint of job %s accepted\n", rank, try_job);
+		else
+			printf("rank %d: checkpoint of job %s refused: %s\n", rank, try_job, cairn_strerror(rc));
 	}
 
 	static uint64_t state[WORDS];

@@ -41,6 +41,8 @@ def main():
     p.add_argument("--every", type=int, default=250)
     p.add_argument("--sleep-ms", type=int, default=10)
     p.add_argument("--asker", type=int, default=0)
+    p.add_argument("--rank", type=int, default=0, help="the rank to be when run outside cairn")
+    p.add_argument("--try-job", help="the asker first asks for a checkpoint of this job (refused: a rank acts on its own job only)")
     a = p.parse_args()
 
     try:
@@ -48,8 +50,14 @@ def main():
         rank = info.rank
         print(f"rank {rank} of {info.size}, job {info.job}, incarnation {info.incarnation}", flush=True)
     except cairn.CairnError as e:
-        rank = 0
-        print(f"rank 0: not in a cairn rank ({e}): running alone", flush=True)
+        rank = a.rank
+        print(f"rank {rank}: not in a cairn rank ({e}): running alone", flush=True)
+    if a.try_job and rank == a.asker:
+        try:
+            cairn.checkpoint(job=a.try_job)
+            print(f"rank {rank}: checkpoint of job {a.try_job} accepted", flush=True)
+        except cairn.CairnError as e:
+            print(f"rank {rank}: checkpoint of job {a.try_job} refused: {e.code}", flush=True)
 
     state = [mix64(rank << 32 | i) for i in range(WORDS)]
     for step in range(1, a.steps + 1):

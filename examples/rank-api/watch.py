@@ -12,13 +12,15 @@ takes as a rewind (and says so), never as a gap.
 
     cairn run --job w --ranks 3 --checkpoint-every 20s -- /usr/bin/python3 watch.py
 
-The server is at $WATCH_SERVER (HOST:PORT). Without it, the job's last rank
-is the server (on port 7000) and the others connect to it: a rank of a job
-reaches only its job's other ranks. Then the server is checkpointed with
-the job, and a restore rewinds it too.
+The server is at $WATCH_SERVER (HOST:PORT; "gateway:PORT" is the rank's
+own node, at its job network's gateway: a node-local service the agents
+open with --allow-host-port PORT, on every node). Without it, the job's
+last rank is the server (on port 7000) and the others connect to it; then
+the server is checkpointed with the job, and a restore rewinds it too.
 """
 
 import argparse
+import ipaddress
 import os
 import socket
 import sys
@@ -187,6 +189,10 @@ def main():
             sys.exit(Server(size - 1).run(PORT))
         server = f"{os.environ['CAIRN_PEERS'].split(',')[-1]}:{PORT}"
     host, port = server.rsplit(":", 1)
+    if host == "gateway":
+        # The job subnet's first host address: the gateway on every node.
+        net = ipaddress.ip_network(os.environ["CAIRN_SUBNET"])
+        host = str(net.network_address + 1)
     client((host, int(port)), rank, a.steps, a.sleep_ms / 1000)
 
 

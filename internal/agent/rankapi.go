@@ -68,10 +68,13 @@ type endpoints struct {
 	mu     sync.Mutex
 	byName map[string]*endpoint
 	asked  map[string]*ticket
+	// last is the newest checkpoint committed on this node for each rank
+	// (it may not be durable in the catalog yet when the rank runs again).
+	last map[string]int
 }
 
 func newEndpoints(dir func(string) string, self rankLookup, coord func() RankCoordinator, log *slog.Logger) *endpoints {
-	return &endpoints{dir: dir, self: self, coord: coord, log: log, byName: map[string]*endpoint{}, asked: map[string]*ticket{}}
+	return &endpoints{dir: dir, self: self, coord: coord, log: log, byName: map[string]*endpoint{}, asked: map[string]*ticket{}, last: map[string]int{}}
 }
 
 // endpoint is one rank container's socket: the listener (nil while the
@@ -193,12 +196,29 @@ func (e *endpoints) close(name string) {
 	e.mu.Lock()
 	ep := e.byName[name]
 	delete(e.byName, name)
+	delete(e.last, name)
 	e.mu.Unlock()
 	if ep != nil {
 		ep.mu.Lock()
 		ep.closed = true
 		ep.mu.Unlock()
 	}
+}
+
+// committed notes that checkpoint seq of container name is committed.
+func (e *endpoints) committed(name string, seq int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.last[name] = max(e.last[name], seq)
+}
+
+// newest is the newest checkpoint of container name's job that the rank
+// knows of: the catalog's newest durable one, or a newer one committed
+// here.
+func (e *endpoints) newest(name string, durable int) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return max(durable, e.last[name])
 }
 
 func (e *endpoints) get(name string) *endpoint {
@@ -317,7 +337,7 @@ func (e *endpoints) answer(ctx context.Context, name string, req rankv1.Request,
 		out.Restored = self.RestoredFrom > 0
 		if co := e.coordinator(); co != nil {
 			if info, err := co.RankInfo(ctx, rank); err == nil {
-				out.Ckpt = info.Ckpt
+				out.Ckpt = e.newest(name, info.Ckpt)
 			} else {
 				return coordFail(err)
 			}
@@ -431,6 +451,7 @@ func (e *endpoints) watch(ep *endpoint, c net.Conn, r *bufio.Reader, req rankv1.
 		}
 		cancel()
 	}
+	out.Ckpt = e.newest(ep.name, out.Ckpt)
 	ep.mu.Lock()
 	if ep.conns[c] {
 		ep.watchers[w] = true

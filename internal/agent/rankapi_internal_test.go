@@ -278,9 +278,15 @@ func TestRankAPIWatch(t *testing.T) {
 	if _, err := net.Dial("unix", e.sock); err == nil {
 		t.Fatal("connected to a quiesced rank API")
 	}
+	// Committed here: the rank learns it as it runs again, before the
+	// catalog says durable.
+	e.eps.committed("j.1", 7)
 	e.eps.reopen("j.1")
-	if r := e.ask(`{"op":"info"}`); !r.OK {
+	if r := e.ask(`{"op":"info"}`); !r.OK || r.Ckpt != 7 {
 		t.Fatalf("info once served again: %+v", r)
+	}
+	if _, _, r := e.watch(1000); r.Ckpt != 7 {
+		t.Fatalf("watch after a commit: %+v", r)
 	}
 
 	// A watcher that never answers fails the prepare after its deadline.

@@ -57,6 +57,12 @@ func (r managerRanks) Prepare(ctx context.Context, name string, seq int) (_ stag
 	return &managerPrepared{Prepared: prep, netns: netns, name: name, eps: r.eps}, nil
 }
 
+func (r managerRanks) Decided(name string, seq int, committed bool) {
+	if committed {
+		r.eps.committed(name, seq)
+	}
+}
+
 func (r managerRanks) Stored(name string, seq int) (*image.Record, error) {
 	return r.m.Repo().Load(name, seq)
 }
