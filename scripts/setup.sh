@@ -3,6 +3,7 @@
 #
 #   - runc, iptables, iproute2, build tools and zstd from Debian 12;
 #   - Open MPI 4.1 and MPICH 4.0 from Debian 12 (cairn run --mpi, the MPI tests);
+#   - Chromium and ChromeDriver from Debian 12 (the dashboard's browser test);
 #   - CRIU 4.2 or newer, built from Debian unstable's source (Debian 12's own
 #     criu 3.17 fails `criu check` on kernels >= 6.13, and 4.1 cannot dump
 #     TCP sockets on kernels >= 6.16), installed as $CAIRN_PREFIX/bin/criu;
@@ -30,7 +31,8 @@ pkgs=(runc iptables iproute2 kmod procps psmisc zstd ca-certificates xz-utils
       build-essential pkg-config protobuf-c-compiler libprotobuf-c-dev
       protobuf-compiler libprotobuf-dev python3-protobuf libnl-3-dev libnet1-dev libcap-dev
       libbsd-dev libnftables-dev libgnutls28-dev uuid-dev libaio-dev dpkg-dev
-      openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py gfortran)
+      openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py gfortran
+      chromium chromium-driver fonts-liberation)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

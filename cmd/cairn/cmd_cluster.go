@@ -23,7 +23,7 @@ import (
 )
 
 func newCoordinatorCmd() *cobra.Command {
-	var listen, creds, dir, etcd string
+	var listen, creds, dir, etcd, uiListen, uiToken string
 	var deadline, ttl time.Duration
 	var jobSubnets string
 	var hf hookFlags
@@ -53,7 +53,11 @@ POST is signed: X-Cairn-Timestamp is the time in Unix seconds and
 X-Cairn-Signature is "sha256=" and the hex HMAC-SHA256, under the secret,
 of the timestamp, a dot and the body (docs/security.md tells how to verify
 it). A failed delivery is retried (4 attempts, backoff from 0.5 s) and
-then reported as a hook.failed event; hooks never hold the cluster up.`,
+then reported as a hook.failed event; hooks never hold the cluster up.
+
+The API serves a read-only dashboard at /ui/ to client certificates; with
+--ui-token-file FILE (its token, mode 0600) browsers get it on --ui-listen, a
+loopback address, after logging in once at /ui/login (docs/cluster.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if creds == "" || dir == "" {
@@ -67,7 +71,7 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 			if err != nil {
 				return err
 			}
-			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Hooks: hooks, HookSecret: secret, HookRoots: roots,
+			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, UIListen: uiListen, UITokenFile: uiToken, Hooks: hooks, HookSecret: secret, HookRoots: roots,
 				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets},
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			if etcd != "" {
@@ -94,6 +98,8 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 	f.StringArrayVar(&hf.specs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable)")
 	f.StringVar(&hf.secretFile, "hook-secret-file", "", "sign HTTP hooks with the secret in this file (at least 16 bytes; default $CAIRN_HOOK_SECRET)")
 	f.StringVar(&hf.ca, "hook-ca", "", "CA certificates (PEM) that verify https:// hooks, besides the system's roots")
+	f.StringVar(&uiToken, "ui-token-file", "", "serve the read-only dashboard to browsers that log in with the token in this file")
+	f.StringVar(&uiListen, "ui-listen", "127.0.0.1:7401", "loopback address the dashboard is served on with --ui-token-file")
 	return cmd
 }
 
@@ -237,6 +243,7 @@ all of it.`,
 	f.StringArrayVar(&cfg.Hooks, "hook", nil, "the coordinator's event hooks, TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable; see 'cairn coordinator --help')")
 	f.StringVar(&cfg.HookSecretFile, "hook-secret-file", "", "the coordinator's --hook-secret-file (default $CAIRN_HOOK_SECRET)")
 	f.StringVar(&cfg.HookCA, "hook-ca", "", "the coordinator's --hook-ca")
+	f.StringVar(&cfg.UIListen, "ui-listen", "127.0.0.1:0", "loopback address of the dashboard (port 0: a free one; \"\": none)")
 	f.StringVar(&cfg.HealthCmd, "health-cmd", "", "every agent's health probe command (see 'cairn agent --help')")
 	f.DurationVar(&cfg.HealthEvery, "health-every", 0, "how often agents run their health probes (default: the agent's)")
 	f.IntVar(&cfg.Nodes, "nodes", 3, "number of nodes")

@@ -13,6 +13,7 @@ import (
 
 	"cairn/internal/catalog"
 	"cairn/internal/coord"
+	"cairn/internal/dashboard"
 	"cairn/internal/events"
 	"cairn/internal/pki"
 )
@@ -27,6 +28,11 @@ type Config struct {
 	Dir string
 	// Listen is the address the coordinator API is served on.
 	Listen string
+	// UITokenFile, if set, holds the read-only token of the dashboard's
+	// own port, served on UIListen, a loopback address (docs/security.md,
+	// "The dashboard"). The API serves the dashboard to client
+	// certificates either way.
+	UITokenFile, UIListen string
 	// Etcd is an external etcd cluster; without endpoints, an embedded
 	// one runs in Dir/etcd, reached through a unix socket only.
 	Etcd catalog.Config
@@ -66,6 +72,15 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("HTTP hook without a signature: give --hook-secret-file or $CAIRN_HOOK_SECRET", "hook", h.String())
 		}
 	}
+	var uiToken []byte
+	if cfg.UITokenFile != "" {
+		if uiToken, err = dashboard.ReadToken(cfg.UITokenFile); err != nil {
+			return err
+		}
+		if err := dashboard.CheckListen(cfg.UIListen); err != nil {
+			return err
+		}
+	}
 	catCfg, desc := cfg.Etcd, strings.Join(cfg.Etcd.Endpoints, ",")
 	if len(catCfg.Endpoints) == 0 {
 		e, err := startEmbedded(ctx, filepath.Join(cfg.Dir, "etcd"))
@@ -85,6 +100,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log.Info("coordinator serving", "addr", ln.Addr().String(), "cluster", c.ClusterID, "etcd", desc)
+	var uiLn net.Listener
+	if uiToken != nil {
+		if uiLn, err = net.Listen("tcp", cfg.UIListen); err != nil {
+			ln.Close()
+			return err
+		}
+		defer uiLn.Close()
+	}
 	ev, err := events.New(events.Options{File: filepath.Join(cfg.Dir, "events.jsonl"), Logger: log})
 	if err != nil {
 		return err
@@ -99,7 +122,21 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { stopHooks(); <-hooksDone }()
 	opts := cfg.Coord
 	opts.EtcdDesc, opts.Events = desc, ev
-	return coord.New(cat, c, log, opts).Run(ctx, ln)
+	co := coord.New(cat, c, log, opts)
+	if uiLn != nil {
+		ui := dashboard.New(dashboard.Config{Source: co, Events: ev, Cluster: c.ClusterID, WriteTimeout: opts.WriteTimeout, Logger: log})
+		uctx, stopUI := context.WithCancel(ctx)
+		uiDone := make(chan error, 1)
+		go func() { uiDone <- dashboard.Serve(uctx, uiLn, ui.Token(uiToken), log) }()
+		defer func() {
+			stopUI()
+			if err := <-uiDone; err != nil {
+				log.Error("dashboard", "err", err)
+			}
+		}()
+		log.Info("dashboard serving", "url", "http://"+uiLn.Addr().String()+dashboard.Prefix)
+	}
+	return co.Run(ctx, ln)
 }
 
 // startEmbedded starts the embedded etcd in dir. A coordinator restarted

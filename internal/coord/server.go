@@ -14,6 +14,7 @@ import (
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
+	"cairn/internal/dashboard"
 	"cairn/internal/names"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -157,6 +158,8 @@ func (c *Coordinator) handler() http.Handler {
 		reply(w, http.StatusOK, j, err)
 	})
 	c.rankRoutes(route)
+	ui := dashboard.New(dashboard.Config{Source: c, Events: c.opts.Events, Cluster: c.creds.ClusterID, WriteTimeout: c.opts.WriteTimeout, Logger: c.log})
+	route("GET "+dashboard.Prefix, clients, ui.ServeHTTP) // read-only; docs/cluster.md, "Dashboard"
 	// Anything else, including a known path with another method.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		id := r.Context().Value(callerKey{}).(pki.Identity)
