@@ -23,7 +23,7 @@ import (
 )
 
 func newCoordinatorCmd() *cobra.Command {
-	var listen, creds, dir, etcd string
+	var listen, creds, dir, etcd, tokenFile string
 	var deadline, ttl time.Duration
 	var jobSubnets string
 	var hf hookFlags
@@ -40,7 +40,8 @@ reached over https:// with --etcd-cacert, --etcd-cert and --etcd-key; plain
 http:// is refused but to a loopback address. The coordinator places
 ranks, runs the two-phase commit of global checkpoints and whole-job
 restarts, and on start finishes any round a previous coordinator left.
-Credentials: 'cairn node cert coordinator --role coordinator -o DIR'.
+Credentials: 'cairn node cert coordinator --role coordinator -o DIR'. GET
+/metrics serves Prometheus metrics to clients (or --metrics-token-file's token).
 
 Events (see 'cairn events') are kept in DIR/events.jsonl. Each --hook runs
 for the events of a type (or family: checkpoint.*, or *): exec:COMMAND gets
@@ -67,7 +68,7 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 			if err != nil {
 				return err
 			}
-			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Hooks: hooks, HookSecret: secret, HookRoots: roots,
+			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Hooks: hooks, HookSecret: secret, HookRoots: roots, MetricsTokenFile: tokenFile,
 				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets},
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			if etcd != "" {
@@ -94,6 +95,7 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 	f.StringArrayVar(&hf.specs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable)")
 	f.StringVar(&hf.secretFile, "hook-secret-file", "", "sign HTTP hooks with the secret in this file (at least 16 bytes; default $CAIRN_HOOK_SECRET)")
 	f.StringVar(&hf.ca, "hook-ca", "", "CA certificates (PEM) that verify https:// hooks, besides the system's roots")
+	f.StringVar(&tokenFile, "metrics-token-file", "", "a bearer token (at least 16 bytes) that lets a scraper without a client certificate GET /metrics, and nothing else")
 	return cmd
 }
 
@@ -214,7 +216,7 @@ all of it.`,
 			if _, _, _, err := hf.parse(); err != nil {
 				return err
 			}
-			for _, p := range []*string{&cfg.HookSecretFile, &cfg.HookCA} {
+			for _, p := range []*string{&cfg.HookSecretFile, &cfg.HookCA, &cfg.MetricsTokenFile} {
 				if *p != "" {
 					if *p, err = filepath.Abs(*p); err != nil {
 						return err
@@ -238,6 +240,7 @@ all of it.`,
 	f.StringVar(&cfg.HookSecretFile, "hook-secret-file", "", "the coordinator's --hook-secret-file (default $CAIRN_HOOK_SECRET)")
 	f.StringVar(&cfg.HookCA, "hook-ca", "", "the coordinator's --hook-ca")
 	f.StringVar(&cfg.HealthCmd, "health-cmd", "", "every agent's health probe command (see 'cairn agent --help')")
+	f.StringVar(&cfg.MetricsTokenFile, "metrics-token-file", "", "the coordinator's and every agent's --metrics-token-file")
 	f.DurationVar(&cfg.HealthEvery, "health-every", 0, "how often agents run their health probes (default: the agent's)")
 	f.IntVar(&cfg.Nodes, "nodes", 3, "number of nodes")
 	f.StringVar(&cfg.Prefix, "prefix", "cl-", "name prefix of the cluster's namespaces, bridges and nodes")
