@@ -15,7 +15,10 @@ import (
 	"cairn/internal/coord"
 	"cairn/internal/dashboard"
 	"cairn/internal/events"
+	"cairn/internal/metrics"
 	"cairn/internal/pki"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config is everything a coordinator process runs with.
@@ -42,7 +45,11 @@ type Config struct {
 	Hooks      []events.Hook
 	HookSecret []byte
 	HookRoots  *x509.CertPool
-	// Coord are the coordinator's options; Run sets EtcdDesc and Events.
+	// MetricsTokenFile holds a bearer token that lets a scraper without a
+	// client certificate read /metrics ("": none).
+	MetricsTokenFile string
+	// Coord are the coordinator's options; Run sets EtcdDesc, Events,
+	// Metrics (with etcd's, from the default registry) and MetricsToken.
 	Coord coord.Options
 	// Logger: nil logs nothing.
 	Logger *slog.Logger
@@ -57,6 +64,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if c.Role != pki.Coordinator {
 		return fmt.Errorf("credentials in %s are for a %s, not the coordinator", cfg.Creds, c.Role)
+	}
+	token, err := metrics.LoadToken(cfg.MetricsTokenFile)
+	if err != nil {
+		return err
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -121,7 +132,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	defer func() { stopHooks(); <-hooksDone }()
 	opts := cfg.Coord
-	opts.EtcdDesc, opts.Events = desc, ev
+	opts.EtcdDesc, opts.Events, opts.MetricsToken = desc, ev, token
+	opts.Metrics = metrics.NewCoord(metrics.CoordOptions{Also: prometheus.DefaultGatherer})
 	co := coord.New(cat, c, log, opts)
 	if uiLn != nil {
 		ui := dashboard.New(dashboard.Config{Source: co, Events: ev, Cluster: c.ClusterID, WriteTimeout: opts.WriteTimeout, Logger: log})

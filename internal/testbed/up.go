@@ -15,6 +15,7 @@ import (
 
 	"cairn/internal/container"
 	"cairn/internal/durable"
+	"cairn/internal/metrics"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -57,6 +58,9 @@ type Config struct {
 	// UIListen is the loopback address of the coordinator's dashboard
 	// (port 0: a free port; "": none). Up makes its token.
 	UIListen string
+	// MetricsTokenFile is the coordinator's and every agent's
+	// --metrics-token-file ("": none).
+	MetricsTokenFile string
 	// The agents' health probes (as `cairn agent` takes them; 0: the
 	// agent's default).
 	HealthCmd   string
@@ -85,6 +89,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	if cfg.Staging == "" {
 		cfg.Staging = container.DefaultStagingDir
+	}
+	if _, err := metrics.LoadToken(cfg.MetricsTokenFile); err != nil {
+		return nil, configError{err}
 	}
 	cl, err := netw.NewCluster(cfg.Prefix, cfg.Underlay, cfg.Nodes)
 	if err != nil {
@@ -203,6 +210,9 @@ func (cfg Config) coordinatorArgs(c *Cluster) []string {
 	if cfg.HookCA != "" {
 		args = append(args, "--hook-ca", cfg.HookCA)
 	}
+	if cfg.MetricsTokenFile != "" {
+		args = append(args, "--metrics-token-file", cfg.MetricsTokenFile)
+	}
 	return args
 }
 
@@ -222,6 +232,9 @@ func (cfg Config) agentArgs(c *Cluster, n Node, underlay netip.Addr) ([]string, 
 	}
 	if cfg.HealthEvery > 0 {
 		args = append(args, "--health-every", cfg.HealthEvery.String())
+	}
+	if cfg.MetricsTokenFile != "" {
+		args = append(args, "--metrics-token-file", cfg.MetricsTokenFile)
 	}
 	return args, nil
 }
