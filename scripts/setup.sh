@@ -3,9 +3,12 @@
 #
 #   - runc, iptables, iproute2, build tools and zstd from Debian 12;
 #   - Open MPI 4.1 and MPICH 4.0 from Debian 12 (cairn run --mpi, the MPI tests);
+#   - Chromium and ChromeDriver from Debian 12 (the dashboard's browser test);
 #   - CRIU 4.2 or newer, built from Debian unstable's source (Debian 12's own
 #     criu 3.17 fails `criu check` on kernels >= 6.13, and 4.1 cannot dump
 #     TCP sockets on kernels >= 6.16), installed as $CAIRN_PREFIX/bin/criu;
+#   - libcairn (C, with Fortran interfaces) and the Python module of the rank
+#     API (docs/rank-api.md), installed under $CAIRN_PREFIX;
 #   - Go module dependencies.
 #
 # A second run only checks and takes seconds. Nothing in the system's own apt
@@ -28,7 +31,8 @@ pkgs=(runc iptables iproute2 kmod procps psmisc zstd ca-certificates xz-utils
       build-essential pkg-config protobuf-c-compiler libprotobuf-c-dev
       protobuf-compiler libprotobuf-dev python3-protobuf libnl-3-dev libnet1-dev libcap-dev
       libbsd-dev libnftables-dev libgnutls28-dev uuid-dev libaio-dev dpkg-dev
-      openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py)
+      openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py gfortran
+      chromium chromium-driver fonts-liberation)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -101,6 +105,27 @@ if [ -f "$fix_src" ] && { [ ! -f "$fix_lib" ] || [ "$fix_src" -nt "$fix_lib" ]; 
 	mkdir -p "$PREFIX/lib"
 	cc -O2 -Wall -shared -fPIC -o "$fix_lib.tmp" "$fix_src" -ldl
 	mv "$fix_lib.tmp" "$fix_lib"
+fi
+
+# --- The rank API's clients (deploy/libcairn, deploy/python, docs/rank-api.md) ---
+# stale TARGET SRC...: TARGET is missing or older than one of SRC.
+stale() {
+	local target=$1; shift
+	[ -f "$target" ] || return 0
+	for src; do [ "$src" -nt "$target" ] && return 0; done
+	return 1
+}
+lib_src="$here/deploy/libcairn"
+lib_files=("$lib_src/cairn.c" "$lib_src/cairn.h" "$lib_src/cairn.f90" "$lib_src/Makefile")
+if [ -f "$lib_src/cairn.c" ] && { stale "$PREFIX/lib/libcairn.so" "${lib_files[@]}" || stale "$PREFIX/lib/libcairn.a" "${lib_files[@]}" ||
+	stale "$PREFIX/include/cairn.h" "${lib_files[@]}" || stale "$PREFIX/include/cairn.f90" "${lib_files[@]}"; }; then
+	log "building libcairn into $PREFIX/lib and $PREFIX/include"
+	make -s -C "$lib_src" BUILD="$CACHE/libcairn" PREFIX="$PREFIX" install
+fi
+py_src="$here/deploy/python/cairn.py"
+if [ -f "$py_src" ] && stale "$PREFIX/python/cairn.py" "$py_src"; then
+	log "installing $PREFIX/python/cairn.py"
+	install -D -m 0644 "$py_src" "$PREFIX/python/cairn.py"
 fi
 
 # --- Go ----------------------------------------------------------------------------

@@ -1,22 +1,14 @@
 package test
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"net"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	coordv1 "cairn/api/coord/v1"
-	rankv1 "cairn/api/rank/v1"
 	"cairn/internal/testutil"
 )
 
@@ -29,17 +21,11 @@ import (
 func TestReport(t *testing.T) {
 	c := testutil.NewCluster(t, 4)
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--per-node", "1", "--replicas", "1"},
-		append(ringArgs(c, 20*ringMessages), "-progress", "500ms", "-report=false")...)...)
+		append(ringArgs(c, 20*ringMessages), "-progress", "500ms")...)...)
 	c.WaitProgress("ring", 4, 0, 60*time.Second)
-	// The job's progress reaches the coordinator as a rank's events of
-	// kind progress through the rank API. The ring runs with -report=false
-	// and the test sends rank 0's progress lines itself, through the
-	// rank's socket on its node, as each is written: so the measurement
-	// does not depend on how the rank reaches its socket from inside its
-	// container.
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	go relayProgress(ctx, t, c, "ring", 0)
+	// The job's progress reaches the coordinator as rank 0's events of
+	// kind progress, which the ring sends through the rank API from
+	// inside its container.
 
 	time.Sleep(5 * time.Second)
 	for i := 1; i <= 3; i++ {
@@ -117,62 +103,4 @@ func progressOf(m coordv1.Overhead) coordv1.Progress {
 		return coordv1.Progress{}
 	}
 	return *m.Progress
-}
-
-var rankProgress = regexp.MustCompile(`^rank \d+: (\d+)/\d+ msgs$`)
-
-// relayProgress publishes each progress line of a rank's log, as it is
-// written (the log is read every 10 ms), as an event of kind progress
-// through the rank's socket on its node, until ctx ends. A line written
-// while the socket is away (the rank is being checkpointed) is dropped.
-func relayProgress(ctx context.Context, t *testing.T, c *testutil.Cluster, job string, rank int) {
-	node := c.Status(job).Placement[rank]
-	var dir string
-	for _, n := range c.File().Nodes {
-		if n.Name == node {
-			dir = filepath.Join(n.Data, "containers", fmt.Sprintf("%s.%d", job, rank))
-		}
-	}
-	f, err := os.Open(filepath.Join(dir, "container.log"))
-	if err != nil {
-		t.Errorf("relay: %v", err)
-		return
-	}
-	defer f.Close()
-	if _, err := f.Seek(0, io.SeekEnd); err != nil { // only lines written from now on
-		t.Errorf("relay: %v", err)
-		return
-	}
-	rd := bufio.NewReader(f)
-	var partial string
-	for ctx.Err() == nil {
-		line, err := rd.ReadString('\n')
-		partial += line
-		if err != nil {
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		m := rankProgress.FindStringSubmatch(strings.TrimSpace(partial))
-		partial = ""
-		if m == nil {
-			continue
-		}
-		_ = sendRankEvent(filepath.Join(dir, "api", "rank.sock"), rankv1.Request{Op: rankv1.OpEvent, Kind: rankv1.KindProgress, Message: m[1]})
-	}
-}
-
-// sendRankEvent makes one request of the rank API.
-func sendRankEvent(sock string, req rankv1.Request) error {
-	conn, err := net.DialTimeout("unix", sock, time.Second)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	b, _ := json.Marshal(req)
-	if _, err := conn.Write(append(b, '\n')); err != nil {
-		return err
-	}
-	_, err = bufio.NewReader(conn).ReadString('\n')
-	return err
 }

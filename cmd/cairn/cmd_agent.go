@@ -22,7 +22,7 @@ func newAgentCmd() *cobra.Command {
 	var healthCmd string
 	var healthEvery time.Duration
 	var minDisk, minMem float64
-	var toolsDir, mpichFix, keepImages string
+	var toolsDir, mpichFix, keepImages, tokenFile string
 	cmd := &cobra.Command{
 		Use:   "agent --creds DIR [--listen ADDR] [--coordinator ADDR --underlay IP]",
 		Short: "Serve this node's containers and checkpoints over the agent API (mutual TLS)",
@@ -31,7 +31,8 @@ checkpoints and restores (the data dir of --data) over the agent API
 (api/agent/v1: JSON over HTTPS, TLS 1.3 with client certificates). DIR holds
 the node's credentials from 'cairn node cert NAME --role agent -o DIR'. Only
 the cluster's coordinator and clients may call it; other agents may only read
-checkpoint images.
+checkpoint images. GET /metrics serves the node's Prometheus metrics to them
+(or to --metrics-token-file's token).
 
 With --coordinator the agent joins the cluster as the node its certificate
 names and keeps its membership alive with heartbeats: a node silent for the
@@ -53,7 +54,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 				return usageError{errors.New("--creds DIR is required")}
 			}
 			cfg := agent.Config{Creds: creds, Listen: listen, Coordinator: coordAddr, Advertise: advertise,
-				NetnsPrefix: netnsPrefix, Labels: map[string]string{}, ToolsDir: toolsDir, MPICHFix: mpichFix,
+				NetnsPrefix: netnsPrefix, Labels: map[string]string{}, ToolsDir: toolsDir, MPICHFix: mpichFix, MetricsTokenFile: tokenFile,
 				Health: agent.HealthConfig{Every: healthEvery, MinFreeDisk: minDisk / 100, MinFreeMemory: minMem / 100, Command: healthCmd},
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			var err error
@@ -95,6 +96,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 	f.Float64Var(&minMem, "health-min-free-memory", 5, "health probe: percent of memory that must stay available (0: off)")
 	f.StringVar(&netnsPrefix, "netns-prefix", "", "name prefix of rank network namespaces (default cairn-NODE-)")
 	f.StringArrayVar(&labels, "label", nil, "node label KEY=VALUE, e.g. rack=r1 (repeatable)")
+	f.StringVar(&tokenFile, "metrics-token-file", "", "a bearer token (at least 16 bytes) that lets a scraper without a client certificate GET /metrics, and nothing else")
 	f.StringVar(&keepImages, "keep-images", envOr("CAIRN_KEEP_IMAGES", "1G"), "staging the node may use to keep each rank's newest image after its checkpoint, so that a restore of it here reads no store; 0 keeps none ($CAIRN_KEEP_IMAGES)")
 	f.StringVar(&toolsDir, "tools-dir", filepath.Join(prefix(), "tools"), "where the tools mounted in MPI ranks (this cairn binary, the MPICH fix) are kept, by content")
 	f.StringVar(&mpichFix, "mpich-fix", filepath.Join(prefix(), "lib", launch.MPICHFix), "the library preloaded into MPICH processes (built by make setup; see docs/mpi.md)")

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"cairn/internal/container"
+	"cairn/internal/rankclient"
 	"cairn/internal/ringapp"
 	"cairn/internal/stateapp"
 	"cairn/internal/table"
@@ -68,6 +69,18 @@ func newRingappCmd() *cobra.Command {
 				return exitCodeError{code}
 			}
 			return nil
+		},
+	}
+}
+
+func newRankCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "rank info|checkpoint|stop|event KIND MESSAGE [--json] [--job JOB]",
+		Short:              "Inside a rank: where it stands, a checkpoint of its job (or a stop), an event",
+		Long:               rankclient.Usage,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return rankclient.Main(cmd.Context(), args, cmd.OutOrStdout())
 		},
 	}
 }

@@ -23,7 +23,7 @@ import (
 )
 
 func newCoordinatorCmd() *cobra.Command {
-	var listen, creds, dir, etcd string
+	var listen, creds, dir, etcd, uiListen, uiToken, tokenFile string
 	var deadline, ttl, mtbf time.Duration
 	var jobSubnets string
 	var hf hookFlags
@@ -40,7 +40,8 @@ reached over https:// with --etcd-cacert, --etcd-cert and --etcd-key; plain
 http:// is refused but to a loopback address. The coordinator places
 ranks, runs the two-phase commit of global checkpoints and whole-job
 restarts, and on start finishes any round a previous coordinator left.
-Credentials: 'cairn node cert coordinator --role coordinator -o DIR'.
+Credentials: 'cairn node cert coordinator --role coordinator -o DIR'. GET
+/metrics serves Prometheus metrics to clients (or --metrics-token-file's token).
 
 Events (see 'cairn events') are kept in DIR/events.jsonl. Each --hook runs
 for the events of a type (or family: checkpoint.*, or *): exec:COMMAND gets
@@ -53,7 +54,11 @@ POST is signed: X-Cairn-Timestamp is the time in Unix seconds and
 X-Cairn-Signature is "sha256=" and the hex HMAC-SHA256, under the secret,
 of the timestamp, a dot and the body (docs/security.md tells how to verify
 it). A failed delivery is retried (4 attempts, backoff from 0.5 s) and
-then reported as a hook.failed event; hooks never hold the cluster up.`,
+then reported as a hook.failed event; hooks never hold the cluster up.
+
+The API serves a read-only dashboard at /ui/ to client certificates; with
+--ui-token-file FILE (its token, mode 0600) browsers get it on --ui-listen, a
+loopback address, after logging in once at /ui/login (docs/cluster.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if creds == "" || dir == "" {
@@ -67,7 +72,7 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 			if err != nil {
 				return err
 			}
-			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Hooks: hooks, HookSecret: secret, HookRoots: roots,
+			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, UIListen: uiListen, UITokenFile: uiToken, Hooks: hooks, HookSecret: secret, HookRoots: roots, MetricsTokenFile: tokenFile,
 				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, MTBF: mtbf},
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			if etcd != "" {
@@ -95,6 +100,9 @@ then reported as a hook.failed event; hooks never hold the cluster up.`,
 	f.StringArrayVar(&hf.specs, "hook", nil, "run for events of TYPE: TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable)")
 	f.StringVar(&hf.secretFile, "hook-secret-file", "", "sign HTTP hooks with the secret in this file (at least 16 bytes; default $CAIRN_HOOK_SECRET)")
 	f.StringVar(&hf.ca, "hook-ca", "", "CA certificates (PEM) that verify https:// hooks, besides the system's roots")
+	f.StringVar(&uiToken, "ui-token-file", "", "serve the read-only dashboard to browsers that log in with the token in this file")
+	f.StringVar(&uiListen, "ui-listen", "127.0.0.1:7401", "loopback address the dashboard is served on with --ui-token-file")
+	f.StringVar(&tokenFile, "metrics-token-file", "", "a bearer token (at least 16 bytes) that lets a scraper without a client certificate GET /metrics, and nothing else")
 	return cmd
 }
 
@@ -108,29 +116,9 @@ type hookFlags struct {
 // ones (the content of --hook-secret-file without its final newline, or
 // $CAIRN_HOOK_SECRET; none is nil) and the roots that verify https:// ones.
 func (hf hookFlags) parse() (hooks []events.Hook, secret []byte, roots *x509.CertPool, err error) {
-	for _, spec := range hf.specs {
-		h, err := events.ParseHook(spec)
-		if err != nil {
-			return nil, nil, nil, usageError{fmt.Errorf("--hook: %w", err)}
-		}
-		hooks = append(hooks, h)
-	}
-	s := os.Getenv("CAIRN_HOOK_SECRET")
-	if hf.secretFile != "" {
-		b, err := os.ReadFile(hf.secretFile)
-		if err != nil {
-			return nil, nil, nil, usageError{fmt.Errorf("--hook-secret-file: %w", err)}
-		}
-		s = strings.TrimRight(string(b), "\r\n")
-	}
-	if s != "" && len(s) < 16 {
-		return nil, nil, nil, usageError{errors.New("the hook secret is shorter than 16 bytes")}
-	}
-	if s != "" {
-		secret = []byte(s)
-	}
-	if roots, err = events.HookRoots(hf.ca); err != nil {
-		return nil, nil, nil, usageError{fmt.Errorf("--hook-ca: %w", err)}
+	hooks, secret, roots, err = events.HookConfig(hf.specs, hf.secretFile, os.Getenv("CAIRN_HOOK_SECRET"), hf.ca)
+	if err != nil {
+		return nil, nil, nil, usageError{err}
 	}
 	return hooks, secret, roots, nil
 }
@@ -215,7 +203,7 @@ all of it.`,
 			if _, _, _, err := hf.parse(); err != nil {
 				return err
 			}
-			for _, p := range []*string{&cfg.HookSecretFile, &cfg.HookCA} {
+			for _, p := range []*string{&cfg.HookSecretFile, &cfg.HookCA, &cfg.MetricsTokenFile} {
 				if *p != "" {
 					if *p, err = filepath.Abs(*p); err != nil {
 						return err
@@ -238,7 +226,9 @@ all of it.`,
 	f.StringArrayVar(&cfg.Hooks, "hook", nil, "the coordinator's event hooks, TYPE=exec:COMMAND or TYPE=http(s)://URL (repeatable; see 'cairn coordinator --help')")
 	f.StringVar(&cfg.HookSecretFile, "hook-secret-file", "", "the coordinator's --hook-secret-file (default $CAIRN_HOOK_SECRET)")
 	f.StringVar(&cfg.HookCA, "hook-ca", "", "the coordinator's --hook-ca")
+	f.StringVar(&cfg.UIListen, "ui-listen", "127.0.0.1:0", "loopback address of the dashboard (port 0: a free one; \"\": none)")
 	f.StringVar(&cfg.HealthCmd, "health-cmd", "", "every agent's health probe command (see 'cairn agent --help')")
+	f.StringVar(&cfg.MetricsTokenFile, "metrics-token-file", "", "the coordinator's and every agent's --metrics-token-file")
 	f.DurationVar(&cfg.HealthEvery, "health-every", 0, "how often agents run their health probes (default: the agent's)")
 	f.IntVar(&cfg.Nodes, "nodes", 3, "number of nodes")
 	f.StringVar(&cfg.Prefix, "prefix", "cl-", "name prefix of the cluster's namespaces, bridges and nodes")

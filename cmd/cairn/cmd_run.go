@@ -41,11 +41,9 @@ each checkpoint, every rank image is copied to --replicas other nodes; when a
 node of the job dies, the job restarts by itself from the newest
 checkpoint complete on live nodes, onto spares first (--on-failure restart).
 With --mpi, CMD is an MPI program run as N processes, one per rank
-(docs/mpi.md). Every rank can talk to cairn through the rank API, a socket
-in its container ($CAIRN_SOCKET; docs/rank-api.md): ask for a checkpoint,
-be told before one; with --mode app, ranks save their own state when told
-and start afresh on it at a restart (CAIRN_RESTART=SEQ), never dumped by
-CRIU. As srun does, a job's ranks get the caller's environment
+(docs/mpi.md). Ranks talk to cairn through the rank API ($CAIRN_SOCKET,
+docs/rank-api.md); with --mode app they save their own state when told and
+start afresh on it at a restart, never dumped by CRIU. As srun does, a job's ranks get the caller's environment
 (--export ALL, less what belongs to the caller's session: SSH_*, DISPLAY,
 XDG_*, CAIRN_*...; --export NONE or --export VAR,VAR) plus --env, and start
 in the caller's working directory (or --workdir).

@@ -17,7 +17,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +32,7 @@ import (
 	"cairn/internal/names"
 	"cairn/internal/netw"
 	"cairn/internal/plan"
+	"cairn/internal/rankclient"
 	"cairn/internal/testbed"
 	"cairn/internal/version"
 )
@@ -92,7 +92,7 @@ or a new name.`,
 		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(), newReportCmd(),
 		newInitCmd(), newNodeCmd(), newAgentCmd(), newCoordinatorCmd(), newUpCmd(), newDownCmd(),
 		newJobsCmd(), newNodesCmd(), newRestartCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
-		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(),
+		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(), newRankCmd(),
 	)
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -122,22 +122,11 @@ func envList(key, sep string) []string {
 
 // hostPorts checks --allow-host-port and $CAIRN_ALLOW_HOST_PORTS.
 func hostPorts() ([]uint16, error) {
-	ports := hostPortFlags
-	for _, s := range envList("CAIRN_ALLOW_HOST_PORTS", ",") {
-		p, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("$CAIRN_ALLOW_HOST_PORTS: %q is not a port", s)}
-		}
-		ports = append(ports, uint(p))
+	ports, err := netw.HostPorts(hostPortFlags, os.Getenv("CAIRN_ALLOW_HOST_PORTS"))
+	if err != nil {
+		return nil, usageError{err}
 	}
-	var out []uint16
-	for _, p := range ports {
-		if p == 0 || p > 65535 {
-			return nil, usageError{fmt.Errorf("--allow-host-port %d: not a TCP port", p)}
-		}
-		out = append(out, uint16(p))
-	}
-	return out, nil
+	return ports, nil
 }
 
 // prefix is where cairn's setup installs what it builds ($CAIRN_PREFIX,
@@ -233,10 +222,10 @@ func exitCode(err error) int {
 		wire = we.Code
 	}
 	switch {
-	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), errors.Is(err, testbed.ErrBadConfig), errors.Is(err, plan.ErrInput), wire == agentv1.CodeBadRequest:
+	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), errors.Is(err, testbed.ErrBadConfig), errors.Is(err, plan.ErrInput), wire == agentv1.CodeBadRequest, errors.Is(err, rankclient.ErrUsage), errors.Is(err, rankclient.ErrBadRequest):
 		fmt.Fprintln(os.Stderr, "Run 'cairn --help' for usage.")
 		return 2
-	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound), wire == agentv1.CodeNotFound:
+	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound), wire == agentv1.CodeNotFound, errors.Is(err, rankclient.ErrNotFound):
 		return 3
 	case errors.Is(err, image.ErrCorrupt), wire == agentv1.CodeCorrupt:
 		return 4

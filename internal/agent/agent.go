@@ -16,6 +16,7 @@ import (
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/container"
 	"cairn/internal/launch"
+	"cairn/internal/metrics"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -47,6 +48,9 @@ type Config struct {
 	// Health are the health probes run while joined; Node and DataDir are
 	// the agent's.
 	Health HealthConfig
+	// MetricsTokenFile holds a bearer token that lets a scraper without a
+	// client certificate read /metrics ("": none).
+	MetricsTokenFile string
 	// ToolsDir keeps the tools mounted in MPI ranks, by content: Exe
 	// (default: this executable) and the MPICH fix library MPICHFix.
 	ToolsDir, Exe, MPICHFix string
@@ -58,6 +62,7 @@ type Config struct {
 type Agent struct {
 	cfg   Config
 	creds *pki.Credentials
+	token metrics.Token
 	m     *container.Manager
 	tools string
 	ln    net.Listener
@@ -80,10 +85,14 @@ func New(cfg Config) (*Agent, error) {
 	if c.Role != pki.Agent {
 		return nil, fmt.Errorf("credentials in %s are for a %s, not an agent", cfg.Creds, c.Role)
 	}
+	token, err := metrics.LoadToken(cfg.MetricsTokenFile)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.NetnsPrefix == "" {
 		cfg.NetnsPrefix = "cairn-" + c.Name + "-"
 	}
-	a := &Agent{cfg: cfg, creds: c, log: cfg.Logger}
+	a := &Agent{cfg: cfg, creds: c, token: token, log: cfg.Logger}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -121,10 +130,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	node := Node{NetnsPrefix: a.cfg.NetnsPrefix, HostPorts: a.cfg.Container.Bridge.HostPorts}
-	s := &Server{Manager: a.m, Creds: c, Logger: a.log, Node: node, Tools: a.tools}
+	s := &Server{Manager: a.m, Creds: c, Logger: a.log, Node: node, Tools: a.tools, MetricsToken: a.token}
+	var h *Health // the health probes run only in a cluster
+	if a.cfg.Coordinator != "" {
+		hc := a.cfg.Health
+		hc.Node, hc.DataDir = a.creds.Name, a.cfg.Container.DataDir
+		h = NewHealth(hc)
+	}
+	s.Metrics = newMetrics(c.Name, a.m, h)
 	if a.cfg.Coordinator != "" {
 		s.Node.Underlay = a.cfg.Underlay
-		a.join(ctx)
+		a.join(ctx, h)
 		// The ranks' requests go to the coordinator as this node's.
 		co := rpc.NewCoordClient(a.cfg.Coordinator, a.creds)
 		defer co.Close()
@@ -133,17 +149,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	return s.Serve(ctx, a.ln)
 }
 
-// join starts the health probes and the membership of the cluster, both
-// until ctx is done.
-func (a *Agent) join(ctx context.Context) {
+// join starts the health probes h and the membership of the cluster,
+// both until ctx is done.
+func (a *Agent) join(ctx context.Context, h *Health) {
 	advertise := a.cfg.Advertise
 	if advertise == "" {
 		advertise = a.ln.Addr().String()
 	}
 	j := coordv1.Join{Name: a.creds.Name, Addr: advertise, Underlay: a.cfg.Underlay.String(), Labels: a.cfg.Labels}
-	hc := a.cfg.Health
-	hc.Node, hc.DataDir = a.creds.Name, a.cfg.Container.DataDir
-	h := NewHealth(hc)
 	go h.Run(ctx, func(w []string) {
 		if len(w) > 0 {
 			a.log.Warn("health probes failing", "probes", strings.Join(w, "; "))

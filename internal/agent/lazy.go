@@ -67,15 +67,6 @@ func (c *lazyChunks) close() {
 	})
 }
 
-// holders reports what every holder sent, and why one was given up.
-func (c *lazyChunks) shares() []agentv1.HolderShare {
-	var out []agentv1.HolderShare
-	for _, h := range c.f.holders {
-		out = append(out, h.share())
-	}
-	return out
-}
-
 func (c *lazyChunks) GetSeq(ctx context.Context, ids []store.ID, fn func(data []byte) error) error {
 	for len(ids) > 0 {
 		w := ids[:min(len(ids), lazyWindow)]

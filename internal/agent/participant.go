@@ -45,6 +45,10 @@ type rankOps interface {
 	// Resume unlocks the rank's network and thaws it (a stall's end, or
 	// a restored rank's start).
 	Resume(ctx context.Context, name string) error
+	// Decided tells that checkpoint seq of the rank is committed (or
+	// aborted), before the rank is thawed for it: the rank learns it the
+	// moment it runs again (the rank API).
+	Decided(name string, seq int, committed bool)
 }
 
 // stagedRank is a rank prepared by rankOps.Prepare: frozen, its network
@@ -234,6 +238,7 @@ func (p *participant) commit(ctx context.Context, key ckptKey) (*agentv1.Committ
 	r.stopTimers()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	p.ops.Decided(key.rank, key.ckpt, true)
 	thawErr := r.thawLocked(ctx)
 	rec, err := r.staged.Commit(ctx)
 	if err != nil {

@@ -57,6 +57,8 @@ func (f *fakeRanks) Prepare(ctx context.Context, name string, seq int) (stagedRa
 	return &fakeStaged{f: f, key: ckptKey{name, seq}}, nil
 }
 
+func (f *fakeRanks) Decided(name string, seq int, committed bool) {}
+
 func (f *fakeRanks) Stored(name string, seq int) (*image.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

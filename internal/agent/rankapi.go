@@ -68,10 +68,13 @@ type endpoints struct {
 	mu     sync.Mutex
 	byName map[string]*endpoint
 	asked  map[string]*ticket
+	// last is the newest checkpoint committed on this node for each rank
+	// (it may not be durable in the catalog yet when the rank runs again).
+	last map[string]int
 }
 
 func newEndpoints(dir func(string) string, self rankLookup, coord func() RankCoordinator, log *slog.Logger) *endpoints {
-	return &endpoints{dir: dir, self: self, coord: coord, log: log, byName: map[string]*endpoint{}, asked: map[string]*ticket{}}
+	return &endpoints{dir: dir, self: self, coord: coord, log: log, byName: map[string]*endpoint{}, asked: map[string]*ticket{}, last: map[string]int{}}
 }
 
 // endpoint is one rank container's socket: the listener (nil while the
@@ -95,6 +98,7 @@ type watcher struct {
 	deadline time.Duration
 	ready    chan struct{} // closed when the rank answers ready
 	once     sync.Once
+	gone     chan struct{} // closed when the rank hangs up (or sends anything else)
 }
 
 // ticket is a checkpoint a rank asked for.
@@ -192,12 +196,29 @@ func (e *endpoints) close(name string) {
 	e.mu.Lock()
 	ep := e.byName[name]
 	delete(e.byName, name)
+	delete(e.last, name)
 	e.mu.Unlock()
 	if ep != nil {
 		ep.mu.Lock()
 		ep.closed = true
 		ep.mu.Unlock()
 	}
+}
+
+// committed notes that checkpoint seq of container name is committed.
+func (e *endpoints) committed(name string, seq int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.last[name] = max(e.last[name], seq)
+}
+
+// newest is the newest checkpoint of container name's job that the rank
+// knows of: the catalog's newest durable one, or a newer one committed
+// here.
+func (e *endpoints) newest(name string, durable int) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return max(durable, e.last[name])
 }
 
 func (e *endpoints) get(name string) *endpoint {
@@ -239,6 +260,12 @@ func (e *endpoints) prepare(ctx context.Context, name string, ckpt int, mode str
 		}
 		select {
 		case <-w.ready:
+		case <-w.gone:
+			select {
+			case <-w.ready: // it answered, then hung up
+			default:
+				errs = append(errs, fmt.Errorf("rank %s hung up its watch before it answered its checkpoint callback", name))
+			}
 		case <-time.After(w.deadline):
 			errs = append(errs, fmt.Errorf("rank %s did not answer its checkpoint callback within %s", name, w.deadline))
 		case <-ctx.Done():
@@ -310,7 +337,7 @@ func (e *endpoints) answer(ctx context.Context, name string, req rankv1.Request,
 		out.Restored = self.RestoredFrom > 0
 		if co := e.coordinator(); co != nil {
 			if info, err := co.RankInfo(ctx, rank); err == nil {
-				out.Ckpt = info.Ckpt
+				out.Ckpt = e.newest(name, info.Ckpt)
 			} else {
 				return coordFail(err)
 			}
@@ -414,7 +441,8 @@ func (e *endpoints) watch(ep *endpoint, c net.Conn, r *bufio.Reader, req rankv1.
 	if d <= 0 || d > maxPrepareWait {
 		d = maxPrepareWait
 	}
-	w := &watcher{conn: c, deadline: d, ready: make(chan struct{})}
+	w := &watcher{conn: c, deadline: d, ready: make(chan struct{}), gone: make(chan struct{})}
+	defer close(w.gone)
 	out := selfReply(self)
 	if co := e.coordinator(); co != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
@@ -423,6 +451,7 @@ func (e *endpoints) watch(ep *endpoint, c net.Conn, r *bufio.Reader, req rankv1.
 		}
 		cancel()
 	}
+	out.Ckpt = e.newest(ep.name, out.Ckpt)
 	ep.mu.Lock()
 	if ep.conns[c] {
 		ep.watchers[w] = true

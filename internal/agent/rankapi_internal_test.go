@@ -59,13 +59,12 @@ func (f *fakeRankCoord) RankEvent(ctx context.Context, req coordv1.RankRequest) 
 // rankAPIEnv is an endpoint for container "j.1" (rank 1 of job j) in a
 // temporary dir, served with a fake coordinator.
 type rankAPIEnv struct {
-	t     *testing.T
-	eps   *endpoints
-	co    *fakeRankCoord
-	sock  string
-	mu    sync.Mutex
-	self  rankSelf
-	ready chan struct{}
+	t    *testing.T
+	eps  *endpoints
+	co   *fakeRankCoord
+	sock string
+	mu   sync.Mutex
+	self rankSelf
 }
 
 func newRankAPIEnv(t *testing.T) *rankAPIEnv {
@@ -279,9 +278,15 @@ func TestRankAPIWatch(t *testing.T) {
 	if _, err := net.Dial("unix", e.sock); err == nil {
 		t.Fatal("connected to a quiesced rank API")
 	}
+	// Committed here: the rank learns it as it runs again, before the
+	// catalog says durable.
+	e.eps.committed("j.1", 7)
 	e.eps.reopen("j.1")
-	if r := e.ask(`{"op":"info"}`); !r.OK {
+	if r := e.ask(`{"op":"info"}`); !r.OK || r.Ckpt != 7 {
 		t.Fatalf("info once served again: %+v", r)
+	}
+	if _, _, r := e.watch(1000); r.Ckpt != 7 {
+		t.Fatalf("watch after a commit: %+v", r)
 	}
 
 	// A watcher that never answers fails the prepare after its deadline.

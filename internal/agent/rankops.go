@@ -45,7 +45,9 @@ func (r managerRanks) Prepare(ctx context.Context, name string, seq int) (_ stag
 	}
 	// The prepare belongs to the round, not to this request: a caller that
 	// goes away must not cancel a dump half-way.
-	prep, err := r.m.Prepare(context.WithoutCancel(ctx), name, seq)
+	// An application-level rank saved its own state (its prepare
+	// callback): only its files are captured, CRIU is not run.
+	prep, err := r.m.Prepare(context.WithoutCancel(ctx), name, seq, container.PrepareOptions{FilesOnly: mode == rankv1.ModeApp})
 	if err != nil {
 		if netns != "" {
 			_ = netw.UnlockNetns(context.WithoutCancel(ctx), netns)
@@ -53,6 +55,12 @@ func (r managerRanks) Prepare(ctx context.Context, name string, seq int) (_ stag
 		return nil, err
 	}
 	return &managerPrepared{Prepared: prep, netns: netns, name: name, eps: r.eps}, nil
+}
+
+func (r managerRanks) Decided(name string, seq int, committed bool) {
+	if committed {
+		r.eps.committed(name, seq)
+	}
 }
 
 func (r managerRanks) Stored(name string, seq int) (*image.Record, error) {

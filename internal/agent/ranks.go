@@ -88,11 +88,6 @@ func (s *Server) deleteJobNet(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) rankNetns(vni uint32, addr netip.Addr) string {
-	n := netw.NodeJobNet{VNI: vni, Prefix: s.Node.NetnsPrefix}
-	return netw.NetnsPath(n.RankNetns(addr))
-}
-
 func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.Info, error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
@@ -131,6 +126,7 @@ func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.I
 		Hostname: fmt.Sprintf("%s-%d", req.Job, req.Rank.Rank),
 		Net:      &container.NetAttach{Netns: r.Path(), Addr: addr},
 		Tools:    tools, Cwd: req.Cwd, Volumes: vols, CPUs: req.CPUs, Memory: req.Memory,
+		RankAPI: true,
 	})
 	if err != nil {
 		_ = n.DetachRank(context.WithoutCancel(ctx), addr)

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -13,9 +12,7 @@ import (
 // What the rank API knows of a rank, from its container on this node.
 
 // apiDir is the host dir bound at rankv1.SocketDir in container name.
-func (s *Server) apiDir(name string) string {
-	return filepath.Join(s.Manager.DataDir(), "containers", name, "api")
-}
+func (s *Server) apiDir(name string) string { return s.Manager.APIDir(name) }
 
 // rankSelf says who the rank in container name is: its job, rank and size
 // and the job's mode (from the environment its job gave it), and its

@@ -14,6 +14,7 @@ import (
 	"cairn/internal/container"
 	"cairn/internal/criu"
 	"cairn/internal/image"
+	"cairn/internal/metrics"
 	"cairn/internal/names"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -31,12 +32,18 @@ type Server struct {
 	// Coord is the coordinator the rank API forwards ranks' requests to;
 	// nil when the node is in no cluster.
 	Coord RankCoordinator
+	// Metrics, if set, are served at GET /metrics to the coordinator and
+	// clients, and to a caller without a certificate that has
+	// MetricsToken.
+	Metrics      *metrics.Node
+	MetricsToken metrics.Token
 
 	once    sync.Once // makes api, part and eps, on first use
 	api     *api
 	part    *participant
 	eps     *endpoints
-	netMu   sync.Mutex // job network changes on this node
+	scrape  http.Handler // serves Metrics
+	netMu   sync.Mutex   // job network changes on this node
 	sources chunkSources
 	fetches fetches
 }
@@ -54,7 +61,11 @@ func (s *Server) log() *slog.Logger {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.init()
 	s.openRankAPIs(ctx)
-	err := rpc.Serve(ctx, ln, s, s.Creds, s.Logger)
+	conf := pki.ServerConfig(s.Creds)
+	if len(s.MetricsToken) > 0 {
+		conf = pki.ServerConfigOptionalCert(s.Creds) // ServeHTTP refuses all but a scrape with the token
+	}
+	err := rpc.ServeTLS(ctx, ln, s, conf, s.Logger)
 	s.sources.closeAll()
 	return err
 }
@@ -64,12 +75,20 @@ func (s *Server) init() {
 		s.eps = newEndpoints(s.apiDir, s.rankSelf, func() RankCoordinator { return s.Coord }, s.log())
 		s.api = newAPI(s.routes())
 		s.part = newParticipant(managerRanks{m: s.Manager, eps: s.eps}, s.log())
+		if s.Metrics != nil {
+			s.scrape = metrics.Handler(s.Metrics)
+		}
 	})
 }
 
-// ServeHTTP authenticates the caller and routes the request.
+// ServeHTTP authenticates the caller (by its certificate, or a scrape of
+// /metrics by the read-only token) and routes the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.init()
+	if s.scrape != nil && s.MetricsToken.Allows(r) {
+		s.scrape.ServeHTTP(w, r) // the read-only token, with or without a certificate
+		return
+	}
 	s.api.ServeHTTP(w, r)
 }
 
@@ -137,6 +156,9 @@ func (s *Server) routes() []route {
 		{post, agentv1.PathExportDelta, true, s.exportDelta},
 		{post, agentv1.PathChunkData, true, s.chunkData},
 		{post, agentv1.PathDropImages, false, call(http.StatusOK, s.dropImages)},
+
+		// The node's metrics, metrics.go.
+		{get, metrics.Path, false, s.serveMetrics},
 	}
 }
 

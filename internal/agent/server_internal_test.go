@@ -67,6 +67,7 @@ var apiOps = []struct {
 	{"POST", "/v1/images/delta", true},
 	{"POST", "/v1/images/chunkdata", true},
 	{"POST", "/v1/images/drop", false},
+	{"GET", "/metrics", false},
 }
 
 // routed serves the agent API's routes with every operation replaced by

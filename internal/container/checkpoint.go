@@ -40,6 +40,22 @@ var ErrDumpTimeout = errors.New("dump timed out")
 type CheckpointOptions struct {
 	Stop     bool           // stop the container after the dump instead of resuming it
 	Progress image.Progress // reports the ingest into the store; may be nil
+	// FilesOnly takes a files-only checkpoint (PrepareOptions.FilesOnly);
+	// it cannot Stop the container.
+	FilesOnly bool
+}
+
+// PrepareOptions tunes Prepare.
+type PrepareOptions struct {
+	// FilesOnly captures the container's written files and its output,
+	// never its processes, and runs no CRIU: an application-level
+	// checkpoint, whose processes saved what they need into their files
+	// before. The container is frozen while its files are captured, as
+	// for any checkpoint, and its image is recorded as files-only
+	// (image.Record.FilesOnly): a restore starts its command afresh on
+	// them. Containers exec'd into, and ones with a user namespace of
+	// their own, can be checkpointed so.
+	FilesOnly bool
 }
 
 // imageConfig is the container config recorded in an image.
@@ -49,11 +65,12 @@ type imageConfig struct {
 }
 
 // Checkpoint captures a running container: its processes with CRIU and its
-// fs delta. The container is paused (frozen) for the capture and resumed
-// as soon as its state is in staging; the image is persisted after that.
-// On any error the container is resumed and no image is listed.
+// fs delta (only the fs delta, opts.FilesOnly). The container is paused
+// (frozen) for the capture and resumed as soon as its state is in
+// staging; the image is persisted after that. On any error the container
+// is resumed and no image is listed.
 func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOptions) (*image.Record, error) {
-	p, err := m.prepare(ctx, name, 0, opts.Stop)
+	p, err := m.prepare(ctx, name, 0, opts.Stop, opts.FilesOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -61,21 +78,35 @@ func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOp
 }
 
 // Prepare freezes a running container and captures it (fs delta, then
-// processes with CRIU) into staging, leaving it frozen: the prepare phase
-// of a global checkpoint. seq is the checkpoint's number (0: the next
-// free one); a checkpoint of that number must not exist. On error the
-// container is thawed and nothing is kept.
-func (m *Manager) Prepare(ctx context.Context, name string, seq int) (*Prepared, error) {
-	return m.prepare(ctx, name, seq, false)
+// processes with CRIU, then output) into staging, leaving it frozen: the
+// prepare phase of a global checkpoint. seq is the checkpoint's number
+// (0: the next free one); a checkpoint of that number must not exist. On
+// error the container is thawed and nothing is kept. opts, at most one,
+// may ask for a files-only checkpoint (PrepareOptions.FilesOnly).
+func (m *Manager) Prepare(ctx context.Context, name string, seq int, opts ...PrepareOptions) (*Prepared, error) {
+	var o PrepareOptions
+	switch len(opts) {
+	case 0:
+	case 1:
+		o = opts[0]
+	default:
+		return nil, fmt.Errorf("prepare %s: %d PrepareOptions, want at most one", name, len(opts))
+	}
+	return m.prepare(ctx, name, seq, false, o.FilesOnly)
 }
 
-func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) (_ *Prepared, err error) {
+func (m *Manager) prepare(ctx context.Context, name string, seq int, stop, filesOnly bool) (_ *Prepared, err error) {
 	if seq < 0 {
 		return nil, fmt.Errorf("%w: checkpoint number %d", names.ErrInvalid, seq)
 	}
-	info, err := m.CRIU(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+	if stop && filesOnly {
+		return nil, fmt.Errorf("checkpoint %s: a files-only checkpoint cannot stop the container: kill it once the checkpoint is taken", name)
+	}
+	var info criu.Info
+	if !filesOnly {
+		if info, err = m.CRIU(ctx); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+		}
 	}
 	unlock, err := m.lock(name)
 	if err != nil {
@@ -104,8 +135,15 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		return nil, fmt.Errorf("%w: %s is %s", ErrNotRunning, name, in.Status)
 	}
 	st := &in.State
-	if st.Config.UserNS {
+	if st.Config.UserNS && !filesOnly {
 		return nil, fmt.Errorf("checkpoint %s: %w", name, ErrUserNSCheckpoint)
+	}
+	if !filesOnly {
+		// CRIU reads it at the dump: what this CRIU supports, asked
+		// before the container is frozen (criuconf.go).
+		if _, err := m.writeCRIUConfig(ctx, name, true); err != nil {
+			return nil, err
+		}
 	}
 	if seq == 0 {
 		seq = m.repo.NextSeq(name)
@@ -156,18 +194,23 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		if err := p.fz.set(ctx, true); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
 		}
-		if ok, err := p.fz.settleVfork(ctx); err != nil {
-			return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
-		} else if !ok {
-			m.log.Warn("a process still waits for a vfork child; dumping anyway", "rank", name)
+		// CRIU cannot seize a vfork's parent; files need no such wait.
+		if !filesOnly {
+			if ok, err := p.fz.settleVfork(ctx); err != nil {
+				return nil, fmt.Errorf("checkpoint %s: freeze: %w", name, err)
+			} else if !ok {
+				m.log.Warn("a process still waits for a vfork child; dumping anyway", "rank", name)
+			}
 		}
 	}
 	// Frozen, the container starts nothing new: what exec started is all
-	// there is.
-	if execd, err := execProcesses(p.fz, in.Pid); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
-	} else if len(execd) > 0 {
-		return nil, fmt.Errorf("checkpoint %s: %w: %s; end them and checkpoint again", name, ErrExecProcesses, strings.Join(execd, ", "))
+	// there is (and a files-only checkpoint does not care).
+	if !filesOnly {
+		if execd, err := execProcesses(p.fz, in.Pid); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+		} else if len(execd) > 0 {
+			return nil, fmt.Errorf("checkpoint %s: %w: %s; end them and checkpoint again", name, ErrExecProcesses, strings.Join(execd, ", "))
+		}
 	}
 
 	// 1. The fs delta, while nothing can write to it.
@@ -178,18 +221,60 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 	}
 	timing.Capture = time.Since(t)
 
-	// 2. The processes.
+	// 2. The processes, unless the application saved its own state.
+	if !filesOnly {
+		if err := m.dump(ctx, p, st, stop, &timing); err != nil {
+			return nil, err
+		}
+	}
+
+	cfg, err := json.Marshal(imageConfig{Config: st.Config, Addr: st.Addr.String()})
+	if err != nil {
+		return nil, err
+	}
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	p.rec = &image.Record{
+		Container: name,
+		Seq:       seq,
+		Created:   p.start.UTC(),
+		Kernel:    unix.ByteSliceToString(uts.Release[:]),
+		Stopped:   stop,
+		FilesOnly: filesOnly,
+		Config:    cfg,
+		Delta:     delta,
+		Timing:    timing,
+	}
+	if !filesOnly {
+		p.rec.CRIUVersion = info.Version.String()
+	}
+	// The output up to the freeze, with what was still in the pipe
+	// (output.go); the processes are still frozen, or gone with stop.
+	if p.rec.Log, err = m.keepOutput(ctx, st, p.imgDir, stop); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	p.staged, _ = dirSize(p.imgDir)
+	return p, nil
+}
+
+// dump dumps the processes of p's container, frozen, with runc checkpoint
+// (CRIU) into p's staging dir, leaving them running unless stop. A dump
+// that fails because a task could not be seized is tried again.
+func (m *Manager) dump(ctx context.Context, p *Prepared, st *State, stop bool, timing *image.Timing) error {
+	name := p.name
+	workDir := filepath.Join(p.staging, "work")
+	owner := filepath.Join(p.staging, stagingOwner)
 	if stop {
 		st.Checkpointed = true
 		if err := m.saveState(st); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	args := []string{"checkpoint", "--tcp-established", "--image-path", filepath.Join(p.imgDir, image.CRIUDir), "--work-path", workDir}
 	if !stop {
 		args = append(args, "--leave-running")
 	}
-	t = time.Now()
+	t := time.Now()
 	// The marker also names runc: if this process dies, the orphaned runc
 	// and its CRIU finish the dump and leave the cgroup frozen as they found
 	// it, so recoverFreeze must wait for them before it thaws.
@@ -218,7 +303,7 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 		m.log.Info("CRIU could not seize a task; dumping again", "rank", name, "attempt", attempt+1)
 		if err := p.resetDumpDirs(workDir); err != nil {
 			cancelDump()
-			return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+			return fmt.Errorf("checkpoint %s: %w", name, err)
 		}
 		if tgt := m.watchTarget(st); tgt.Netns != "" {
 			_ = netw.DropCRIULock(context.WithoutCancel(ctx), tgt.Netns)
@@ -255,40 +340,16 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool) 
 			detail = fmt.Sprintf(" (CRIU: %s; full log: %s)", criu.LastErrors(b, 3), keep)
 		}
 		if pid := parasiteIn(p.fz); pid != 0 {
-			return nil, fmt.Errorf("%w: %s: %w%s; %w: CRIU's parasite is still in pid %d", ErrDumpFailed, name, dumpErr, detail, ErrDamaged, pid)
+			return fmt.Errorf("%w: %s: %w%s; %w: CRIU's parasite is still in pid %d", ErrDumpFailed, name, dumpErr, detail, ErrDamaged, pid)
 		}
-		return nil, fmt.Errorf("%w: %s: %w%s", ErrDumpFailed, name, dumpErr, detail)
+		return fmt.Errorf("%w: %s: %w%s", ErrDumpFailed, name, dumpErr, detail)
 	}
 	if stop && p.frozen {
 		p.frozen = false // runc removed the container after the dump
 		os.Remove(p.marker)
 		m.hold(name, false)
 	}
-
-	cfg, err := json.Marshal(imageConfig{Config: st.Config, Addr: st.Addr.String()})
-	if err != nil {
-		return nil, err
-	}
-	var uts unix.Utsname
-	_ = unix.Uname(&uts)
-	p.rec = &image.Record{
-		Container:   name,
-		Seq:         seq,
-		Created:     p.start.UTC(),
-		CRIUVersion: info.Version.String(),
-		Kernel:      unix.ByteSliceToString(uts.Release[:]),
-		Stopped:     stop,
-		Config:      cfg,
-		Delta:       delta,
-		Timing:      timing,
-	}
-	// The output up to the freeze, with what was still in the pipe
-	// (output.go); the processes are still frozen, or gone with stop.
-	if p.rec.Log, err = m.keepOutput(ctx, st, p.imgDir, stop); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
-	}
-	p.staged, _ = dirSize(p.imgDir)
-	return p, nil
+	return nil
 }
 
 // maxDumpAttempts bounds the dumps of one checkpoint when processes vanish

@@ -3,7 +3,9 @@ package container
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 
 	"cairn/internal/criu"
 )
@@ -39,20 +41,35 @@ var irmapScan = []string{"/tmp", "/var/tmp", "/root", "/home", "/srv", "/opt", "
 //   - network-lock nftables, where CRIU can: the iptables method runs
 //     iptables-restore, and with Debian 12's nft-backed iptables the unlock
 //     alone stalls the container for about 70 ms per checkpoint.
-func (m *Manager) criuConfig(ctx context.Context) []byte {
-	m.nftOnce.Do(func() {
-		path, err := criu.Find(m.opts.CRIU)
-		if err != nil {
-			return
-		}
-		m.nftLock = exec.CommandContext(ctx, path, "check", "--feature", "network_lock_nftables").Run() == nil
-	})
+//
+// CRIU is asked once per Manager whether it can lock with nftables, and
+// only when probe is set: by a checkpoint before its dump and by a restore
+// by CRIU, never by a fresh start, which runs no CRIU (an application-level
+// job's ranks never do). A config written without asking uses what is
+// known, and the next checkpoint writes it again.
+func (m *Manager) criuConfig(ctx context.Context, probe bool) []byte {
+	if probe {
+		m.nftOnce.Do(func() {
+			path, err := criu.Find(m.opts.CRIU)
+			if err != nil {
+				return
+			}
+			m.nftLock.Store(exec.CommandContext(ctx, path, "check", "--feature", "network_lock_nftables").Run() == nil)
+		})
+	}
 	conf := fmt.Sprintf("file-locks\nghost-limit %d\n", shmSize)
 	for _, d := range irmapScan {
 		conf += "irmap-scan-path " + d + "\n"
 	}
-	if m.nftLock {
+	if m.nftLock.Load() {
 		return []byte(conf + "network-lock nftables\n")
 	}
 	return []byte(conf + "# network-lock: CRIU's default (iptables)\n")
+}
+
+// writeCRIUConfig writes container name's CRIU config file (criuConfig)
+// and returns its path.
+func (m *Manager) writeCRIUConfig(ctx context.Context, name string, probe bool) (string, error) {
+	p := filepath.Join(m.dir(name), "criu.conf")
+	return p, os.WriteFile(p, m.criuConfig(ctx, probe), 0o600)
 }

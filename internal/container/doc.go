@@ -30,13 +30,20 @@
 //     The container is stalled only while its state is copied to memory.
 //     [Manager.Prepare] stops after the dump, leaving the container frozen
 //     ([Prepared]): the first phase of a global checkpoint, which commits
-//     or aborts it.
+//     or aborts it. A files-only checkpoint ([PrepareOptions].FilesOnly,
+//     an application-level job's) captures the fs delta and the output
+//     only, and runs no CRIU.
 //   - restore: take the image kept in staging since its checkpoint if it
 //     is the one asked for (kept.go), else verify the image while copying
 //     it into staging (for a lazy restore, all of it but the memory pages
 //     CRIU does not read at once, which arrive while the processes run:
 //     lazy.go) → new overlay from the fs delta → new netns with the same
-//     address → `runc restore`.
+//     address → `runc restore`. A files-only image's container is
+//     restarted instead: its command starts afresh on the restored files
+//     (`runc run`, or `runc create` and, at [Manager.Resume], `runc start`),
+//     told the checkpoint's number in $CAIRN_RESTART.
+//   - API dir: a rank's own host directory for the rank API's socket,
+//     bound at /run/cairn ([Config].RankAPI, [Manager.APIDir], apidir.go).
 //   - incarnation: one run of a container's processes, from `run` or from a
 //     restore. Its log starts with the output kept with its checkpoint (up
 //     to the instant the checkpoint froze the container, what was still in
@@ -57,7 +64,8 @@
 //	<data>/containers/<name>/       state.json, config.json (runc bundle), criu.conf,
 //	                                rootfs/, upper/, work/, container.log, exit.json,
 //	                                shim.sock, incarnations.json, incarnations/N.log,
-//	                                frozen-by (freeze note), runc and CRIU logs
+//	                                frozen-by (freeze note), api/ (the rank API's dir),
+//	                                runc and CRIU logs
 //	<data>/checkpoints/<name>/<seq>.json  catalog records (package image)
 //	<data>/store/                   the content-addressed store (package store)
 //	<data>/runc/                    runc's own state (runc --root)

@@ -152,9 +152,32 @@ func (f freezer) settleVfork(ctx context.Context) (bool, error) {
 // container's watchdog resumes the container and lifts its network lock.
 func (m *Manager) Pause(ctx context.Context, name string) error { return m.setFrozen(ctx, name, true) }
 
-// Resume thaws a container frozen by Pause or restored paused.
+// Resume thaws a container frozen by Pause or restored paused. A
+// container restored paused from a files-only checkpoint (status created:
+// its init made, its command not started) has its command started.
 func (m *Manager) Resume(ctx context.Context, name string) error {
-	return m.setFrozen(ctx, name, false)
+	if err := m.setFrozen(ctx, name, false); err != nil {
+		return err
+	}
+	st, err := m.loadState(name)
+	if err != nil || !st.StartPending {
+		return err
+	}
+	return m.startPending(ctx, st)
+}
+
+// startPending starts the command of a container made by runc create, and
+// records that it is started.
+func (m *Manager) startPending(ctx context.Context, st *State) error {
+	name := st.Config.Name
+	if err := m.runc.run(ctx, filepath.Join(m.dir(name), "runc.log"), "start", m.runcID(name)); err != nil {
+		// Started meanwhile by another Resume: done all the same.
+		if rs, serr := m.runc.state(ctx, m.runcID(name)); serr != nil || rs.Status == StatusCreated || rs.Status == StatusStopped {
+			return fmt.Errorf("start %s: %w", name, err)
+		}
+	}
+	st.StartPending = false
+	return m.saveState(st)
 }
 
 func (m *Manager) setFrozen(ctx context.Context, name string, frozen bool) error {

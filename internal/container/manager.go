@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -74,7 +75,7 @@ type Manager struct {
 	log      *slog.Logger
 
 	nftOnce sync.Once
-	nftLock bool
+	nftLock atomic.Bool // set once nftOnce has found CRIU can lock with nftables
 
 	heldMu sync.Mutex
 	held   map[string]bool // containers this process keeps frozen on purpose

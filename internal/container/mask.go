@@ -23,7 +23,9 @@ import (
 
 // hostSecrets are host paths hidden from every container (globs, matched
 // against the lower layer): credentials of the host and of the services on
-// it, and runtime state such as /run/netns and the sockets of daemons.
+// it, and runtime state such as /run/netns and the sockets of daemons. A
+// rank's /run is thus its own empty dir, where runc makes the mount point
+// of its rank API's dir, the one host dir of cairn's it sees (apidir.go).
 var hostSecrets = []string{
 	"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
 	"/etc/ssh/ssh_host_*_key", "/etc/ssl/private", "/etc/cairn",

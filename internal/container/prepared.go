@@ -41,8 +41,9 @@ func (p *Prepared) Name() string { return p.name }
 func (p *Prepared) Seq() int { return p.seq }
 
 // ImageDir is where the staged image is: CRIU's files under
-// image.CRIUDir, the fs delta as image.DeltaName and the container's
-// output as image.LogName, as Repo.Ingest takes them.
+// image.CRIUDir (empty for a files-only checkpoint), the fs delta as
+// image.DeltaName and the container's output as image.LogName, as
+// Repo.Ingest takes them.
 func (p *Prepared) ImageDir() string { return p.imgDir }
 
 // Record is the record the image gets once stored.
@@ -51,7 +52,8 @@ func (p *Prepared) Record() image.Record { return *p.rec }
 // Size is the staged image's size in bytes.
 func (p *Prepared) Size() int64 { return p.staged }
 
-// CRIUTime is the time runc and CRIU took to dump the processes.
+// CRIUTime is the time runc and CRIU took to dump the processes (0 for a
+// files-only checkpoint, which runs neither).
 func (p *Prepared) CRIUTime() time.Duration { return p.rec.Timing.Dump }
 
 // Dump is the time spent capturing the fs delta and dumping the processes.

@@ -27,10 +27,28 @@ func (m *Manager) restored(name string, st *State, paused bool) (*Info, error) {
 	}
 	in := m.info(name, st)
 	in.Status, in.Pid = StatusRunning, pid
-	if paused {
+	switch {
+	case st.StartPending:
+		in.Status = StatusCreated
+	case paused:
 		in.Status = StatusPaused
 	}
 	return in, nil
+}
+
+// restart starts a container's command afresh on the files of the
+// files-only image rec, already in its upper dir (a files-only restore):
+// a fresh start, with the image's number in its environment, made but
+// not started if st.StartPending. fail undoes what the restore did.
+func (m *Manager) restart(ctx context.Context, st *State, rec *image.Record, addr string, begin time.Time, fail func(error) (*Info, error)) (*Info, error) {
+	name := st.Config.Name
+	if err := m.start(ctx, st, nil, addr); err != nil {
+		return fail(fmt.Errorf("restore %s: %w", name, err))
+	}
+	in, err := m.restored(name, st, st.StartPending)
+	m.log.Info("restarted on the files of a files-only checkpoint", "rank", name, "ckpt", rec.Name(),
+		"paused", st.StartPending, "took", time.Since(begin))
+	return in, err
 }
 
 // RestoreOptions tunes Restore.
@@ -42,18 +60,22 @@ type RestoreOptions struct {
 	// restored on another node joins a namespace made there).
 	Net *NetAttach
 	// Paused leaves the restored processes frozen, for Resume to start
-	// them: the ranks of a job are all restored before any runs.
+	// them: the ranks of a job are all restored before any runs. A
+	// files-only image's container is then made but its command not
+	// started (status created) until Resume.
 	Paused bool
 	// Staged restores from an image staged in this directory (CRIU's
 	// files under image.CRIUDir, the fs delta as image.DeltaName, the
 	// output as image.LogName, as Prepared.ImageDir leaves them),
 	// described by Record, instead of a
 	// checkpoint in the store: how a migrated rank is restored without a
-	// round trip through the store. The directory is used up.
+	// round trip through the store (a files-only one too: no CRIU files).
+	// The directory is used up.
 	Staged string
 	Record *image.Record
 	// Lazy restores from an image this node need not hold, its memory
-	// arriving while the processes run (lazy.go).
+	// arriving while the processes run (lazy.go). A files-only image,
+	// which has no memory, is refused.
 	Lazy *Lazy
 }
 
@@ -66,12 +88,14 @@ type RestoreOptions struct {
 // an uninterrupted run's; the log of a container restored in place is
 // kept as an earlier incarnation's (see Incarnations). The container must
 // not be running (use opts.As to restore a copy beside it).
+//
+// A files-only image (image.Record.FilesOnly) is restored the same way up
+// to the processes: no CRIU runs, and the container's command starts
+// afresh on the restored files, with its original Config and
+// rankv1.EnvRestart set to the checkpoint's number.
 func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions) (*Info, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
-	}
-	if _, err := m.CRIU(ctx); err != nil {
-		return nil, fmt.Errorf("restore %s: %w", name, err)
 	}
 	target := name
 	if opts.As != "" {
@@ -99,6 +123,22 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		}
 		seq = latest.Seq
 	}
+	man := opts.Record
+	if man == nil {
+		var err error
+		if man, err = m.repo.Load(name, seq); err != nil {
+			return nil, err
+		}
+	}
+	// A files-only image runs no CRIU: its command starts afresh.
+	switch {
+	case man.FilesOnly && opts.Lazy != nil:
+		return nil, fmt.Errorf("restore %s: %s is files-only: it has no memory to fetch lazily; restore it from the store", name, man.Name())
+	case !man.FilesOnly:
+		if _, err := m.CRIU(ctx); err != nil {
+			return nil, fmt.Errorf("restore %s: %w", name, err)
+		}
+	}
 	begin := time.Now()
 	unlock, err := m.lock(target)
 	if err != nil {
@@ -119,7 +159,7 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	// Read the whole image, verifying every chunk, before touching anything:
 	// CRIU's files into staging (tmpfs), the fs delta into a new upper dir
 	// on the data disk, renamed into place once the old runtime is gone.
-	staging, man := opts.Staged, opts.Record
+	staging := opts.Staged
 	staged := staging != ""
 	if !staged {
 		if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
@@ -128,12 +168,6 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		m.cleanStaging()
 		if staging, err = os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-pid%d-", target, seq, os.Getpid())); err != nil {
 			return nil, err
-		}
-		if opts.Lazy == nil {
-			if man, err = m.repo.Load(name, seq); err != nil {
-				os.RemoveAll(staging)
-				return nil, err
-			}
 		}
 		// The image kept in staging since its checkpoint, if it is this
 		// one: nothing to read from the store (kept.go).
@@ -240,6 +274,12 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	}
 	st.CgroupsPath = "/cairn-" + m.instance + "-" + target
 	st.RestoredFrom = man.Name()
+	// A files-only image's command starts afresh, told from which
+	// checkpoint; left paused, it waits in runc create for Resume.
+	st.Restart, st.StartPending = 0, false
+	if man.FilesOnly {
+		st.Restart, st.StartPending = man.Seq, opts.Paused
+	}
 	upper := filepath.Join(m.dir(target), "upper")
 	fail := func(err error) (*Info, error) {
 		if existing == nil {
@@ -251,6 +291,9 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	}
 	if err := os.Rename(newUpper, upper); err != nil {
 		return fail(err)
+	}
+	if man.FilesOnly {
+		return m.restart(ctx, st, man, cfg.Addr, begin, fail)
 	}
 	from := &restoreFrom{images: criuDir, work: workDir, owner: filepath.Join(staging, stagingOwner)}
 	if lz != nil {

@@ -51,6 +51,9 @@ func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
 	if err := m.checkVolumes(cfg.Volumes); err != nil {
 		return nil, err
 	}
+	if err := checkAPIConfig(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.CPUs < 0 || cfg.Memory < 0 || cfg.Memory > 0 && cfg.Memory < 4<<20 {
 		return nil, fmt.Errorf("%w: cpus %g, memory %d bytes: want positive limits, memory at least 4 MiB", ErrBadConfig, cfg.CPUs, cfg.Memory)
 	}
@@ -89,7 +92,9 @@ type restoreFrom struct {
 
 // start sets up the network and overlay of st (whose fs delta, if any, is
 // already in its upper dir) and starts it with a shim, fresh or from a
-// CRIU image. It records the addresses and the shim in st.
+// CRIU image. A fresh start with st.StartPending makes the container's
+// init but leaves its command for Resume to start (runc create). It
+// records the addresses and the shim in st.
 func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantAddr string) error {
 	name := st.Config.Name
 	dir := m.dir(name)
@@ -107,11 +112,16 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 			return err
 		}
 	}
+	if err := m.makeAPIDir(st); err != nil {
+		return err
+	}
 	if err := m.mountRoot(st); err != nil {
 		return err
 	}
-	criuConf := filepath.Join(dir, "criu.conf")
-	if err := os.WriteFile(criuConf, m.criuConfig(ctx), 0o600); err != nil {
+	// Only a restore by CRIU asks CRIU what it supports; a checkpoint
+	// writes the file again before its dump (criuconf.go).
+	criuConf, err := m.writeCRIUConfig(ctx, name, from != nil)
+	if err != nil {
 		return err
 	}
 	if err := writeSpec(st, dir, m.rootPath(st), netnsPath, criuConf); err != nil {
@@ -123,9 +133,12 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 	pidFile := filepath.Join(dir, "init.pid")
 	os.Remove(pidFile)
 	var args []string
-	if from == nil {
+	switch {
+	case from == nil && st.StartPending:
+		args = m.runc.argv(runcLog, "create", "--bundle", dir, "--pid-file", pidFile, m.runcID(name))
+	case from == nil:
 		args = m.runc.argv(runcLog, "run", "-d", "--bundle", dir, "--pid-file", pidFile, m.runcID(name))
-	} else {
+	default:
 		args = m.runc.argv(runcLog, "restore", "-d", "--tcp-established",
 			"--image-path", from.images, "--work-path", from.work,
 			"--bundle", dir, "--pid-file", pidFile)

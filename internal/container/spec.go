@@ -200,6 +200,7 @@ func writeSpec(st *State, bundle, rootPath, netnsPath, criuConf string) error {
 		s.Mounts = append(s.Mounts, ociMount{ToolsMount, "none", st.Config.Tools, []string{"rbind", "ro", "nosuid", "nodev"}})
 		s.Process.Env = append(s.Process.Env, EnvTools+"="+ToolsMount)
 	}
+	apiSpec(&s, st, bundle)
 	if st.Config.UserNS {
 		userNS(&s)
 	}

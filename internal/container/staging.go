@@ -39,3 +39,26 @@ func (m *Manager) cleanStaging() {
 		}
 	}
 }
+
+// StagingUsage returns the bytes of the files in the staging dir and, of
+// them, those of the images kept after their checkpoint. A file that goes
+// away while they are counted is not counted.
+func (m *Manager) StagingUsage() (used, kept int64) {
+	return filesSize(m.opts.StagingDir), filesSize(filepath.Join(m.opts.StagingDir, keptDir))
+}
+
+// filesSize sums the sizes of the regular files under dir, skipping what
+// it cannot read.
+func filesSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
+}

@@ -61,6 +61,11 @@ type Config struct {
 	CPUs float64 `json:"cpus,omitempty"`
 	// Memory limits the container's memory, in bytes (0: no limit).
 	Memory int64 `json:"memory,omitempty"`
+	// RankAPI gives the container a directory of its own for the rank API
+	// (Manager.APIDir, kept across restores), bound read-write at
+	// rankv1.SocketDir, with rankv1.EnvSocket naming the socket in it
+	// (apidir.go).
+	RankAPI bool `json:"rank_api,omitempty"`
 }
 
 // Volume binds a host directory into a container.
@@ -90,6 +95,14 @@ type State struct {
 	// Checkpointed is set when a checkpoint stopped the container, so its
 	// end is shown as that rather than as a kill.
 	Checkpointed bool `json:"checkpointed,omitempty"`
+	// Restart is the files-only checkpoint the container's command was
+	// started afresh on (rankv1.EnvRestart in its environment); 0 for a
+	// run, or a restore by CRIU.
+	Restart int `json:"restart,omitempty"`
+	// StartPending: the container's init is made (runc create) and its
+	// command waits for Resume to start it (a files-only restore asked to
+	// stay paused).
+	StartPending bool `json:"start_pending,omitempty"`
 }
 
 // Exit is what the shim records when the container's init ends.

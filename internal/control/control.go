@@ -13,8 +13,12 @@ import (
 
 	"cairn/internal/catalog"
 	"cairn/internal/coord"
+	"cairn/internal/dashboard"
 	"cairn/internal/events"
+	"cairn/internal/metrics"
 	"cairn/internal/pki"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config is everything a coordinator process runs with.
@@ -27,6 +31,11 @@ type Config struct {
 	Dir string
 	// Listen is the address the coordinator API is served on.
 	Listen string
+	// UITokenFile, if set, holds the read-only token of the dashboard's
+	// own port, served on UIListen, a loopback address (docs/security.md,
+	// "The dashboard"). The API serves the dashboard to client
+	// certificates either way.
+	UITokenFile, UIListen string
 	// Etcd is an external etcd cluster; without endpoints, an embedded
 	// one runs in Dir/etcd, reached through a unix socket only.
 	Etcd catalog.Config
@@ -36,7 +45,11 @@ type Config struct {
 	Hooks      []events.Hook
 	HookSecret []byte
 	HookRoots  *x509.CertPool
-	// Coord are the coordinator's options; Run sets EtcdDesc and Events.
+	// MetricsTokenFile holds a bearer token that lets a scraper without a
+	// client certificate read /metrics ("": none).
+	MetricsTokenFile string
+	// Coord are the coordinator's options; Run sets EtcdDesc, Events,
+	// Metrics (with etcd's, from the default registry) and MetricsToken.
 	Coord coord.Options
 	// Logger: nil logs nothing.
 	Logger *slog.Logger
@@ -52,6 +65,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if c.Role != pki.Coordinator {
 		return fmt.Errorf("credentials in %s are for a %s, not the coordinator", cfg.Creds, c.Role)
 	}
+	token, err := metrics.LoadToken(cfg.MetricsTokenFile)
+	if err != nil {
+		return err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -64,6 +81,15 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, h := range cfg.Hooks {
 		if h.URL != "" && len(cfg.HookSecret) == 0 {
 			log.Warn("HTTP hook without a signature: give --hook-secret-file or $CAIRN_HOOK_SECRET", "hook", h.String())
+		}
+	}
+	var uiToken []byte
+	if cfg.UITokenFile != "" {
+		if uiToken, err = dashboard.ReadToken(cfg.UITokenFile); err != nil {
+			return err
+		}
+		if err := dashboard.CheckListen(cfg.UIListen); err != nil {
+			return err
 		}
 	}
 	catCfg, desc := cfg.Etcd, strings.Join(cfg.Etcd.Endpoints, ",")
@@ -85,6 +111,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log.Info("coordinator serving", "addr", ln.Addr().String(), "cluster", c.ClusterID, "etcd", desc)
+	var uiLn net.Listener
+	if uiToken != nil {
+		if uiLn, err = net.Listen("tcp", cfg.UIListen); err != nil {
+			ln.Close()
+			return err
+		}
+		defer uiLn.Close()
+	}
 	ev, err := events.New(events.Options{File: filepath.Join(cfg.Dir, "events.jsonl"), Logger: log})
 	if err != nil {
 		return err
@@ -98,8 +132,23 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	defer func() { stopHooks(); <-hooksDone }()
 	opts := cfg.Coord
-	opts.EtcdDesc, opts.Events = desc, ev
-	return coord.New(cat, c, log, opts).Run(ctx, ln)
+	opts.EtcdDesc, opts.Events, opts.MetricsToken = desc, ev, token
+	opts.Metrics = metrics.NewCoord(metrics.CoordOptions{Also: prometheus.DefaultGatherer})
+	co := coord.New(cat, c, log, opts)
+	if uiLn != nil {
+		ui := dashboard.New(dashboard.Config{Source: co, Events: ev, Cluster: c.ClusterID, WriteTimeout: opts.WriteTimeout, Logger: log})
+		uctx, stopUI := context.WithCancel(ctx)
+		uiDone := make(chan error, 1)
+		go func() { uiDone <- dashboard.Serve(uctx, uiLn, ui.Token(uiToken), log) }()
+		defer func() {
+			stopUI()
+			if err := <-uiDone; err != nil {
+				log.Error("dashboard", "err", err)
+			}
+		}()
+		log.Info("dashboard serving", "url", "http://"+uiLn.Addr().String()+dashboard.Prefix)
+	}
+	return co.Run(ctx, ln)
 }
 
 // startEmbedded starts the embedded etcd in dir. A coordinator restarted

@@ -2,7 +2,10 @@ package control_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"cairn/internal/control"
+	"cairn/internal/dashboard"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 )
@@ -82,6 +86,82 @@ func TestRun(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			t.Errorf("state dir: %v", err)
 		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("still running 30s after its context ended")
+	}
+}
+
+// TestRunDashboard: with a token file, the dashboard is served on its own
+// loopback port to callers with the token, and to nobody else; a port off
+// the loopback, or a token file others may read, is refused before
+// anything starts.
+func TestRunDashboard(t *testing.T) {
+	ca, err := pki.Init(t.TempDir(), pki.InitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(t.TempDir(), "ui-token")
+	if err := os.WriteFile(token, []byte("a-token-for-the-dashboard\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := control.Config{Creds: creds(t, ca, rpc.CoordServerName, pki.Coordinator, net.ParseIP("127.0.0.1")), Dir: t.TempDir(),
+		Listen: freeAddr(t), UITokenFile: token, UIListen: "0.0.0.0:0"}
+	if err := control.Run(t.Context(), cfg); !errors.Is(err, dashboard.ErrNotLoopback) {
+		t.Fatalf("dashboard on 0.0.0.0: %v", err)
+	}
+	open := filepath.Join(t.TempDir(), "ui-token")
+	if err := os.WriteFile(open, []byte("a-token-for-the-dashboard\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.UIListen, cfg.UITokenFile = freeAddr(t), open
+	if err := control.Run(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "readable by others") {
+		t.Fatalf("a token file others may read: %v", err)
+	}
+
+	cfg.UITokenFile = token
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- control.Run(ctx, cfg) }()
+	get := func(auth string) (int, string) {
+		req, err := http.NewRequest("GET", "http://"+cfg.UIListen+"/ui/api/cluster", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, body := get("Bearer a-token-for-the-dashboard")
+		if status == http.StatusOK {
+			if !strings.Contains(body, ca.ClusterID) {
+				t.Errorf("dashboard: %s", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dashboard never answered: %d %s", status, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if status, body := get(""); status != http.StatusUnauthorized {
+		t.Errorf("without the token: %d %s", status, body)
 	}
 	cancel()
 	select {

@@ -104,7 +104,7 @@ func (c *Coordinator) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovere
 	if err != nil {
 		return nil, err
 	}
-	rr := &roundRun{c: c, ck: ck, log: c.log.With("job", ck.Job, "ckpt", ck.Seq), start: time.Now(), criu: map[int]time.Duration{}}
+	rr := &roundRun{c: c, ck: ck, log: c.log.With("job", ck.Job, "ckpt", ck.Seq), start: time.Now(), criu: map[int]time.Duration{}, newBytes: map[int]int64{}}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	end, err := drive(wctx, machineRun[round.Event, round.Action]{
@@ -169,8 +169,9 @@ type roundRun struct {
 	log   *slog.Logger
 	start time.Time
 
-	mu   sync.Mutex
-	criu map[int]time.Duration // each rank's dump by CRIU, as its agent measured it
+	mu       sync.Mutex
+	criu     map[int]time.Duration // each rank's dump by CRIU, as its agent measured it
+	newBytes map[int]int64         // each rank's bytes its node's store lacked
 }
 
 func (rr *roundRun) finishReq(rank int) agentv1.Finish {
@@ -201,12 +202,16 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 		return round.Prepared{Rank: a.Rank, ImageSize: out.Size, Dump: out.Dump}, true
 	case round.SendCommit:
 		cl, err := c.client(ctx, a.Node)
+		var out agentv1.Committed
 		if err == nil {
-			_, err = cl.Commit(ctx, rr.finishReq(a.Rank))
+			out, err = cl.Commit(ctx, rr.finishReq(a.Rank))
 		}
 		if err != nil {
 			return agentEvent(a.Rank, err), true
 		}
+		rr.mu.Lock()
+		rr.newBytes[a.Rank] = out.NewBytes
+		rr.mu.Unlock()
 		return round.Durable{Rank: a.Rank}, true
 	case round.SendAbort:
 		cl, err := c.client(ctx, a.Node)
@@ -279,6 +284,7 @@ func (rr *roundRun) finish(ctx context.Context, done round.Done) (*coordv1.Ckpt,
 			if i < len(final.Ranks) {
 				final.Ranks[i].State, final.Ranks[i].Reason = rs.State.String(), rs.Reason
 				final.Ranks[i].Size, final.Ranks[i].Dump, final.Ranks[i].CRIU = rs.Size, rs.Dump, rr.criu[rs.Rank]
+				final.Ranks[i].Ingest, final.Ranks[i].NewBytes = rs.Durable, rr.newBytes[rs.Rank]
 				if rs.State == round.RankDurable {
 					final.Ranks[i].Copies = []string{rs.Node}
 				}

@@ -18,6 +18,7 @@ import (
 	"cairn/internal/catalog"
 	"cairn/internal/events"
 	"cairn/internal/failpoint"
+	"cairn/internal/metrics"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 
@@ -51,6 +52,11 @@ type Options struct {
 	// automatic checkpoint interval that give none, until the cluster
 	// has seen enough node failures to estimate it (docs/planning.md).
 	MTBF time.Duration
+	// Metrics, if set, are fed the coordinator's events and records and
+	// served at GET /metrics to clients and the coordinator, and to a
+	// caller without a certificate that has MetricsToken.
+	Metrics      *metrics.Coord
+	MetricsToken metrics.Token
 	// Trace, if set, is told every phase a protocol records and every
 	// failpoint it passes, as it happens, with the job's name: the steps
 	// that order a protocol's calls to agents (tests print traces with
@@ -121,12 +127,16 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 	if opts.Dial == nil {
 		opts.Dial = rpcDialer(creds)
 	}
-	return &Coordinator{
+	c := &Coordinator{
 		cat: cat, creds: creds, log: log, opts: opts,
 		clients: map[string]Agent{},
 		members: map[string]*catalog.Membership{}, jobMu: map[string]*jobMutex{},
 		lastRun: map[string]time.Time{}, rankEvents: map[string]*rate.Limiter{},
 	}
+	if opts.Metrics != nil {
+		opts.Metrics.SetCatalog(c)
+	}
+	return c
 }
 
 // Run serves the API on ln and does the coordinator's own work (Start)
@@ -135,7 +145,11 @@ func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wait := c.Start(ctx)
-	err := rpc.Serve(ctx, ln, c, c.creds, c.log)
+	conf := pki.ServerConfig(c.creds)
+	if len(c.opts.MetricsToken) > 0 {
+		conf = pki.ServerConfigOptionalCert(c.creds) // handler refuses all but a scrape with the token
+	}
+	err := rpc.ServeTLS(ctx, ln, c, conf, c.log)
 	cancel()
 	wait()
 	return err
@@ -148,9 +162,15 @@ func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 // agents' clients.
 func (c *Coordinator) Start(ctx context.Context) (wait func()) {
 	c.runCtx = ctx
-	for _, work := range []func(context.Context){
+	works := []func(context.Context){
 		c.recoverStarts, c.recoverRounds, c.recoverMigrations, c.recoverRestarts, c.periodic, c.watchNodes, c.watchFailures,
-	} {
+	}
+	if c.opts.Metrics != nil {
+		// What was published before this coordinator started is history.
+		past := c.opts.Events.History(events.Filter{})
+		works = append(works, func(ctx context.Context) { c.feedMetrics(ctx, past) })
+	}
+	for _, work := range works {
 		c.wg.Add(1)
 		go func() { defer c.wg.Done(); work(ctx) }()
 	}

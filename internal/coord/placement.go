@@ -106,9 +106,11 @@ func (c *Coordinator) candidates(ctx context.Context, names []string, withSpares
 	return out, nil
 }
 
-// MaxRanks is the most ranks a job may have: a /18 of addresses, less
-// the network's, the first host's and the broadcast address.
-const MaxRanks = 1<<14 - 3
+// MaxRanks is the most ranks a job may have. Its checkpoint record holds
+// every rank and is written to etcd whole: about 110 bytes a rank, 1.1 MB
+// at 10,000 ranks (BenchmarkRoundScale), under etcd's 1.5 MiB request
+// limit; beyond, the ranks' part of the record would need keys of its own.
+const MaxRanks = 10000
 
 // allocNet gives a new job a VNI and a subnet of the job subnets with room
 // for ranks addresses beside the network's, the first host's (kept free)

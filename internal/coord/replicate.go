@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
@@ -117,32 +116,24 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 	for _, n := range live {
 		liveList = append(liveList, n)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(ck.Ranks))
-	for i, r := range ck.Ranks {
+	// Every rank's missing copies at once; each rank's one after another
+	// (a new copy is a holder for the next).
+	err = fanOut(ck.Ranks, func(r coordv1.CkptRank) error {
 		have := liveCopies(r, live)
 		if len(have) == 0 {
-			errs[i] = fmt.Errorf("rank %d: no live copy", r.Rank)
-			continue
+			return errors.New("no live copy")
 		}
-		targets := replicaTargets(have, j.Replicas+1-len(have), liveList)
-		if len(targets) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, t := range targets {
-				if err := c.copyImage(ctx, job, seq, r.Rank, have, t, live, j.ReplicationRate); err != nil {
-					errs[i] = errors.Join(errs[i], err)
-					continue
-				}
-				have = append(have, t)
+		var errs []error
+		for _, t := range replicaTargets(have, j.Replicas+1-len(have), liveList) {
+			if err := c.copyImage(ctx, job, seq, r.Rank, have, t, live, j.ReplicationRate); err != nil {
+				errs = append(errs, err)
+				continue
 			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(append(errs, c.updateProtection(ctx, job, seq, j.Replicas))...)
+			have = append(have, t)
+		}
+		return errors.Join(errs...)
+	}, func(r coordv1.CkptRank) string { return fmt.Sprintf("rank %d", r.Rank) })
+	return errors.Join(err, c.updateProtection(ctx, job, seq, j.Replicas))
 }
 
 // copyImage has node fetch a rank's image from all the live holders at

@@ -14,6 +14,8 @@ import (
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
+	"cairn/internal/dashboard"
+	"cairn/internal/metrics"
 	"cairn/internal/names"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -29,9 +31,10 @@ var (
 	clients = []pki.Role{pki.Client, pki.Coordinator}
 )
 
-// handler returns the coordinator API (api/coord/v1): every request is
-// authenticated by its client certificate, then routed by method and
-// path; a route names the roles that may call it.
+// handler returns the coordinator API (api/coord/v1) and its metrics:
+// every request is authenticated by its client certificate (a scrape of
+// /metrics may carry the read-only token instead), then routed by method
+// and path; a route names the roles that may call it.
 func (c *Coordinator) handler() http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern string, roles []pki.Role, h http.HandlerFunc) {
@@ -157,7 +160,14 @@ func (c *Coordinator) handler() http.Handler {
 		j, err := c.Restart(context.WithoutCancel(r.Context()), name, req)
 		reply(w, http.StatusOK, j, err)
 	})
+	var scrape http.Handler
+	if c.opts.Metrics != nil {
+		scrape = metrics.Handler(c.opts.Metrics)
+		route("GET "+metrics.Path, clients, scrape.ServeHTTP)
+	}
 	c.rankRoutes(route)
+	ui := dashboard.New(dashboard.Config{Source: c, Events: c.opts.Events, Cluster: c.creds.ClusterID, WriteTimeout: c.opts.WriteTimeout, Logger: c.log})
+	route("GET "+dashboard.Prefix, clients, ui.ServeHTTP) // read-only; docs/cluster.md, "Dashboard"
 	// Anything else, including a known path with another method.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		id := r.Context().Value(callerKey{}).(pki.Identity)
@@ -168,6 +178,10 @@ func (c *Coordinator) handler() http.Handler {
 		fail(w, http.StatusNotFound, agentv1.CodeNotFound, r.Method+" "+r.URL.Path+" is not in the coordinator API")
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if scrape != nil && c.opts.MetricsToken.Allows(r) {
+			scrape.ServeHTTP(w, r) // the read-only token, with or without a certificate
+			return
+		}
 		id, ok := rpc.Caller(w, r)
 		if !ok {
 			return

@@ -335,3 +335,36 @@ func (d *deliverer) run(ctx context.Context, h Hook, e evv1.Event) error {
 	}
 	return nil
 }
+
+// HookConfig checks the hooks of a coordinator as its flags give them:
+// specs (--hook), the file of the secret that signs HTTP hooks
+// (--hook-secret-file; its content without a final newline), else
+// envSecret ($CAIRN_HOOK_SECRET), and the CA file that verifies https://
+// hooks (--hook-ca). A secret, if any, has at least 16 bytes.
+func HookConfig(specs []string, secretFile, envSecret, ca string) (hooks []Hook, secret []byte, roots *x509.CertPool, err error) {
+	for _, spec := range specs {
+		h, err := ParseHook(spec)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--hook: %w", err)
+		}
+		hooks = append(hooks, h)
+	}
+	s := envSecret
+	if secretFile != "" {
+		b, err := os.ReadFile(secretFile)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--hook-secret-file: %w", err)
+		}
+		s = strings.TrimRight(string(b), "\r\n")
+	}
+	if s != "" && len(s) < 16 {
+		return nil, nil, nil, errors.New("the hook secret is shorter than 16 bytes")
+	}
+	if s != "" {
+		secret = []byte(s)
+	}
+	if roots, err = HookRoots(ca); err != nil {
+		return nil, nil, nil, fmt.Errorf("--hook-ca: %w", err)
+	}
+	return hooks, secret, roots, nil
+}

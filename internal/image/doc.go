@@ -6,7 +6,9 @@
 // Nouns:
 //   - image: one container's state at one checkpoint: CRIU's image files
 //     (process tree, memory pages, sockets, ...), the fs delta and the
-//     container's output up to the checkpoint (LogName).
+//     container's output up to the checkpoint (LogName). A files-only
+//     image (an application-level checkpoint, [Record].FilesOnly) has no
+//     CRIU files: its container starts afresh on the restored files.
 //   - staged image: an image as a checkpoint leaves it in staging (tmpfs)
 //     before it is stored, or as a restore reads it: CRIU's files under
 //     CRIUDir, the fs delta as the tar DeltaName, the output as LogName.
@@ -32,8 +34,8 @@
 //     [Repo.DiskUsage] and [Repo.Strays] keep the catalog and the store
 //     tidy.
 //   - shape: what an image's manifest may hold for a restore to make it
-//     (CRIU's plain files under CRIUDir, the fs delta under FSDir, the
-//     output, nothing else). Import, Receive, Materialize and Verify check
+//     (CRIU's plain files under CRIUDir, none in a files-only image; the
+//     fs delta under FSDir; the output; nothing else). Import, Receive, Materialize and Verify check
 //     a manifest's shape, Ingest and UnpackDelta each entry, all with one
 //     check per node.
 //   - streams between nodes, all hostile input whose names package names

@@ -21,7 +21,9 @@ import (
 // LogName) as checkpoint rec.Container:rec.Seq:
 // every file is cut into chunks that are put into the store (only chunks
 // it lacks are written), the image's manifest is written once they are
-// durable, and the record last. On error no checkpoint is listed.
+// durable, and the record last. On error no checkpoint is listed. A
+// files-only image (rec.FilesOnly) has no CRIU files: CRIUDir must be
+// absent or empty, and the manifest gets no criu directory.
 func (r Repo) Ingest(ctx context.Context, src string, rec *Record, progress Progress) error {
 	st, err := r.OpenWriter(ctx)
 	if err != nil {
@@ -37,11 +39,18 @@ func (r Repo) Ingest(ctx context.Context, src string, rec *Record, progress Prog
 	defer stopProgress()
 
 	now := time.Now()
-	nodes := []store.Node{{Path: CRIUDir, Kind: store.KindDir, Mode: 0o700, MTime: now}}
+	var nodes []store.Node
 	criuDir := filepath.Join(src, CRIUDir)
 	ents, err := os.ReadDir(criuDir)
-	if err != nil {
+	switch {
+	case rec.FilesOnly && len(ents) > 0:
+		return fmt.Errorf("files-only checkpoint %s: the staged image holds CRIU file %s", rec.Name(), ents[0].Name())
+	case rec.FilesOnly && err != nil && !errors.Is(err, fs.ErrNotExist):
 		return err
+	case !rec.FilesOnly && err != nil:
+		return err
+	case !rec.FilesOnly:
+		nodes = append(nodes, store.Node{Path: CRIUDir, Kind: store.KindDir, Mode: 0o700, MTime: now})
 	}
 	rec.Files = 0
 	for _, e := range ents {

@@ -71,7 +71,7 @@ func (h *Head) PagesChunks() map[string][]store.ID {
 // writes the output kept with the image to logDst, if it kept any.
 func MaterializeLazy(ctx context.Context, h *Head, src Chunks, criuDst, fsDst, logDst string) error {
 	rec, m := h.Record, h.Manifest
-	if err := checkShape(m); err != nil {
+	if err := checkShape(m, rec.FilesOnly); err != nil {
 		return shapeError(rec.Name(), err)
 	}
 	write := func(n store.Node, dst string) error {

@@ -298,7 +298,7 @@ func checkImported(meta []byte, ids []store.ID, ms []*store.Manifest, want *imag
 	if want != nil && (rec.Container != want.container || rec.Seq != want.seq) {
 		return fmt.Errorf("record names checkpoint %s, want %s:%d", rec.Name(), want.container, want.seq)
 	}
-	if err := checkShape(ms[0]); err != nil {
+	if err := checkShape(ms[0], rec.FilesOnly); err != nil {
 		return fmt.Errorf("image %s: %w", rec.Name(), err)
 	}
 	return nil

@@ -68,6 +68,12 @@ type Timing struct {
 // which CRIU, the container's config, and the store manifest that holds the
 // image's files. The record is written last, after the manifest is durable,
 // so a listed checkpoint is always complete.
+//
+// A files-only image (FilesOnly, an application-level checkpoint) holds
+// the container's written files and its output but not its processes: no
+// CRIU files, and no CRIUVersion. A restore starts the container's command
+// afresh on those files. The field is absent from the JSON of every image
+// CRIU dumped, older ones included.
 type Record struct {
 	Version     int             `json:"version"`
 	Container   string          `json:"container"`
@@ -75,8 +81,9 @@ type Record struct {
 	Created     time.Time       `json:"created"`
 	CRIUVersion string          `json:"criu_version"`
 	Kernel      string          `json:"kernel"`
-	Stopped     bool            `json:"stopped"` // the container was stopped after the dump
-	Pinned      bool            `json:"pinned"`  // kept by gc whatever the retention policy
+	Stopped     bool            `json:"stopped"`              // the container was stopped after the dump
+	FilesOnly   bool            `json:"files_only,omitempty"` // no processes: see above
+	Pinned      bool            `json:"pinned"`               // kept by gc whatever the retention policy
 	Config      json.RawMessage `json:"config"`
 	Delta       DeltaStats      `json:"fs_delta"`
 	Timing      Timing          `json:"timing"`

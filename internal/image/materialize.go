@@ -35,7 +35,7 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 		return err
 	}
 	defer release()
-	if err := checkShape(m); err != nil {
+	if err := checkShape(m, rec.FilesOnly); err != nil {
 		return shapeError(rec.Name(), err)
 	}
 	var done atomic.Int64
@@ -76,7 +76,7 @@ func (r Repo) MaterializeLog(ctx context.Context, rec *Record, dst string) (bool
 		return false, err
 	}
 	defer release()
-	if err := checkShape(m); err != nil {
+	if err := checkShape(m, rec.FilesOnly); err != nil {
 		return false, shapeError(rec.Name(), err)
 	}
 	for _, n := range m.Nodes {

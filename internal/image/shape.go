@@ -20,6 +20,10 @@ import (
 // CRIU's files: there is nothing to restore.
 var errNoCRIUFiles = errors.New("no CRIU image files")
 
+// errCRIUFilesOnly is returned by checkShape for a files-only image that
+// holds CRIU's files: its record and its manifest disagree.
+var errCRIUFilesOnly = errors.New("CRIU files in a files-only image")
+
 // checkFSNode checks one node of an fs delta, named relative to the
 // container's root: a relative, clean path without "..", of a kind an
 // overlay upper dir may hold and restore may make. Device nodes other
@@ -42,17 +46,20 @@ func checkFSNode(name string, n store.Node) error {
 
 // checkShape checks that a manifest describes an image restore can make:
 // a directory criu holding at least one of CRIU's files, all plain files
-// directly in it; a directory fs (if any) holding nodes that pass
+// directly in it (for a files-only image, as its record says: no criu
+// directory at all); a directory fs (if any) holding nodes that pass
 // checkFSNode, each inside a directory of the tree, so that no path goes
 // through a symlink, file or missing parent; a plain file log (if any,
 // the container's output); and nothing else. Errors about fs/ nodes wrap
 // ErrUnsafeEntry.
-func checkShape(m *store.Manifest) error {
+func checkShape(m *store.Manifest, filesOnly bool) error {
 	kinds := make(map[string]store.Kind, len(m.Nodes))
 	criuFiles := 0
 	for _, n := range m.Nodes {
 		kinds[n.Path] = n.Kind
 		switch {
+		case filesOnly && (n.Path == CRIUDir || strings.HasPrefix(n.Path, CRIUDir+"/")):
+			return fmt.Errorf("%w: %s", errCRIUFilesOnly, n.Path)
 		case n.Path == CRIUDir || n.Path == FSDir:
 			if n.Kind != store.KindDir {
 				return fmt.Errorf("%s is a %s, not a directory", n.Path, kindName(n.Kind))
@@ -86,7 +93,7 @@ func checkShape(m *store.Manifest) error {
 			return fmt.Errorf("%s is outside %s/ and %s/ and not %s", n.Path, CRIUDir, FSDir, LogName)
 		}
 	}
-	if criuFiles == 0 {
+	if criuFiles == 0 && !filesOnly {
 		return errNoCRIUFiles
 	}
 	return nil

@@ -126,8 +126,9 @@ func writeStagedFile(tw *tar.Writer, path, name string, size int64) error {
 // valid container and checkpoint number; the fs delta, every entry of
 // which must pass the checks restore applies (no "..", no absolute path,
 // no device but whiteouts, no link out of the delta); at least one of
-// CRIU's files, all plain files directly under CRIUDir; and the
-// container's output LogName if the sender kept it; each once. Nothing
+// CRIU's files, all plain files directly under CRIUDir (none, for a
+// files-only image as its record says); and the container's output
+// LogName if the sender kept it; each once. Nothing
 // is written outside dir. It returns the record and the bytes received.
 // Every refusal wraps ErrCorrupt; a stream larger than announced also
 // ErrStagedTooLarge.
@@ -186,8 +187,10 @@ func ReceiveStaged(r io.Reader, dir string, announced int64) (Record, int64, err
 		return rec, n, stagedErr(errors.New("no record"))
 	case !seen[DeltaName]:
 		return rec, n, stagedErr(errors.New("no fs delta"))
-	case criuFiles == 0:
+	case criuFiles == 0 && !rec.FilesOnly:
 		return rec, n, stagedErr(errNoCRIUFiles)
+	case criuFiles > 0 && rec.FilesOnly:
+		return rec, n, stagedErr(errCRIUFilesOnly)
 	}
 	return rec, n, nil
 }

@@ -69,7 +69,7 @@ func (r Repo) Verify(ctx context.Context, container string, seq int, readData bo
 	if err != nil {
 		return rec, err
 	}
-	if err := checkShape(m); err != nil {
+	if err := checkShape(m, rec.FilesOnly); err != nil {
 		return rec, shapeError(rec.Name(), err)
 	}
 	if !readData {

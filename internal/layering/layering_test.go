@@ -59,33 +59,46 @@ var rules = []struct {
 	// the cairn binary.
 	{"cairn/internal/demo", []string{"cairn/api/coord/v1", "cairn/internal/container", "cairn/internal/human", "cairn/internal/netw", "cairn/internal/ringapp"}, []string{"cairn/"}},
 	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/pki"}, []string{"cairn/"}},
+	// The rank API's client (and its fake endpoint) runs inside ranks: it
+	// knows the rank API's wire only.
+	{"cairn/internal/rankclient", []string{"cairn/api/rank/v1"}, []string{"cairn/"}},
 	// The coordinator reaches nodes only through the agent API: never
 	// containers, images or the store directly.
 	// The event stream knows nothing of what publishes to it.
 	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable", "cairn/internal/proc"}, []string{"cairn/"}},
-	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/coord/machine", "cairn/internal/launch", "cairn/internal/model", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/dashboard", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/coord/machine", "cairn/internal/launch", "cairn/internal/metrics", "cairn/internal/model", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
 	// The coordinator process: the catalog's etcd, events and hooks
 	// around coord.
-	{"cairn/internal/control", []string{"cairn/internal/catalog", "cairn/internal/coord", "cairn/internal/events", "cairn/internal/pki"}, []string{"cairn/"}},
+	{"cairn/internal/control", []string{"cairn/internal/catalog", "cairn/internal/coord", "cairn/internal/dashboard", "cairn/internal/events", "cairn/internal/metrics", "cairn/internal/pki"}, []string{"cairn/"}},
+	// The dashboard shows what the coordinator's read methods and the
+	// event stream tell it: the APIs' types, nothing of how they are had.
+	{"cairn/internal/dashboard", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/human", "cairn/internal/names"}, []string{"cairn/"}},
+	// The metrics are linked by the coordinator and the agent alike: they
+	// know the wire's records and events, nothing of either side.
+	{"cairn/internal/metrics", []string{"cairn/api/coord/v1", "cairn/api/events/v1"}, []string{"cairn/", "go.etcd.io/", "os/exec"}},
 	// The testbed runs the coordinator and the agents as processes and
 	// talks to them through the API.
-	{"cairn/internal/testbed", []string{"cairn/internal/container", "cairn/internal/durable", "cairn/internal/netw", "cairn/internal/pki", "cairn/internal/proc", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"cairn/internal/testbed", []string{"cairn/internal/container", "cairn/internal/durable", "cairn/internal/metrics", "cairn/internal/netw", "cairn/internal/pki", "cairn/internal/proc", "cairn/internal/rpc"}, []string{"cairn/"}},
 }
 
 // reach are rules on everything a package depends on, directly or not.
 // The coordinator (coord, and the process around it, control) reaches
 // nodes only through the agent API (rpc): nothing of the node stack is
 // linked into it. The agent knows nothing of the coordinator's catalog
-// (etcd). The testbed links neither: it runs them as processes.
+// (etcd). The testbed links neither: it runs them as processes. The
+// dashboard reaches neither the node stack nor the catalog: it reads
+// through the coordinator's methods.
 var reach = []struct {
 	pkg  string
 	deny []string
 }{
 	{"cairn/internal/coord", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy"}},
 	{"cairn/internal/control", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy"}},
+	{"cairn/internal/dashboard", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy", "cairn/internal/coord", "cairn/internal/catalog", "cairn/internal/rpc", "go.etcd.io/"}},
 	{"cairn/internal/testbed", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/control", "cairn/internal/catalog", "go.etcd.io/"}},
 	{"cairn/internal/agent", []string{"cairn/internal/coord", "cairn/internal/catalog", "go.etcd.io/"}},
 	{"cairn/internal/rpc", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/container", "cairn/internal/store", "go.etcd.io/"}},
+	{"cairn/internal/metrics", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/control", "cairn/internal/catalog", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy", "go.etcd.io/"}},
 }
 
 // TestReach checks the reach rules on the module's whole dependency graph.

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -140,4 +143,28 @@ func netnsPathOf(name string) string {
 		return ""
 	}
 	return filepath.Join(NetnsDir, name)
+}
+
+// HostPorts checks the TCP ports of the host that containers may connect
+// to, as --allow-host-port gives them (flags) and as
+// $CAIRN_ALLOW_HOST_PORTS does (env: comma-separated).
+func HostPorts(flags []uint, env string) ([]uint16, error) {
+	ports := slices.Clone(flags)
+	if env != "" {
+		for _, s := range strings.Split(env, ",") {
+			p, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+			if err != nil {
+				return nil, fmt.Errorf("$CAIRN_ALLOW_HOST_PORTS: %q is not a port", s)
+			}
+			ports = append(ports, uint(p))
+		}
+	}
+	var out []uint16
+	for _, p := range ports {
+		if p == 0 || p > 65535 {
+			return nil, fmt.Errorf("--allow-host-port %d: not a TCP port", p)
+		}
+		out = append(out, uint16(p))
+	}
+	return out, nil
 }

@@ -45,6 +45,24 @@ func ServerConfig(creds *Credentials) *tls.Config {
 	}
 }
 
+// ServerConfigOptionalCert is [ServerConfig] for a server that also takes
+// callers without a client certificate (a scraper with a bearer token): a
+// certificate that is presented is verified all the same, and the server
+// must authenticate each request of a caller without one otherwise, or
+// refuse it ([PeerIdentity] gives such a caller an error).
+func ServerConfigOptionalCert(creds *Credentials) *tls.Config {
+	c := ServerConfig(creds)
+	c.ClientAuth = tls.VerifyClientCertIfGiven
+	verify := c.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return nil
+		}
+		return verify(cs)
+	}
+	return c
+}
+
 // ClientConfig returns the TLS configuration for a client holding creds
 // that connects to the server named serverName (a name or an IP address,
 // checked against the server certificate's SANs): TLS 1.3 only, creds'

@@ -320,3 +320,42 @@ func TestPeerIdentity(t *testing.T) {
 		})
 	}
 }
+
+// TestServerConfigOptionalCert: a server that takes callers without a
+// certificate still verifies every certificate it is shown; such a caller
+// has no identity.
+func TestServerConfigOptionalCert(t *testing.T) {
+	a, b := newCluster(t), newCluster(t)
+	server := pki.ServerConfigOptionalCert(a.coord)
+
+	noCert := pki.ClientConfig(a.cli, "coord")
+	noCert.Certificates = nil
+	srv, cli := handshake(t, server, noCert)
+	if srv.err != nil || cli.err != nil {
+		t.Fatalf("no certificate: server %v, client %v; want a connection", srv.err, cli.err)
+	}
+	if _, err := pki.PeerIdentity(srv.state); !errors.Is(err, pki.ErrUnauthenticated) {
+		t.Fatalf("identity of a caller without a certificate: %v, want ErrUnauthenticated", err)
+	}
+
+	srv, cli = handshake(t, server, pki.ClientConfig(a.cli, "coord"))
+	if srv.err != nil || cli.err != nil {
+		t.Fatalf("client: server %v, client %v", srv.err, cli.err)
+	}
+	if id, err := pki.PeerIdentity(srv.state); err != nil || id.Name != "cli" || id.Role != pki.Client {
+		t.Fatalf("identity of the client: %+v %v", id, err)
+	}
+
+	// Another cluster's node that trusts a's CA is still refused.
+	intruder := pki.ClientConfig(b.agent, "coord")
+	intruder.RootCAs = x509.NewCertPool()
+	intruder.RootCAs.AddCert(a.ca.Cert)
+	bCert := intruder.Certificates[0]
+	intruder.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &bCert, nil }
+	intruder.VerifyConnection = nil
+	srv, _ = handshake(t, server, intruder)
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(srv.err, &unknown) {
+		t.Fatalf("another cluster's certificate: server %v, want an unknown authority", srv.err)
+	}
+}

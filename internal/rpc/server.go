@@ -18,12 +18,18 @@ import (
 // Serve serves h on ln with mutual TLS from creds until ctx is done, then
 // shuts down, giving requests in flight 5 s.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, creds *pki.Credentials, log *slog.Logger) error {
+	return ServeTLS(ctx, ln, h, pki.ServerConfig(creds), log)
+}
+
+// ServeTLS is Serve with a TLS configuration of the caller's (from
+// pki.ServerConfig or pki.ServerConfigOptionalCert).
+func ServeTLS(ctx context.Context, ln net.Listener, h http.Handler, conf *tls.Config, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	hs := &http.Server{
 		Handler:           h,
-		TLSConfig:         pki.ServerConfig(creds),
+		TLSConfig:         conf,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}

@@ -13,12 +13,14 @@ import (
 // Cluster is what DIR/cluster.json records of a testbed: enough for the
 // CLI to find the coordinator and for Down to remove everything.
 type Cluster struct {
-	Prefix      string    `json:"prefix"`   // of its namespaces, bridges and nodes
-	Underlay    string    `json:"underlay"` // the subnet between nodes
-	Coordinator string    `json:"coordinator"`
-	CoordPID    int       `json:"coordinator_pid"`
-	Nodes       []Node    `json:"nodes"`
-	Created     time.Time `json:"created"`
+	Prefix      string `json:"prefix"`   // of its namespaces, bridges and nodes
+	Underlay    string `json:"underlay"` // the subnet between nodes
+	Coordinator string `json:"coordinator"`
+	CoordPID    int    `json:"coordinator_pid"`
+	// UI is the URL of the coordinator's dashboard ("": none).
+	UI      string    `json:"ui,omitempty"`
+	Nodes   []Node    `json:"nodes"`
+	Created time.Time `json:"created"`
 
 	dir string
 }
@@ -66,6 +68,9 @@ func (c *Cluster) Dir() string { return c.dir }
 // ClientCreds is the directory of the credentials of the testbed's
 // clients (the CLI).
 func (c *Cluster) ClientCreds() string { return filepath.Join(c.dir, "client") }
+
+// UITokenFile holds the token browsers log in to the dashboard with.
+func (c *Cluster) UITokenFile() string { return filepath.Join(c.dir, "coordinator", "ui-token") }
 
 // CoordinatorLog is the coordinator's output.
 func (c *Cluster) CoordinatorLog() string {

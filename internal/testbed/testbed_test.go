@@ -116,13 +116,23 @@ func TestSpawn(t *testing.T) {
 	}
 }
 
-// TestUpRefuses: Up makes nothing of a config no testbed can be made of,
-// nor over a testbed that exists.
+// TestUpRefuses: Up makes nothing of a config no testbed can be made of
+// (too many nodes, a dashboard off the loopback), nor over a testbed that
+// exists.
 func TestUpRefuses(t *testing.T) {
 	dir := testbed.Dir(t.TempDir())
 	_, err := testbed.Up(t.Context(), testbed.Config{Dir: dir, Nodes: 300, Prefix: "x-", Underlay: netip.MustParsePrefix("10.9.9.0/28")})
 	if !errors.Is(err, testbed.ErrBadConfig) {
 		t.Errorf("300 nodes on a /28: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Up made %s: %v", dir, err)
+	}
+	for _, ui := range []string{"0.0.0.0:0", "10.9.9.1:7401", "localhost"} {
+		_, err = testbed.Up(t.Context(), testbed.Config{Dir: dir, Nodes: 1, Prefix: "x-", Underlay: netip.MustParsePrefix("10.9.9.0/24"), UIListen: ui})
+		if !errors.Is(err, testbed.ErrBadConfig) {
+			t.Errorf("dashboard on %s: %v", ui, err)
+		}
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Up made %s: %v", dir, err)

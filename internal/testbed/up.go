@@ -2,16 +2,20 @@ package testbed
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
 	"cairn/internal/container"
+	"cairn/internal/durable"
+	"cairn/internal/metrics"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -51,6 +55,12 @@ type Config struct {
 	Hooks             []string
 	HookSecretFile    string
 	HookCA            string
+	// UIListen is the loopback address of the coordinator's dashboard
+	// (port 0: a free port; "": none). Up makes its token.
+	UIListen string
+	// MetricsTokenFile is the coordinator's and every agent's
+	// --metrics-token-file ("": none).
+	MetricsTokenFile string
 	// The agents' health probes (as `cairn agent` takes them; 0: the
 	// agent's default).
 	HealthCmd   string
@@ -80,16 +90,25 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.Staging == "" {
 		cfg.Staging = container.DefaultStagingDir
 	}
+	if _, err := metrics.LoadToken(cfg.MetricsTokenFile); err != nil {
+		return nil, configError{err}
+	}
 	cl, err := netw.NewCluster(cfg.Prefix, cfg.Underlay, cfg.Nodes)
 	if err != nil {
 		return nil, configError{err}
 	}
 	cl.HostAddr = true
+	ui := ""
+	if cfg.UIListen != "" {
+		if ui, err = dashboardURL(cfg.UIListen); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	c := &Cluster{dir: dir, Prefix: cfg.Prefix, Underlay: cfg.Underlay.String(), Created: time.Now().UTC(),
-		Coordinator: netip.AddrPortFrom(cl.Underlay.Gateway(), CoordPort).String()}
+		Coordinator: netip.AddrPortFrom(cl.Underlay.Gateway(), CoordPort).String(), UI: ui}
 	// From here on, whatever fails takes everything down again.
 	if err := c.Save(); err != nil {
 		return nil, err
@@ -117,6 +136,11 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := issue("client", pki.Client, c.ClientCreds()); err != nil {
 		return nil, err
 	}
+	if c.UI != "" {
+		if err := durable.WriteFile(c.UITokenFile(), []byte(rand.Text()+rand.Text()+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	if err := cl.Create(ctx); err != nil {
 		return nil, err
 	}
@@ -128,6 +152,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	fmt.Fprintf(cfg.Out, "coordinator at %s (pid %d)\n", c.Coordinator, c.CoordPID)
+	if c.UI != "" {
+		fmt.Fprintf(cfg.Out, "dashboard at %s (read-only, from this machine): log in once at %slogin with the token in %s\n", c.UI, c.UI, c.UITokenFile())
+	}
 	// The agents, one in each node's network namespace.
 	for _, node := range cl.Nodes {
 		nd := c.nodeDir(node.Name)
@@ -173,11 +200,18 @@ func (cfg Config) coordinatorArgs(c *Cluster) []string {
 	for _, h := range cfg.Hooks {
 		args = append(args, "--hook", h)
 	}
+	if c.UI != "" {
+		u, _ := url.Parse(c.UI)
+		args = append(args, "--ui-listen", u.Host, "--ui-token-file", c.UITokenFile())
+	}
 	if cfg.HookSecretFile != "" {
 		args = append(args, "--hook-secret-file", cfg.HookSecretFile)
 	}
 	if cfg.HookCA != "" {
 		args = append(args, "--hook-ca", cfg.HookCA)
+	}
+	if cfg.MetricsTokenFile != "" {
+		args = append(args, "--metrics-token-file", cfg.MetricsTokenFile)
 	}
 	return args
 }
@@ -198,6 +232,9 @@ func (cfg Config) agentArgs(c *Cluster, n Node, underlay netip.Addr) ([]string, 
 	}
 	if cfg.HealthEvery > 0 {
 		args = append(args, "--health-every", cfg.HealthEvery.String())
+	}
+	if cfg.MetricsTokenFile != "" {
+		args = append(args, "--metrics-token-file", cfg.MetricsTokenFile)
 	}
 	return args, nil
 }
@@ -232,4 +269,23 @@ func (c *Cluster) waitJoined(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// dashboardURL is the dashboard's URL on listen, a loopback address; port
+// 0 takes a free port now, so that the coordinator keeps it when it is
+// restarted.
+func dashboardURL(listen string) (string, error) {
+	ap, err := netip.ParseAddrPort(listen)
+	if err != nil || !ap.Addr().IsLoopback() {
+		return "", configError{fmt.Errorf("dashboard address %q: want a loopback address and port", listen)}
+	}
+	if ap.Port() == 0 {
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			return "", err
+		}
+		ap = netip.MustParseAddrPort(ln.Addr().String())
+		ln.Close()
+	}
+	return "http://" + ap.String() + "/ui/", nil
 }

@@ -269,6 +269,10 @@ type CkptRank struct {
 	Dump   time.Duration `json:"dump_ns,omitempty"` // its agent's prepare: lock, freeze, capture files, dump
 	CRIU   time.Duration `json:"criu_ns,omitempty"` // of which the dump by runc and CRIU
 	Reason string        `json:"reason,omitempty"`
+	// Ingest is from the commit to the image stored; NewBytes are the
+	// image's bytes its node's store lacked.
+	Ingest   time.Duration `json:"ingest_ns,omitempty"`
+	NewBytes int64         `json:"new_bytes,omitempty"`
 }
 
 // Ckpt is a global checkpoint of a job.
