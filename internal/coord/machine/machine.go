@@ -370,6 +370,23 @@ func (c *core) begin(ev Event, started bool) (*Result, error) {
 	return nil, fmt.Errorf("%w: unknown event %T", ErrUnexpected, ev)
 }
 
+// step is every machine's Step: it checks ev against the run, starts the
+// run or hands the Result on, and returns what that emitted.
+func (c *core) step(ev Event, started bool, start func(), result func(Result)) ([]Action, error) {
+	res, err := c.begin(ev, started)
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		start()
+	} else {
+		result(*res)
+	}
+	out := c.out
+	c.out = nil
+	return out, nil
+}
+
 // idle reports whether nothing is outstanding.
 func (c *core) idle() bool { return len(c.wait) == 0 }
 

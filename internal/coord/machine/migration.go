@@ -107,17 +107,10 @@ func NewMigration(cfg MigrationConfig) (*Migration, error) {
 
 // Step advances the migration by one event; now is unused.
 func (m *Migration) Step(_ time.Time, ev Event) ([]Action, error) {
-	res, err := m.begin(ev, m.phase != migNew)
+	out, err := m.step(ev, m.phase != migNew, m.start, m.result)
 	if err != nil {
 		return nil, fmt.Errorf("migrate job %s rank %d: %w", m.cfg.Job, m.cfg.Rank, err)
 	}
-	if res == nil {
-		m.start()
-	} else {
-		m.result(*res)
-	}
-	out := m.out
-	m.out = nil
 	return out, nil
 }
 

@@ -121,17 +121,10 @@ func NewRestart(cfg RestartConfig) (*Restart, error) {
 
 // Step advances the restart by one event; now is unused.
 func (m *Restart) Step(_ time.Time, ev Event) ([]Action, error) {
-	res, err := m.begin(ev, m.phase != restartNew)
+	out, err := m.step(ev, m.phase != restartNew, m.start, m.result)
 	if err != nil {
 		return nil, fmt.Errorf("restart job %s: %w", m.cfg.Job, err)
 	}
-	if res == nil {
-		m.start()
-	} else {
-		m.result(*res)
-	}
-	out := m.out
-	m.out = nil
 	return out, nil
 }
 

@@ -74,17 +74,10 @@ func NewStart(cfg StartConfig) (*JobStart, error) {
 // Step advances the start by one event; now is unused (a start has no
 // timers) but kept for the drivers' common shape.
 func (m *JobStart) Step(_ time.Time, ev Event) ([]Action, error) {
-	res, err := m.begin(ev, m.phase != startNew)
+	out, err := m.step(ev, m.phase != startNew, m.start, m.result)
 	if err != nil {
 		return nil, fmt.Errorf("start job %s: %w", m.cfg.Job, err)
 	}
-	if res == nil {
-		m.start()
-	} else {
-		m.result(*res)
-	}
-	out := m.out
-	m.out = nil
 	return out, nil
 }
 

@@ -2,21 +2,15 @@ package machine_test
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"cairn/internal/coord/machine"
+	"cairn/internal/tracetest"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actual output")
 
 // TestTraces runs the scripts in testdata/*.txt. A script is a list of
 // commands, one a line; the lines starting with "> " below a command are
@@ -35,32 +29,14 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 // In restart, "|" separates ranks' node lists. Run with -rewrite to
 // regenerate the expected output.
 func TestTraces(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no traces in testdata")
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := string(data)
-			got := runTrace(t, want)
-			if *rewrite {
-				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s mismatch (-want +got), run with -rewrite to accept:\n%s", file, diff)
-			}
-		})
-	}
+	tracetest.Run(t, "testdata/*.txt", func(t *testing.T) func(string) ([]string, error) {
+		tr := &tracer{t: t}
+		return func(line string) ([]string, error) {
+			tr.out = nil
+			err := tr.run(line)
+			return tr.out, err
+		}
+	})
 }
 
 type stepper interface {
@@ -73,29 +49,6 @@ type tracer struct {
 	wait []machine.Action // outstanding, oldest first
 	seen []machine.Action // every action printed, for stray Results
 	out  []string
-}
-
-func runTrace(t *testing.T, script string) string {
-	t.Helper()
-	tr := &tracer{t: t}
-	var b strings.Builder
-	for _, line := range strings.Split(strings.TrimRight(script, "\n"), "\n") {
-		if strings.HasPrefix(line, "> ") || line == ">" {
-			continue
-		}
-		b.WriteString(line + "\n")
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		tr.out = nil
-		if err := tr.run(line); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		for _, o := range tr.out {
-			b.WriteString("> " + o + "\n")
-		}
-	}
-	return b.String()
 }
 
 func (tr *tracer) run(line string) error {

@@ -1,21 +1,15 @@
 package round_test
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"cairn/internal/coord/round"
+	"cairn/internal/tracetest"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actual output")
 
 // TestTraces runs the scripts in testdata/*.txt. A script is a list of
 // commands, one a line; the lines starting with "> " below a command are what
@@ -37,32 +31,14 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the actua
 // Every event is stepped at the current clock, which starts at t0 and only
 // tick and wait move. Run with -rewrite to regenerate the expected output.
 func TestTraces(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no traces in testdata")
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := string(data)
-			got := runTrace(t, want)
-			if *rewrite {
-				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s mismatch (-want +got), run with -rewrite to accept:\n%s", file, diff)
-			}
-		})
-	}
+	tracetest.Run(t, "testdata/*.txt", func(t *testing.T) func(string) ([]string, error) {
+		tr := &tracer{now: t0}
+		return func(line string) ([]string, error) {
+			tr.out = nil
+			err := tr.run(line)
+			return tr.out, err
+		}
+	})
 }
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -72,29 +48,6 @@ type tracer struct {
 	cfg round.Config
 	r   *round.Round
 	out []string
-}
-
-func runTrace(t *testing.T, script string) string {
-	t.Helper()
-	tr := &tracer{now: t0}
-	var b strings.Builder
-	for i, line := range strings.Split(strings.TrimRight(script, "\n"), "\n") {
-		if strings.HasPrefix(line, ">") {
-			continue
-		}
-		b.WriteString(line + "\n")
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		tr.out = nil
-		if err := tr.run(line); err != nil {
-			t.Fatalf("line %d: %q: %v", i+1, line, err)
-		}
-		for _, o := range tr.out {
-			b.WriteString("> " + o + "\n")
-		}
-	}
-	return b.String()
 }
 
 // run executes one command. Its error is a mistake in the script; the
