@@ -259,25 +259,13 @@ func writeRead(conn net.Conn, rd *bufio.Reader, line []byte) ([]byte, error) {
 	return b, err
 }
 
-// readLine reads one message of at most MaxLine bytes, newline included.
+// readLine reads one message; one too long is ErrProtocol.
 func readLine(r *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		b, err := r.ReadSlice('\n')
-		line = append(line, b...)
-		if len(line) > rankv1.MaxLine {
-			return nil, fmt.Errorf("%w: message longer than 64 KiB", ErrProtocol)
-		}
-		switch {
-		case err == nil:
-			return line, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-		case errors.Is(err, io.EOF) && len(line) > 0:
-			return nil, io.ErrUnexpectedEOF
-		default:
-			return nil, err
-		}
+	line, err := rankv1.ReadLine(r)
+	if errors.Is(err, rankv1.ErrTooLong) {
+		return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
+	return line, err
 }
 
 // wait waits Retry, or until ctx ends.
