@@ -135,4 +135,8 @@ command -v go >/dev/null || die "no Go toolchain on PATH: install Go 1.21 or new
 if [ -f "$here/go.mod" ]; then
 	(cd "$here" && go mod download)
 fi
+# The rules and dashboard check is a module of its own (Prometheus's parsers).
+if [ -f "$here/deploy/prometheus/check/go.mod" ]; then
+	(cd "$here/deploy/prometheus/check" && go mod download)
+fi
 log "ready"

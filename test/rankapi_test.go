@@ -348,7 +348,9 @@ for i in range(1, 100000):
 // save their own state when told (examples/rank-api/appmode.py), is
 // checkpointed twice, killed, and restarted from the newest checkpoint on
 // other nodes: every rank starts afresh on its restored files
-// (CAIRN_RESTART), reads its state back and ends exactly as alone. CRIU is
+// (CAIRN_RESTART) and reads its state back; then one rank migrates, saving
+// its state and starting afresh from it on its new node while the others
+// run on; every rank ends exactly as alone. CRIU is
 // never run: every node's CRIU is a stand-in that answers --version and
 // check as CRIU 4.2 does and fails anything else, writing it down; nothing
 // is written, and the checkpoints record no CRIU time.
@@ -388,6 +390,26 @@ exit 1
 	c.OK("restart", "app", "--placement", strings.Join(moved, ","))
 	for r := range 3 {
 		waitLog(t, c, "app", r, regexp.MustCompile(fmt.Sprintf(`rank %d: restarted from checkpoint 2, at step \d+`, r)), 60*time.Second)
+	}
+	// A migration of one rank: it saves its state when told, and its
+	// command starts afresh from that state on the target, while the
+	// other ranks run on.
+	m := migrate(t, c, "app/1", "--to", moved[2])
+	if m.State != "done" {
+		t.Fatalf("migration of app/1: %s (%s)", m.State, m.Reason)
+	}
+	saved := waitLog(t, c, "app", 1, regexp.MustCompile(fmt.Sprintf(`rank 1: saved step (\d+) for checkpoint %d\n`, m.Seq)), 30*time.Second)
+	waitLog(t, c, "app", 1, regexp.MustCompile(fmt.Sprintf(`rank 1: restarted from checkpoint %d, at step %s\n`, m.Seq, saved[1])), 60*time.Second)
+	if p := c.Status("app").Placement; p[1] != moved[2] {
+		t.Errorf("rank 1 is placed on %s after its migration to %s", p[1], moved[2])
+	}
+	for r := range 3 {
+		if r == 1 {
+			continue
+		}
+		if n := len(regexp.MustCompile(`restarted from checkpoint`).FindAllString(c.Logs("app", r), -1)); n != 1 {
+			t.Errorf("rank %d started afresh %d times, want once (the restart): it should run on through rank 1's migration", r, n)
+		}
 	}
 	for r := range 3 {
 		if got := waitLog(t, c, "app", r, finalRE, 3*time.Minute)[2]; got != want[r] {

@@ -193,6 +193,9 @@ all of it.`,
 			if cfg.Nodes < 1 || cfg.Nodes > 64 {
 				return usageError{fmt.Errorf("--nodes must be 1..64")}
 			}
+			if cfg.MTBF < 0 {
+				return usageError{fmt.Errorf("--mtbf must not be negative")}
+			}
 			var err error
 			if cfg.Underlay, err = netip.ParsePrefix(underlay); err != nil {
 				return usageError{fmt.Errorf("--underlay: %w", err)}
@@ -236,6 +239,7 @@ all of it.`,
 	f.StringVar(&cfg.JobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")
 	f.DurationVar(&cfg.Deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
 	f.DurationVar(&cfg.NodeTTL, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
+	f.DurationVar(&cfg.MTBF, "mtbf", 0, "the coordinator's --mtbf: a node's mean time between failures, for --checkpoint-every auto")
 	return cmd
 }
 

@@ -52,6 +52,7 @@ type Config struct {
 	// its defaults).
 	JobSubnets        string
 	Deadline, NodeTTL time.Duration
+	MTBF              time.Duration
 	Hooks             []string
 	HookSecretFile    string
 	HookCA            string
@@ -196,6 +197,9 @@ func (cfg Config) coordinatorArgs(c *Cluster) []string {
 	}
 	if cfg.NodeTTL > 0 {
 		args = append(args, "--node-ttl", cfg.NodeTTL.String())
+	}
+	if cfg.MTBF > 0 {
+		args = append(args, "--mtbf", cfg.MTBF.String())
 	}
 	for _, h := range cfg.Hooks {
 		args = append(args, "--hook", h)
