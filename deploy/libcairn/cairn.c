@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -176,12 +177,31 @@ static void put_int(struct buf *b, const char *key, long v) {
 struct request {
 	const char *op, *job, *ticket, *kind, *message;
 	int stop, prepare, deadline_ms;
+	const char *id;
 };
+
+/* new_id names a request that changes something into id: sent again
+ * after its connection closed, it is carried out once (docs/rank-api.md).
+ * 24 hex digits from getrandom, or, where it fails, from the clock, the
+ * process and a counter (unique enough for one rank's requests). */
+static void new_id(char id[25]) {
+	static unsigned long counter;
+	unsigned char b[12];
+	if (getrandom(b, sizeof b, GRND_NONBLOCK) != (ssize_t)sizeof b) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		unsigned long long x[3] = {(unsigned long long)ts.tv_sec, (unsigned long long)ts.tv_nsec,
+		                           ((unsigned long long)getpid() << 32) ^ __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED)};
+		for (size_t i = 0; i < sizeof b; i++) b[i] = (unsigned char)(x[i / 4] >> (8 * (i % 4)));
+	}
+	for (size_t i = 0; i < sizeof b; i++) snprintf(id + 2 * i, 3, "%02x", b[i]);
+}
 
 /* encode writes req as one line into b. */
 static int encode(struct buf *b, const struct request *req) {
 	puts_raw(b, "{\"op\":");
 	put_str(b, req->op);
+	if (req->id) put_field(b, "id", req->id);
 	if (req->job) put_field(b, "job", req->job);
 	if (req->stop) puts_raw(b, ",\"stop\":true");
 	if (req->ticket) put_field(b, "ticket", req->ticket);
@@ -613,7 +633,7 @@ static int call(const struct request *req, struct reply *r) {
 /* --- calls ---------------------------------------------------------------------- */
 
 int cairn_info(struct cairn_info *out) {
-	struct request req = {"info", NULL, NULL, NULL, NULL, 0, 0, 0};
+	struct request req = {"info", NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
 	struct reply r;
 	clear_error();
 	if (!out) return fail(CAIRN_EINVAL, "cairn_info: out is NULL");
@@ -632,7 +652,9 @@ int cairn_info(struct cairn_info *out) {
 }
 
 static int checkpoint(const char *job, int stop, struct cairn_result *out) {
-	struct request req = {"checkpoint", job, NULL, NULL, NULL, stop, 0, 0};
+	char id[25];
+	new_id(id);
+	struct request req = {"checkpoint", job, NULL, NULL, NULL, stop, 0, 0, id};
 	struct reply *r = malloc(sizeof *r);
 	char ticket[sizeof r->ticket];
 	int rc;
@@ -645,7 +667,7 @@ static int checkpoint(const char *job, int stop, struct cairn_result *out) {
 		goto out;
 	}
 	memcpy(ticket, r->ticket, sizeof ticket);
-	struct request res = {"result", job, ticket, NULL, NULL, 0, 0, 0};
+	struct request res = {"result", job, ticket, NULL, NULL, 0, 0, 0, NULL};
 	for (;;) {
 		rc = call(&res, r);
 		if (rc < 0) goto out;
@@ -677,7 +699,9 @@ int cairn_checkpoint_as(const char *job, struct cairn_result *out) {
 }
 
 int cairn_event(const char *kind, const char *message) {
-	struct request req = {"event", NULL, NULL, kind, message ? message : "", 0, 0, 0};
+	char id[25];
+	new_id(id);
+	struct request req = {"event", NULL, NULL, kind, message ? message : "", 0, 0, 0, id};
 	struct reply r;
 	clear_error();
 	if (!kind) return fail(CAIRN_EINVAL, "cairn_event: kind is NULL");
@@ -731,7 +755,7 @@ static int set_fd(int fd) {
 }
 
 static void *watch_thread(void *unused) {
-	struct request req = {"watch", NULL, NULL, NULL, NULL, 0, 1, W.deadline_ms};
+	struct request req = {"watch", NULL, NULL, NULL, NULL, 0, 1, W.deadline_ms, NULL};
 	struct reply *r = malloc(sizeof *r);
 	int first = 1, prepared = 0, prev_inc = 0, prev_ckpt = 0;
 	(void)unused;

@@ -19,8 +19,10 @@
  * frozen for a checkpoint or a migration; a connection closed before its
  * reply) a call tries again every 50 ms, for as long as it takes: a frozen
  * rank's clock does not run, and the endpoint is back once it runs again,
- * on whichever node. A call fails at once with CAIRN_ENOENDPOINT if the
- * socket's directory does not exist (not in a rank of cairn's).
+ * on whichever node. A checkpoint or an event sent again carries the id
+ * of its first try, so the agent carries it out once. A call fails at
+ * once with CAIRN_ENOENDPOINT if the socket's directory does not exist
+ * (not in a rank of cairn's).
  *
  * Every function is safe to call from any thread; each call uses a
  * connection of its own. Callbacks of cairn_watch run on a thread of the

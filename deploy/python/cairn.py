@@ -18,7 +18,9 @@ Standard library only (Python 3.11, Debian 12's). setup.sh installs it as
 
 While the endpoint is away (the socket is removed while the rank is frozen
 for a checkpoint or a migration; a connection closed before its reply) a
-call tries again every 50 ms, for as long as it takes. It fails at once, with
+call tries again every 50 ms, for as long as it takes; a checkpoint or an
+event sent again carries the id of its first try, so the agent carries it
+out once. A call fails at once, with
 code "no_endpoint", if the socket's directory does not exist (not in a rank
 of cairn's).
 
@@ -172,6 +174,12 @@ def _request(op, job, **fields):
     return req
 
 
+def _new_id():
+    """Names a request that changes something: sent again after its
+    connection closed, it is carried out once (docs/rank-api.md)."""
+    return os.urandom(12).hex()
+
+
 def _info(reply):
     return Info(
         job=reply.get("job") or "",
@@ -196,7 +204,7 @@ def info(job=None):
 
 def _checkpoint(job, stop):
     fields = {"stop": True} if stop else {}
-    ticket = _call(_request("checkpoint", job, **fields)).get("ticket")
+    ticket = _call(_request("checkpoint", job, id=_new_id(), **fields)).get("ticket")
     if not ticket:
         raise CairnError("protocol", "checkpoint reply without a ticket")
     while True:
@@ -244,7 +252,7 @@ def event(kind, message="", job=None):
         raise CairnError("bad_request", "event kind of %d bytes: 1 to %d" % (len(kind.encode()), MAX_KIND))
     if len(message.encode()) > MAX_MESSAGE:
         raise CairnError("bad_request", "event message of %d bytes: at most %d" % (len(message.encode()), MAX_MESSAGE))
-    _call(_request("event", job, kind=kind, message=message))
+    _call(_request("event", job, id=_new_id(), kind=kind, message=message))
 
 
 class _Watch:

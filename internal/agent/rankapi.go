@@ -88,6 +88,10 @@ type endpoint struct {
 	conns    map[net.Conn]bool
 	watchers map[*watcher]bool
 	closed   bool // the container is gone: never listen again
+
+	// replies answers a checkpoint or event sent again after its
+	// connection closed (a quiesce) without carrying it out twice.
+	replies rankv1.Replies
 }
 
 // watcher is a connection of a rank that asked to be told before
@@ -320,11 +324,22 @@ func (e *endpoints) serve(ep *endpoint, c net.Conn) {
 		writeReply(c, rankFail(rankv1.CodeForbidden, fmt.Sprintf("rank %d of job %s may act on its own job only", self.Rank, self.Job)))
 		return
 	}
-	if req.Op == rankv1.OpWatch {
-		e.watch(ep, c, r, req, self)
+	if !rankv1.ValidID(req.ID) {
+		writeReply(c, rankFail(rankv1.CodeBadRequest, fmt.Sprintf("a request id is 1 to %d letters, digits, '-' or '_'", rankv1.MaxID)))
 		return
 	}
-	writeReply(c, e.answer(ctx, ep.name, req, self))
+	switch req.Op {
+	case rankv1.OpWatch:
+		e.watch(ep, c, r, req, self)
+	case rankv1.OpCheckpoint, rankv1.OpEvent:
+		reply, did := ep.replies.Do(ctx, req, func() rankv1.Reply { return e.answer(ctx, ep.name, req, self) })
+		if !did {
+			e.log.Info("rank API: a request sent again, answered with its first reply", "rank", ep.name, "op", req.Op, "id", req.ID)
+		}
+		writeReply(c, reply)
+	default:
+		writeReply(c, e.answer(ctx, ep.name, req, self))
+	}
 }
 
 // answer carries out a request other than watch.

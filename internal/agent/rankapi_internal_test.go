@@ -28,6 +28,7 @@ type fakeRankCoord struct {
 	events []coordv1.RankRequest
 	ckpt   chan error
 	evErr  error
+	evGate chan struct{} // if set, RankEvent returns once it is closed
 }
 
 func (f *fakeRankCoord) RankCheckpoint(ctx context.Context, req coordv1.RankRequest) (coordv1.Ckpt, error) {
@@ -51,8 +52,14 @@ func (f *fakeRankCoord) RankInfo(ctx context.Context, req coordv1.RankRequest) (
 
 func (f *fakeRankCoord) RankEvent(ctx context.Context, req coordv1.RankRequest) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.events = append(f.events, req)
+	gate := f.evGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return f.evErr
 }
 
@@ -318,4 +325,80 @@ func TestRankAPIForbiddenByTheCoordinator(t *testing.T) {
 	r := coordFail(&coordv1.Error{Code: agentv1.CodeForbidden, Message: "node n1 holds no rank 1 of job j"})
 	wantReply(t, r, rankv1.CodeForbidden)
 	wantReply(t, coordFail(errors.New("connection refused")), rankv1.CodeUnavailable)
+}
+
+// TestRankAPIRequestSentAgain: a request whose connection is closed
+// before its reply (the rank is quiesced for a dump while the agent
+// carries it out) and that the rank sends again with its id once the
+// socket is back is carried out once: the repeat gets the first reply.
+func TestRankAPIRequestSentAgain(t *testing.T) {
+	e := newRankAPIEnv(t)
+	e.co.evGate = make(chan struct{})
+	c, err := net.Dial("unix", e.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(`{"op":"event","id":"ev-1","kind":"phase","message":"step 10"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		e.co.mu.Lock()
+		n := len(e.co.events)
+		e.co.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the event never reached the coordinator")
+		}
+	}
+	e.eps.quiesce("j.1")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(c).ReadBytes('\n'); err == nil {
+		t.Fatalf("a reply on a quiesced connection: %q", line)
+	}
+	e.eps.reopen("j.1")
+	again := make(chan rankv1.Reply)
+	go func() { again <- e.ask(`{"op":"event","id":"ev-1","kind":"phase","message":"step 10"}`) }()
+	time.Sleep(50 * time.Millisecond) // the repeat waits for the first
+	close(e.co.evGate)
+	if r := <-again; !r.OK {
+		t.Fatalf("the repeat: %+v", r)
+	}
+	if r := e.ask(`{"op":"event","id":"ev-1","kind":"phase","message":"step 10"}`); !r.OK {
+		t.Fatalf("a second repeat: %+v", r)
+	}
+	if r := e.ask(`{"op":"event","id":"ev-2","kind":"phase","message":"step 11"}`); !r.OK {
+		t.Fatalf("another event: %+v", r)
+	}
+	e.co.mu.Lock()
+	n := len(e.co.events)
+	e.co.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d events reached the coordinator, want 2 (ev-1 once, ev-2)", n)
+	}
+
+	// A checkpoint sent again is the same ticket, asked of the
+	// coordinator once.
+	first := e.ask(`{"op":"checkpoint","id":"ck-1"}`)
+	second := e.ask(`{"op":"checkpoint","id":"ck-1"}`)
+	if !first.OK || first.Ticket == "" || second.Ticket != first.Ticket {
+		t.Fatalf("checkpoint %+v, sent again %+v: want the same ticket", first, second)
+	}
+	e.co.ckpt <- nil
+	asked := func() int {
+		e.co.mu.Lock()
+		defer e.co.mu.Unlock()
+		return len(e.co.asked)
+	}
+	for deadline := time.Now().Add(5 * time.Second); asked() == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // a second round would be asked by now
+	if n := asked(); n != 1 {
+		t.Errorf("the coordinator was asked for %d checkpoints, want 1", n)
+	}
+	wantReply(t, e.ask(`{"op":"checkpoint","id":"a b"}`), rankv1.CodeBadRequest)
+	wantReply(t, e.ask(`{"op":"event","id":"`+strings.Repeat("x", rankv1.MaxID+1)+`","kind":"k"}`), rankv1.CodeBadRequest)
 }

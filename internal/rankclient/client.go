@@ -3,6 +3,7 @@ package rankclient
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -135,7 +136,7 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 // the checkpoint (done), or, like fork, a second time in a rank restored
 // from it (restored). A round that aborted is ErrAborted.
 func (c *Client) Checkpoint(ctx context.Context, stop bool) (Result, error) {
-	r, err := c.call(ctx, rankv1.Request{Op: rankv1.OpCheckpoint, Stop: stop})
+	r, err := c.call(ctx, rankv1.Request{Op: rankv1.OpCheckpoint, Stop: stop, ID: newID()})
 	if err != nil {
 		return Result{}, fmt.Errorf("ask for a checkpoint: %w", err)
 	}
@@ -166,9 +167,13 @@ func (c *Client) Checkpoint(ctx context.Context, stop bool) (Result, error) {
 // bytes. A job may publish 10 a second, in bursts of 20 (else
 // ErrRateLimited).
 func (c *Client) Event(ctx context.Context, kind, message string) error {
-	_, err := c.call(ctx, rankv1.Request{Op: rankv1.OpEvent, Kind: kind, Message: message})
+	_, err := c.call(ctx, rankv1.Request{Op: rankv1.OpEvent, Kind: kind, Message: message, ID: newID()})
 	return err
 }
+
+// newID names a request that changes something, so that the endpoint
+// carries it out once however often it is sent (docs/rank-api.md).
+func newID() string { return rand.Text() }
 
 // call sends req on a connection of its own and returns the reply, trying
 // again while the endpoint is away.

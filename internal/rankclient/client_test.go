@@ -148,6 +148,39 @@ func TestRankCheckpoint(t *testing.T) {
 	}
 }
 
+// TestRankReplyLost: a checkpoint or an event whose connection closes
+// before its reply, after the endpoint carried it out, is sent again with
+// its id and answered from the first: one checkpoint asked for, one event
+// published.
+func TestRankReplyLost(t *testing.T) {
+	s, c := newServer(t, ranktest.Config{Ckpt: 3})
+	ctx := testContext(t)
+	s.LoseReply("checkpoint")
+	s.LoseReply("event")
+	got, err := c.Checkpoint(ctx, false)
+	if err != nil || got != (rankclient.Result{State: "done", Ckpt: 4}) {
+		t.Fatalf("checkpoint: %+v, %v", got, err)
+	}
+	if err := c.Event(ctx, "phase", "step 1"); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]ranktest.Event{{Kind: "phase", Message: "step 1"}}, s.Events()); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+	var asked, repeats int
+	for _, e := range s.Trace() {
+		switch e {
+		case "checkpoint":
+			asked++
+		case "repeat checkpoint", "repeat event":
+			repeats++
+		}
+	}
+	if asked != 1 || repeats != 2 {
+		t.Errorf("trace %s: want one checkpoint asked for, and both requests repeated", strings.Join(s.Trace(), ","))
+	}
+}
+
 // TestRankStop: stop is a checkpoint with stop set.
 func TestRankStop(t *testing.T) {
 	s, c := newServer(t, ranktest.Config{})

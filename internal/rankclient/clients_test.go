@@ -141,6 +141,10 @@ func script(t *testing.T, cmd *exec.Cmd) {
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	s.Next(ranktest.Done, ranktest.Restored, ranktest.Aborted, ranktest.Conflict, ranktest.Done)
+	// The first checkpoint's and the first event's replies are lost: the
+	// client sends them again, with their ids.
+	s.LoseReply("checkpoint")
+	s.LoseReply("event")
 	expect(
 		"info job=sim rank=2 size=4 mode=transparent ckpt=3 restored=0 restored_from=0 incarnation=1",
 		"checkpoint done 4",
@@ -165,10 +169,13 @@ func script(t *testing.T, cmd *exec.Cmd) {
 		t.Errorf("first event %+q; want %+q", evs[0], first)
 	}
 	trace := strings.Join(s.Trace(), ",")
-	for _, want := range []string{"checkpoint,round 4,", "commit 5,restore 5,", "abort 6,", "checkpoint stop,round 6,"} {
+	for _, want := range []string{"round 4,", "commit 5,restore 5,", "abort 6,", "checkpoint stop,round 6,", "repeat checkpoint", "repeat event"} {
 		if !strings.Contains(trace, want) {
 			t.Errorf("trace %s\nhas no %s", trace, want)
 		}
+	}
+	if n := strings.Count(","+trace+",", ",checkpoint,"); n != 4 {
+		t.Errorf("trace %s\nhas %d checkpoints asked for; want 4 (the repeat answered from the first)", trace, n)
 	}
 
 	for _, round := range []struct {

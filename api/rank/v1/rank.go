@@ -38,6 +38,12 @@ const (
 // Request is a message from a rank.
 type Request struct {
 	Op string `json:"op"`
+	// ID (checkpoint, event), if set, names the request: 1 to MaxID
+	// letters, digits, '-' or '_', new for every call. One sent again with
+	// the same ID, because its connection closed before the reply, is not
+	// carried out again: the endpoint answers with the first reply
+	// (Replies).
+	ID string `json:"id,omitempty"`
 	// Job and Rank, if set, must be the caller's own.
 	Job  string `json:"job,omitempty"`
 	Rank *int   `json:"rank,omitempty"`

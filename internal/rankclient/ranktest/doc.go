@@ -9,7 +9,9 @@
 // into a new incarnation; event with the job's rate limit; watch with its
 // prepare event and ready. What a round ends in is scripted: by Next for
 // the checkpoints the rank asks for, by Checkpoint for one the rank did
-// not ask for (cairn's --checkpoint-every, a migration).
+// not ask for (cairn's --checkpoint-every, a migration). LoseReply closes
+// a request's connection after carrying it out, as a quiesce may: a
+// client that sends it again with its id gets the first reply.
 //
 // Trace records what happened, in order, for tests to assert sequences.
 package ranktest

@@ -2,6 +2,7 @@ package ranktest
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,6 +97,8 @@ type Server struct {
 	last         time.Time
 	trace        []string
 	closed       bool
+	lose         map[string]int // op: how many of its next replies to lose
+	replies      rankv1.Replies
 }
 
 // ticket is what a rank's checkpoint request became.
@@ -233,6 +236,19 @@ func (s *Server) Checkpoint(o Outcome) error {
 	return nil
 }
 
+// LoseReply makes the server carry out the next request of op, then
+// close its connection without the reply, as the agent does when it
+// quiesces a rank meanwhile ("reply lost" in the trace). A client that
+// sends it again with its id is answered from the first ("repeat OP").
+func (s *Server) LoseReply(op string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lose == nil {
+		s.lose = map[string]int{}
+	}
+	s.lose[op]++
+}
+
 // State is what info says now.
 func (s *Server) State() rankv1.Reply {
 	s.mu.Lock()
@@ -250,7 +266,9 @@ func (s *Server) Events() []Event {
 // Trace is what happened so far, in order: "checkpoint" (a rank asked),
 // "round N", "prepare N" (sent to a watcher), "ready", "no ready"
 // (not in time, or the watcher left), "freeze", "commit N", "abort N",
-// "restore N", "thaw", "event KIND", "rate_limited".
+// "restore N", "thaw", "event KIND", "rate_limited", "reply lost"
+// (LoseReply), "repeat OP" (a request sent again, answered with its first
+// reply).
 func (s *Server) Trace() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -353,7 +371,32 @@ func (s *Server) serve(conn net.Conn) {
 		write(conn, fail(rankv1.CodeBadRequest, "malformed request: %v", err))
 		return
 	}
-	reply, w := s.handle(conn, req)
+	if !rankv1.ValidID(req.ID) {
+		write(conn, fail(rankv1.CodeBadRequest, "a request id is 1 to %d letters, digits, '-' or '_'", rankv1.MaxID))
+		return
+	}
+	var reply rankv1.Reply
+	var w *watcher
+	switch req.Op {
+	case rankv1.OpCheckpoint, rankv1.OpEvent:
+		var did bool
+		reply, did = s.replies.Do(context.Background(), req, func() rankv1.Reply { r, _ := s.handle(conn, req); return r })
+		s.mu.Lock()
+		if !did {
+			s.note("repeat %s", req.Op)
+		}
+		lost := s.lose[req.Op] > 0
+		if lost {
+			s.lose[req.Op]--
+			s.note("reply lost")
+		}
+		s.mu.Unlock()
+		if lost {
+			return
+		}
+	default:
+		reply, w = s.handle(conn, req)
+	}
 	err = write(conn, reply)
 	if w != nil {
 		conn.SetReadDeadline(time.Time{})

@@ -35,14 +35,14 @@ int main(int argc, char **argv) {
 	(void)argc;
 	(void)argv;
 	/* Requests: one per line, as written. */
-	struct request req = {"event", "j\"ob", NULL, "k\\ind", "a\nb\tc\x01\x7f\xc3\xa9", 1, 1, 250};
+	struct request req = {"event", "j\"ob", NULL, "k\\ind", "a\nb\tc\x01\x7f\xc3\xa9", 1, 1, 250, NULL};
 	struct buf b = {line, 0, sizeof line, 0};
 	int rc0 = encode(&b, &req);
 	printf("encode rc=%d %s", rc0, line);
 	char big[200];
 	memset(big, 'x', sizeof big - 1);
 	big[sizeof big - 1] = '\0';
-	struct request long_req = {"event", NULL, NULL, "k", big, 0, 0, 0};
+	struct request long_req = {"event", NULL, NULL, "k", big, 0, 0, 0, NULL};
 	struct buf small = {line, 0, 64, 0};
 	int rc = encode(&small, &long_req);
 	printf("encode overflow rc=%d len=%zu overflow=%d\n", rc, small.len, small.overflow);
