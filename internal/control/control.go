@@ -17,6 +17,7 @@ import (
 	"cairn/internal/events"
 	"cairn/internal/metrics"
 	"cairn/internal/pki"
+	"cairn/internal/rpc"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -138,8 +139,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if uiLn != nil {
 		ui := dashboard.New(dashboard.Config{Source: co, Events: ev, Cluster: c.ClusterID, WriteTimeout: opts.WriteTimeout, Logger: log})
 		uctx, stopUI := context.WithCancel(ctx)
+		hs, err := dashboard.Server(uctx, uiLn, ui.Token(uiToken), log)
+		if err != nil {
+			stopUI()
+			return err
+		}
 		uiDone := make(chan error, 1)
-		go func() { uiDone <- dashboard.Serve(uctx, uiLn, ui.Token(uiToken), log) }()
+		go func() { uiDone <- rpc.Run(uctx, hs, uiLn) }()
 		defer func() {
 			stopUI()
 			if err := <-uiDone; err != nil {

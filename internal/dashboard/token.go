@@ -161,36 +161,21 @@ func ReadToken(file string) ([]byte, error) {
 	return b, nil
 }
 
-// Serve serves h on ln, which must be on a loopback address, until ctx
-// is done, then shuts down, giving requests in flight 5 s (an event
-// stream ends with ctx).
-func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+// Server is the http.Server that serves h on ln, which must be on a
+// loopback address (rpc.Run runs it); an event stream ends with ctx.
+func Server(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) (*http.Server, error) {
 	if a, err := netip.ParseAddrPort(ln.Addr().String()); err != nil || !a.Addr().IsLoopback() {
-		return fmt.Errorf("dashboard on %s: %w", ln.Addr(), ErrNotLoopback)
+		return nil, fmt.Errorf("dashboard on %s: %w", ln.Addr(), ErrNotLoopback)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	hs := &http.Server{
+	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	}, nil
 }

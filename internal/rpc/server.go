@@ -33,8 +33,14 @@ func ServeTLS(ctx context.Context, ln net.Listener, h http.Handler, conf *tls.Co
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+	return Run(ctx, hs, tls.NewListener(ln, conf))
+}
+
+// Run serves hs on ln until ctx is done, then shuts it down, giving
+// requests in flight 5 s.
+func Run(ctx context.Context, hs *http.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(tls.NewListener(ln, hs.TLSConfig)) }()
+	go func() { errc <- hs.Serve(ln) }()
 	var err error
 	select {
 	case <-ctx.Done():
