@@ -223,12 +223,7 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1", "--replication-rate", "4M", "--on-failure", "stop"},
 		append(ringArgs(c, messages), "-ballast", "40")...)...)
 	place := c.Status("ring").Placement
-	var idle string
-	for _, n := range c.Nodes {
-		if !slices.Contains(place, n) {
-			idle = n
-		}
-	}
+	idle := c.Unused(place)
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
 	// The idle node receives one rank's replica: wait until its store

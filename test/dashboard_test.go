@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,12 +30,7 @@ func TestDashboard(t *testing.T) {
 	}
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--per-node", "1"}, ringArgs(c, 50_000_000)...)...)
 	place := c.Status("ring").Placement
-	free := ""
-	for _, n := range c.Nodes {
-		if !slices.Contains(place, n) {
-			free = n
-		}
-	}
+	free := c.Unused(place)
 	c.WaitProgress("ring", 2, 0, 60*time.Second)
 
 	b := testutil.NewBrowser(t)

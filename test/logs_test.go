@@ -79,12 +79,7 @@ func TestJobLogsAcrossRestart(t *testing.T) {
 	c := testutil.NewCluster(t, 3)
 	c.OK("run", "--job", "cnt", "--ranks", "2", "--per-node", "1", "--", "sh", "-c", counterScript)
 	first := c.Status("cnt").Placement
-	free := ""
-	for _, n := range c.Nodes {
-		if !slices.Contains(first, n) {
-			free = n
-		}
-	}
+	free := c.Unused(first)
 
 	// Follow both ranks from the start until they are killed.
 	var followed bytes.Buffer

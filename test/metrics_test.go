@@ -36,12 +36,7 @@ func TestMetrics(t *testing.T) {
 	c := testutil.NewCluster(t, 4)
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1"}, ringArgs(c, 4_000_000)...)...)
 	first := c.Status("ring").Placement
-	var free string
-	for _, n := range c.Nodes {
-		if !slices.Contains(first, n) {
-			free = n
-		}
-	}
+	free := c.Unused(first)
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	for range 2 {
 		c.OK("checkpoint", "ring")

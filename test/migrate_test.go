@@ -85,11 +85,7 @@ func ringWithFreeNode(t *testing.T, messages int) (c *testutil.Cluster, place []
 	c = testutil.NewCluster(t, 4)
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1"}, ringArgs(c, messages)...)...)
 	place = c.Status("ring").Placement
-	for _, n := range c.Nodes {
-		if !slices.Contains(place, n) {
-			free = n
-		}
-	}
+	free = c.Unused(place)
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	return c, place, free
 }

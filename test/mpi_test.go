@@ -185,13 +185,7 @@ func testMPIMigrate(t *testing.T, kind string) {
 	runMPI(t, c, "mpi", kind)
 	waitMPIProgress(t, c, "mpi", 30)
 	for _, r := range []int{1, 0} {
-		free := ""
-		placed := c.Status("mpi").Placement
-		for _, n := range c.Nodes {
-			if !slices.Contains(placed, n) {
-				free = n
-			}
-		}
+		free := c.Unused(c.Status("mpi").Placement)
 		m := migrate(t, c, fmt.Sprintf("mpi/%d", r), "--to", free)
 		if got := c.Status("mpi").Placement[r]; got != free || m.State != "done" {
 			t.Fatalf("rank %d on %s after its migration to %s: %+v", r, got, free, m)

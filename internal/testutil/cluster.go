@@ -195,6 +195,18 @@ type JobStatus struct {
 	} `json:"rank_states"`
 }
 
+// Unused is the last of the cluster's nodes that holds no rank of
+// placement ("": every node holds one).
+func (c *Cluster) Unused(placement []string) string {
+	free := ""
+	for _, n := range c.Nodes {
+		if !slices.Contains(placement, n) {
+			free = n
+		}
+	}
+	return free
+}
+
 func (c *Cluster) Status(job string) JobStatus {
 	c.t.Helper()
 	var st JobStatus
