@@ -4,7 +4,9 @@
 // errors as a agentv1.Error body. The clients live beside the wire rather than
 // beside their servers, so that calling a node does not link the node's
 // stack (containers, CRIU, the store) into the caller, nor calling the
-// coordinator its etcd.
+// coordinator its etcd. The server side both APIs share (Serve, Caller,
+// the error bodies) is here too, and Run, the one http.Server lifecycle,
+// also serves the dashboard's loopback port.
 package rpc
 
 import (
