@@ -16,7 +16,8 @@ import (
 
 // BenchmarkRecovery measures how long the cluster takes to get over a
 // death in the middle of a protocol, where the end-to-end tests
-// (test/rounds_test.go, test/migrate_test.go) check only what happens:
+// (test/ckpt/rounds_test.go, test/migrate/migrate_test.go) check only what
+// happens:
 //
 //   - a round whose participant's agent dies once its rank is prepared
 //     (failpoint prepared) aborts: from the kill to the checkpoint's

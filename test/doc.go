@@ -1,6 +1,24 @@
-// Package test holds cairn's end-to-end scenarios: a local cluster made by
-// `cairn up` (a coordinator and agents in network namespaces), real runc
-// and CRIU, driven through the cairn binary as a user would. The tests need
-// root; each one builds its own cluster with names, subnets and dirs of its
-// own and checks that nothing of it is left afterwards.
+// Package test holds cairn's end-to-end scenarios, one package a concern:
+// a local cluster made by `cairn up` (a coordinator and agents in network
+// namespaces), real runc and CRIU, driven through the cairn binary as a
+// user would. The tests need root; each one builds its own cluster with
+// names, subnets and dirs of its own and checks that nothing of it is left
+// afterwards, so the packages run side by side, each test of a package
+// after the other. What they share is in internal/testutil.
+//
+//   - ckpt: global checkpoint rounds, periodic checkpoints, whole-job
+//     restarts, aborted rounds, the coordinator dying in the middle of a
+//     round, a restart or a job's start;
+//   - failover: nodes lost with their disks, automatic restarts from the
+//     replicas and the repair of the copies; damaged copies, a node dying
+//     mid-replication, quarantined packs;
+//   - restore: restarts that fetch a rank's image from its holders, at once
+//     or lazily, a holder dying midway;
+//   - migrate: rank migrations, their failures, the coordinator dying
+//     mid-migration;
+//   - mpi: Open MPI and MPICH jobs, and an unmodified mpi4py application;
+//   - rankapi: the rank API from C and Python, callbacks, application-level
+//     checkpoints;
+//   - ops: what operators use: the CLI, logs, events and hooks, health
+//     probes, metrics, the dashboard, reports, rank isolation.
 package test

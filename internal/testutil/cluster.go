@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"cairn/internal/image"
 	"cairn/internal/netw"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
@@ -57,7 +58,9 @@ func NewCluster(t testing.TB, n int, extra ...string) *Cluster {
 		Staging: "/dev/shm/cairn-e2e-" + hex.EncodeToString(r),
 		Prefix:  "e" + hex.EncodeToString(r[:2]) + "-",
 	}
-	underlay := fmt.Sprintf("10.218.%d.0/24", r[2])
+	// Cleanups run last-in first-out: the underlay is released after the
+	// cluster is down.
+	underlay := fmt.Sprintf("10.218.%d.0/24", reserveUnderlay(t, r[2]))
 	jobs := fmt.Sprintf("10.%d.%d.0/20", 232+r[0]%8, r[1]%16*16)
 	t.Cleanup(c.down)
 	c.OK(append([]string{"up", "--nodes", strconv.Itoa(n), "--prefix", c.Prefix, "--underlay", underlay, "--job-subnets", jobs}, extra...)...)
@@ -65,6 +68,39 @@ func NewCluster(t testing.TB, n int, extra ...string) *Cluster {
 		c.Nodes = append(c.Nodes, fmt.Sprintf("%sn%d", c.Prefix, i))
 	}
 	return c
+}
+
+// underlayLocks is where test processes on this host hold the underlay
+// subnets of their clusters.
+var underlayLocks = filepath.Join(os.TempDir(), "cairn-e2e-underlays")
+
+// reserveUnderlay returns the third byte X of an underlay subnet
+// 10.218.X.0/24 that no other cluster of a test on this host uses, trying
+// from the byte first on, and holds it until the test ends. The host routes
+// every underlay through its cluster's bridge, and every coordinator
+// listens on its underlay's gateway: two clusters on one subnet at once
+// (end-to-end packages run side by side) would take each other's
+// addresses.
+func reserveUnderlay(t testing.TB, first byte) byte {
+	t.Helper()
+	if err := os.MkdirAll(underlayLocks, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 256 {
+		x := first + byte(i)
+		f, err := os.OpenFile(filepath.Join(underlayLocks, strconv.Itoa(int(x))), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			continue
+		}
+		t.Cleanup(func() { f.Close() })
+		return x
+	}
+	t.Fatalf("every underlay subnet 10.218.X.0/24 is taken by clusters of other tests (%s)", underlayLocks)
+	return 0
 }
 
 // File is the cluster's record (cluster.json), as it is now.
@@ -244,6 +280,34 @@ func (c *Cluster) Ckpts(job string) []Ckpt {
 	return out
 }
 
+// Restorable says whether a restart may use the checkpoint: it is durable,
+// or protected (durable and replicated).
+func (ck Ckpt) Restorable() bool { return ck.State == "durable" || ck.State == "protected" }
+
+// WaitProtected waits until the job's newest checkpoint is protected:
+// every rank image has its copies on live nodes. It returns that
+// checkpoint.
+func (c *Cluster) WaitProtected(job string, within time.Duration) Ckpt {
+	c.t.Helper()
+	var last Ckpt
+	WaitUntil(c.t, within, func() (bool, string) {
+		cks := c.Ckpts(job)
+		last = cks[len(cks)-1]
+		return last.State == "protected", fmt.Sprintf("checkpoint %d is %s, not protected: %+v", last.Seq, last.State, last.Ranks)
+	})
+	return last
+}
+
+// RingMessages sizes the ring job so that it runs for about 15-30 s on
+// four ranks here: long enough for checkpoints and a restart mid-run.
+const RingMessages = 1_000_000
+
+// RingArgs is the end of a `cairn run` of the ring job (`cairn ringapp`)
+// passing messages messages.
+func (c *Cluster) RingArgs(messages int) []string {
+	return []string{"--", c.Bin, "ringapp", "-messages", strconv.Itoa(messages)}
+}
+
 var progressRE = regexp.MustCompile(`rank (\d+): (\d+)/(\d+) msgs`)
 
 // Logs returns a rank's output: through the cluster, or, when its
@@ -421,6 +485,26 @@ func (c *Cluster) WaitAgentLog(node, substr string, within time.Duration) {
 	})
 }
 
+// AgentLog is what a node's agent has logged so far.
+func (c *Cluster) AgentLog(node string) string {
+	c.t.Helper()
+	b, err := os.ReadFile(c.File().AgentLog(node))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return string(b)
+}
+
+// CoordinatorLog is what the coordinator has logged so far.
+func (c *Cluster) CoordinatorLog() string {
+	c.t.Helper()
+	b, err := os.ReadFile(c.File().CoordinatorLog())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return string(b)
+}
+
 // WaitUntil polls cond until it holds, failing t with its message after within.
 func WaitUntil(t testing.TB, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
@@ -462,6 +546,17 @@ func (c *Cluster) Job(name string) Job {
 	}
 	c.t.Fatalf("no job %s", name)
 	return Job{}
+}
+
+// Repo is the image repo of a node (its checkpoints and its store), read
+// on the node's disk.
+func (c *Cluster) Repo(node string) image.Repo {
+	c.t.Helper()
+	n, ok := c.File().Node(node)
+	if !ok {
+		c.t.Fatalf("no node %s", node)
+	}
+	return image.Repo{Dir: filepath.Join(n.Data, "checkpoints"), StoreDir: filepath.Join(n.Data, "store")}
 }
 
 // Agent returns a client of a node's agent, authenticated as the

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"cairn/internal/netw"
 	"cairn/internal/testbed"
@@ -50,6 +51,19 @@ func (c *Cluster) KillAgent(node string) (restart func(env ...string)) {
 	}
 	c.t.Fatalf("no node %s", node)
 	return nil
+}
+
+// RestartAgent restarts a node's agent with env added to its environment,
+// and waits until it has joined the cluster again.
+func (c *Cluster) RestartAgent(node string, env ...string) {
+	c.t.Helper()
+	joined := func() int { return strings.Count(c.AgentLog(node), `msg="joined the cluster"`) }
+	before := joined()
+	c.KillAgent(node)(env...)
+	WaitUntil(c.t, 30*time.Second, func() (bool, string) {
+		n := joined()
+		return n > before, fmt.Sprintf("%s's agent joined %d times, %d before its restart", node, n, before)
+	})
 }
 
 // KillCoordinator SIGKILLs the coordinator and returns what restarts it.

@@ -1,4 +1,4 @@
-package test
+package failover
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func checkCopiesStored(t *testing.T, c *testutil.Cluster, job string, dead []str
 				} else if d := cmp.Diff(first, ids); d != "" {
 					t.Fatalf("the copies of %s:%d on %s and %s differ (-%s +%s):\n%s", name, ck.Seq, firstNode, node, firstNode, node, d)
 				}
-				if _, err := nodeRepo(t, c, node).Verify(context.Background(), name, ck.Seq, true, nil); err != nil {
+				if _, err := c.Repo(node).Verify(context.Background(), name, ck.Seq, true, nil); err != nil {
 					t.Fatalf("%s's copy of %s:%d: %v", node, name, ck.Seq, err)
 				}
 				n++
@@ -79,7 +79,7 @@ func checkCopiesStored(t *testing.T, c *testutil.Cluster, job string, dead []str
 // its store.
 func imageChunks(t *testing.T, c *testutil.Cluster, node, container string, seq int) []store.ID {
 	t.Helper()
-	ids, err := nodeRepo(t, c, node).ChunkIDs(context.Background(), container, seq)
+	ids, err := c.Repo(node).ChunkIDs(context.Background(), container, seq)
 	if err != nil {
 		t.Fatalf("chunks of %s:%d on %s: %v", container, seq, node, err)
 	}

@@ -1,4 +1,4 @@
-package test
+package ops
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ func TestDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--per-node", "1"}, ringArgs(c, 50_000_000)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--per-node", "1"}, c.RingArgs(50_000_000)...)...)
 	place := c.Status("ring").Placement
 	free := c.Unused(place)
 	c.WaitProgress("ring", 2, 0, 60*time.Second)
@@ -93,7 +93,7 @@ func TestDashboard(t *testing.T) {
 		return li.dataset.state === 'protected' && li.textContent.includes('stall') &&
 			!!document.querySelector('#chart [data-kind=checkpoint]');`, seq)
 
-	m := migrate(t, c, "ring/1", "--to", free)
+	m := c.Migrate("ring/1", "--to", free)
 	if m.State != "done" {
 		t.Fatalf("migration: %+v", m)
 	}

@@ -1,4 +1,4 @@
-package test
+package mpi
 
 import (
 	"os"
@@ -54,7 +54,7 @@ func lifeScript(t *testing.T) string {
 	if out, err := exec.Command(lifePython, "-c", "import mpi4py.MPI").CombinedOutput(); err != nil {
 		t.Fatalf("%s cannot import mpi4py (make setup installs python3-mpi4py): %v\n%s", lifePython, err, out)
 	}
-	src, err := os.ReadFile("../examples/mpi/life.py")
+	src, err := os.ReadFile("../../examples/mpi/life.py")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package test
+package failover
 
 import (
 	"context"
@@ -21,25 +21,13 @@ import (
 	"cairn/internal/testutil"
 )
 
-// nodeRepo is the image repo of a node of a local cluster.
-func nodeRepo(t *testing.T, c *testutil.Cluster, node string) image.Repo {
-	t.Helper()
-	for _, n := range c.File().Nodes {
-		if n.Name == node {
-			return image.Repo{Dir: filepath.Join(n.Data, "checkpoints"), StoreDir: filepath.Join(n.Data, "store")}
-		}
-	}
-	t.Fatalf("no node %s", node)
-	return image.Repo{}
-}
-
 // damageChunk flips a byte in the stored blob of a chunk of a CRIU page
 // image of checkpoint seq of container name on node, the first from the
 // n-th on that is not damaged yet and that the store of node lacks lacks
 // (if lacks is given), and returns the chunk's id.
 func damageChunk(t *testing.T, c *testutil.Cluster, node, name string, seq, n int, lacks string) store.ID {
 	t.Helper()
-	repo := nodeRepo(t, c, node)
+	repo := c.Repo(node)
 	rec, err := repo.Load(name, seq)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +52,7 @@ func damageChunk(t *testing.T, c *testutil.Cluster, node, name string, seq, n in
 			continue
 		}
 		if lacks != "" {
-			missing, err := nodeRepo(t, c, lacks).Missing(context.Background(), []store.ID{id})
+			missing, err := c.Repo(lacks).Missing(context.Background(), []store.ID{id})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,16 +87,6 @@ func damageChunk(t *testing.T, c *testutil.Cluster, node, name string, seq, n in
 	return store.ID{}
 }
 
-// coordLog is the coordinator's log so far.
-func coordLog(t *testing.T, c *testutil.Cluster) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestDamagedCopy: a chunk of a rank image is damaged on disk. A restart
 // that restores the rank where the damaged copy is detects it before CRIU
 // runs, replaces the damaged chunk from another copy and finishes with the
@@ -123,11 +101,11 @@ func TestDamagedCopy(t *testing.T) {
 	// staging would be used instead of the damaged store.
 	t.Setenv("CAIRN_KEEP_IMAGES", "0")
 	c := testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1"}, append(ringArgs(c, messages), "-ballast", "16")...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1"}, append(c.RingArgs(messages), "-ballast", "16")...)...)
 	place := c.Status("ring").Placement
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
-	ck := waitProtected(t, c, "ring", 60*time.Second)
+	ck := c.WaitProtected("ring", 60*time.Second)
 	home := place[1]
 	var replica string
 	for _, n := range ck.Ranks[1].Copies {
@@ -149,7 +127,7 @@ func TestDamagedCopy(t *testing.T) {
 	if p := c.Status("ring").Placement; p[1] != home {
 		t.Fatalf("rank 1 restarted on %s, want %s where its copy is", p[1], home)
 	}
-	log := coordLog(t, c)
+	log := c.CoordinatorLog()
 	for _, want := range []string{
 		"damaged image at restore; repairing it from another copy",
 		fmt.Sprintf(`msg="damaged copy repaired" job=ring ckpt=%d rank=1 node=%s peer=%s chunks=1`, ck.Seq, home, replica),
@@ -174,7 +152,7 @@ func TestDamagedCopy(t *testing.T) {
 		t.Fatalf("rank 1 restarted on %s, want %s", p[1], other)
 	}
 	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
-		n := strings.Count(coordLog(t, c), fmt.Sprintf(`msg="damaged copy repaired" job=ring ckpt=%d rank=1 node=%s`, ck.Seq, home))
+		n := strings.Count(c.CoordinatorLog(), fmt.Sprintf(`msg="damaged copy repaired" job=ring ckpt=%d rank=1 node=%s`, ck.Seq, home))
 		return n == 2, fmt.Sprintf("%d repairs of rank 1's copy on %s logged, want 2", n, home)
 	})
 	for _, bad := range bads {
@@ -192,7 +170,7 @@ func TestDamagedCopy(t *testing.T) {
 // chunk id included.
 func checkIntact(t *testing.T, c *testutil.Cluster, node, name string, seq int, id store.ID) {
 	t.Helper()
-	repo := nodeRepo(t, c, node)
+	repo := c.Repo(node)
 	if _, err := repo.Verify(context.Background(), name, seq, true, nil); err != nil {
 		t.Fatalf("%s's copy of %s:%d after repair: %v", node, name, seq, err)
 	}
@@ -221,7 +199,7 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	const messages = 1_500_000
 	c := testutil.NewCluster(t, 4)
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1", "--replication-rate", "4M", "--on-failure", "stop"},
-		append(ringArgs(c, messages), "-ballast", "40")...)...)
+		append(c.RingArgs(messages), "-ballast", "40")...)...)
 	place := c.Status("ring").Placement
 	idle := c.Unused(place)
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
@@ -236,7 +214,7 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	testutil.WaitUntil(t, time.Minute, func() (bool, string) {
 		held := make([]int, len(images))
 		for r, ids := range images {
-			missing, err := nodeRepo(t, c, idle).Missing(context.Background(), ids)
+			missing, err := c.Repo(idle).Missing(context.Background(), ids)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -256,7 +234,7 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	var cut []int
 	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
 		cut = nil
-		for _, e := range events(t, c, "--type", "replica.failed") {
+		for _, e := range c.Events("--type", "replica.failed") {
 			if e.Node == idle && e.Ckpt == ck.Seq && e.Rank != nil {
 				cut = append(cut, *e.Rank)
 			}
@@ -310,14 +288,14 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	restartIdle()
 	c.WaitNodes(3, 30*time.Second)
 	for r := range 3 {
-		if _, err := nodeRepo(t, c, idle).Load(fmt.Sprintf("ring.%d", r), ck.Seq); err == nil {
+		if _, err := c.Repo(idle).Load(fmt.Sprintf("ring.%d", r), ck.Seq); err == nil {
 			t.Fatalf("%s's store has a record of ring.%d:%d, which it received only in part", idle, r, ck.Seq)
 		}
 		if _, ok := nodeChunks(t, c, idle, fmt.Sprintf("ring.%d", r), ck.Seq); ok {
 			t.Fatalf("%s's agent lists ring.%d:%d, which it received only in part", idle, r, ck.Seq)
 		}
 	}
-	missing, err := nodeRepo(t, c, idle).Missing(context.Background(), chunks)
+	missing, err := c.Repo(idle).Missing(context.Background(), chunks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +312,7 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	moved := slices.Clone(place)
 	moved[rank] = idle
 	c.OK("restart", "ring", "--placement", strings.Join(moved, ","))
-	log := coordLog(t, c)
+	log := c.CoordinatorLog()
 	m := regexp.MustCompile(`msg="fetched for restart" job=ring ckpt=\d+ rank=` + fmt.Sprint(rank) + ` node=` + regexp.QuoteMeta(idle) + ` peer=(\S+) bytes=(\d+)`).FindStringSubmatch(log)
 	if m == nil {
 		t.Fatalf("no fetch of rank %d onto %s for the restart in the coordinator's log", rank, idle)
@@ -362,7 +340,7 @@ func TestNodeDiesMidReplication(t *testing.T) {
 	if d := cmp.Diff(storeIDs(chunks), ids); d != "" {
 		t.Fatalf("%s's copy of %s:%d is not %s's (-%s +%s):\n%s", idle, name, ck.Seq, remade, remade, idle, d)
 	}
-	if _, err := nodeRepo(t, c, idle).Verify(context.Background(), name, ck.Seq, true, nil); err != nil {
+	if _, err := c.Repo(idle).Verify(context.Background(), name, ck.Seq, true, nil); err != nil {
 		t.Fatalf("%s:%d on %s after the restart: %v", name, ck.Seq, idle, err)
 	}
 	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {

@@ -1,4 +1,4 @@
-package test
+package rankapi
 
 import (
 	"bufio"
@@ -41,7 +41,7 @@ func sharedDir(t *testing.T) string {
 // exampleDir is examples/rank-api.
 func exampleDir(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs("../examples/rank-api")
+	dir, err := filepath.Abs("../../examples/rank-api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestRankAsksForCheckpoint(t *testing.T) {
 				t.Fatalf("rank 0's checkpoint: %s", m[0])
 			}
 			cks := c.Ckpts(prog.job)
-			if len(cks) != 1 || !restorable(cks[0].State) || len(cks[0].Ranks) != 3 {
+			if len(cks) != 1 || !cks[0].Restorable() || len(cks[0].Ranks) != 3 {
 				t.Fatalf("checkpoints after the rank asked: %+v", cks)
 			}
 			// Killed, then restarted from it, every rank on another node.
@@ -394,7 +394,7 @@ exit 1
 	// A migration of one rank: it saves its state when told, and its
 	// command starts afresh from that state on the target, while the
 	// other ranks run on.
-	m := migrate(t, c, "app/1", "--to", moved[2])
+	m := c.Migrate("app/1", "--to", moved[2])
 	if m.State != "done" {
 		t.Fatalf("migration of app/1: %s (%s)", m.State, m.Reason)
 	}

@@ -1,4 +1,4 @@
-package test
+package restore
 
 import (
 	"os"
@@ -28,11 +28,11 @@ func TestLazyRestartHolderDies(t *testing.T) {
 	sc := newHolderScenario(t, c, 2, messages, 192)
 	place, next, victim := sc.place, sc.next, sc.victim
 	armed := filepath.Join(t.TempDir(), "armed")
-	restartAgent(t, c, victim, failpoint.Env+"=chunk-data", failpoint.ArmedEnv+"="+armed)
+	c.RestartAgent(victim, failpoint.Env+"=chunk-data", failpoint.ArmedEnv+"="+armed)
 	c.OK("kill", "ring")
 	c.KillNodes([]string{place[1]}, true)
 	c.WaitNodes(4, time.Minute)
-	hung := func() int { return strings.Count(agentLog(t, c, victim), "failpoint=chunk-data") }
+	hung := func() int { return strings.Count(c.AgentLog(victim), "failpoint=chunk-data") }
 	before := hung()
 	c.OK("restart", "ring", "--lazy", "--placement", strings.Join(next, ","))
 	if err := os.WriteFile(armed, nil, 0o600); err != nil {
@@ -41,7 +41,7 @@ func TestLazyRestartHolderDies(t *testing.T) {
 	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
 		return hung() > before, "the lazy restore's prefetch never reached the victim's failpoint"
 	})
-	if strings.Contains(agentLog(t, c, next[1]), "lazy restore: every page is here") {
+	if strings.Contains(c.AgentLog(next[1]), "lazy restore: every page is here") {
 		t.Fatal("the lazy restore had completed before the victim hung")
 	}
 	c.KillNodes([]string{victim}, true)
@@ -52,7 +52,7 @@ func TestLazyRestartHolderDies(t *testing.T) {
 
 	// Rank 1's node served its pages lazily, all of the 192 MiB ballast
 	// among them, and gave the victim up on the way.
-	log := agentLog(t, c, next[1])
+	log := c.AgentLog(next[1])
 	m := regexp.MustCompile(`msg="lazy restore: every page is here" ckpt=ring\.1:\d+ pages=(\d+)`).FindStringSubmatch(log)
 	if m == nil {
 		t.Fatalf("%s's agent log shows no complete lazy restore of rank 1:\n%s", next[1], log)

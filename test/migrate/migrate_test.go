@@ -1,4 +1,4 @@
-package test
+package migrate
 
 import (
 	"encoding/json"
@@ -12,60 +12,16 @@ import (
 	"testing"
 	"time"
 
+	coordv1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/failpoint"
 	"cairn/internal/ringapp"
 	"cairn/internal/testutil"
 )
 
-// Migration is `cairn migrate --json`.
-type Migration struct {
-	Seq     int           `json:"seq"`
-	Rank    int           `json:"rank"`
-	From    string        `json:"from"`
-	To      string        `json:"to"`
-	State   string        `json:"state"`
-	Reason  string        `json:"reason"`
-	Stall   time.Duration `json:"stall_ns"`
-	Bytes   int64         `json:"bytes"`
-	Move    time.Duration `json:"move_ns"`
-	Restore time.Duration `json:"restore_ns"`
-}
-
-// Event is a line of `cairn events --json`.
-type Event struct {
-	Seq     uint64    `json:"seq"`
-	Time    time.Time `json:"time"`
-	Type    string    `json:"type"`
-	Job     string    `json:"job"`
-	Node    string    `json:"node"`
-	Peer    string    `json:"peer"`
-	Rank    *int      `json:"rank"`
-	Ckpt    int       `json:"ckpt"`
-	Message string    `json:"message"`
-}
-
-func events(t *testing.T, c *testutil.Cluster, args ...string) []Event {
-	t.Helper()
-	var out []Event
-	for _, line := range strings.Split(strings.TrimSpace(c.OK(append([]string{"events", "--json"}, args...)...)), "\n") {
-		if line == "" {
-			continue
-		}
-		var e Event
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			t.Fatalf("event %q: %v", line, err)
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// migrationPhases is the order of a migration's events.
-var migrationPhases = []string{"migration.started", "migration.stalled", "migration.moved", "migration.restored", "migration.done"}
-
 // checkPhases checks that the events of migration seq are its phases, in
 // order.
-func checkPhases(t *testing.T, evs []Event, seq int, want []string) {
+func checkPhases(t *testing.T, evs []evv1.Event, seq int, want []string) {
 	t.Helper()
 	var got []string
 	for _, e := range evs {
@@ -83,22 +39,11 @@ func checkPhases(t *testing.T, evs []Event, seq int, want []string) {
 func ringWithFreeNode(t *testing.T, messages int) (c *testutil.Cluster, place []string, free string) {
 	t.Helper()
 	c = testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1"}, ringArgs(c, messages)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1"}, c.RingArgs(messages)...)...)
 	place = c.Status("ring").Placement
 	free = c.Unused(place)
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	return c, place, free
-}
-
-func migrate(t *testing.T, c *testutil.Cluster, args ...string) Migration {
-	t.Helper()
-	var m Migration
-	if err := json.Unmarshal([]byte(c.OK(append([]string{"migrate", "--json"}, args...)...)), &m); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("rank %d %s -> %s: %s, job stalled %s, %d bytes moved in %s, restored in %s", m.Rank, m.From, m.To, m.State,
-		m.Stall.Round(time.Millisecond), m.Bytes, m.Move.Round(time.Millisecond), m.Restore.Round(time.Millisecond))
-	return m
 }
 
 // TestMigrateRank: a rank of the running ring moves twice, to two other
@@ -118,7 +63,7 @@ func TestMigrateRank(t *testing.T) {
 
 	printed := c.Logs("ring", 1)
 
-	first := migrate(t, c, "ring/1", "--to", free)
+	first := c.Migrate("ring/1", "--to", free)
 	if first.State != "done" || first.From != place[1] || first.To != free {
 		t.Fatalf("first migration: %+v", first)
 	}
@@ -128,7 +73,7 @@ func TestMigrateRank(t *testing.T) {
 		return c.Progress("ring", 0) > before, "the ring made no progress after the migration"
 	})
 	// Back to where it came from: a different node than the first move's.
-	second := migrate(t, c, "ring/1", "--to", place[0])
+	second := c.Migrate("ring/1", "--to", place[0])
 	if second.State != "done" || second.To != place[0] {
 		t.Fatalf("second migration: %+v", second)
 	}
@@ -150,9 +95,9 @@ func TestMigrateRank(t *testing.T) {
 	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
-	evs := events(t, c, "--job", "ring")
-	checkPhases(t, evs, first.Seq, migrationPhases)
-	checkPhases(t, evs, second.Seq, migrationPhases)
+	evs := c.Events("--job", "ring")
+	checkPhases(t, evs, first.Seq, testutil.MigrationPhases)
+	checkPhases(t, evs, second.Seq, testutil.MigrationPhases)
 	out := c.OK("migrations", "ring")
 	if strings.Count(out, " done ") != 2 {
 		t.Errorf("cairn migrations lists:\n%s", out)
@@ -285,7 +230,7 @@ func TestMigrationFailures(t *testing.T) {
 	})
 	movesOn("CRIU was killed on the source")
 
-	var ms []Migration
+	var ms []coordv1.Migration
 	if err := json.Unmarshal([]byte(c.OK("migrations", "ring", "--json")), &ms); err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +238,7 @@ func TestMigrationFailures(t *testing.T) {
 	if ms[0].State != "failed" || last.State != "failed" || last.Rank != 2 {
 		t.Fatalf("migrations recorded: %+v", ms)
 	}
-	evs := events(t, c, "--job", "ring")
+	evs := c.Events("--job", "ring")
 	checkPhases(t, evs, ms[0].Seq, []string{"migration.started", "migration.stalled", "migration.failed"})
 	checkPhases(t, evs, last.Seq, []string{"migration.started", "migration.failed"})
 	var failMsg string
@@ -317,11 +262,11 @@ func TestMigrationFailures(t *testing.T) {
 
 // migrationState waits until migration seq of the ring is in state want
 // and returns it.
-func migrationState(t *testing.T, c *testutil.Cluster, seq int, want string) Migration {
+func migrationState(t *testing.T, c *testutil.Cluster, seq int, want string) coordv1.Migration {
 	t.Helper()
-	var m Migration
+	var m coordv1.Migration
 	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
-		var ms []Migration
+		var ms []coordv1.Migration
 		out, err := c.Run("migrations", "ring", "--json")
 		if err != nil {
 			return false, "no coordinator yet: " + out // it is starting
@@ -346,7 +291,7 @@ func migrationState(t *testing.T, c *testutil.Cluster, seq int, want string) Mig
 func noHoldExpired(t *testing.T, c *testutil.Cluster, what string) {
 	t.Helper()
 	for _, n := range c.Nodes {
-		for _, line := range strings.Split(agentLog(t, c, n), "\n") {
+		for _, line := range strings.Split(c.AgentLog(n), "\n") {
 			if strings.Contains(line, "within the hold") {
 				t.Fatalf("after %s, the agent of %s acted on its own at the end of its hold:\n%s", what, n, line)
 			}

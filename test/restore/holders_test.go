@@ -1,9 +1,7 @@
-package test
+package restore
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,13 +25,13 @@ func TestRestartFromHolders(t *testing.T) {
 	c := testutil.NewCluster(t, 6)
 	sc := newHolderScenario(t, c, 4, messages, 16)
 	place, next, victim, survivor := sc.place, sc.next, sc.victim, sc.survivor
-	restartAgent(t, c, victim, "CAIRN_FAILPOINT=chunk-data")
+	c.RestartAgent(victim, "CAIRN_FAILPOINT=chunk-data")
 	c.OK("kill", "ring")
 	c.KillNodes([]string{place[1]}, true)
 	c.WaitNodes(5, time.Minute)
 	// Fetches that repair the lost copies may reach the failpoint first.
 	time.Sleep(2 * time.Second)
-	hung := func() int { return strings.Count(agentLog(t, c, victim), "failpoint=chunk-data") }
+	hung := func() int { return strings.Count(c.AgentLog(victim), "failpoint=chunk-data") }
 	before := hung()
 	done := make(chan error, 1)
 	go func() {
@@ -67,7 +65,7 @@ func TestRestartFromHolders(t *testing.T) {
 	// The fetch may be the restart's own, or the repair of the lost copy
 	// that happened to target the same node, which the restart's then
 	// waits for (peer="": it fetched nothing itself).
-	log := coordLog(t, c)
+	log := c.CoordinatorLog()
 	m := regexp.MustCompile(`msg="fetched for restart" job=ring ckpt=\d+ rank=1 node=` + regexp.QuoteMeta(next[1]) + ` peer=(\S+)`).FindStringSubmatch(log)
 	if m == nil {
 		t.Fatalf("no fetch of rank 1 onto %s in the coordinator's log:\n%s", next[1], log)
@@ -75,8 +73,8 @@ func TestRestartFromHolders(t *testing.T) {
 	if from := strings.Split(m[1], ","); m[1] != `""` && !slices.Contains(from, survivor) {
 		t.Errorf("rank 1 fetched from %v, want %s among them", from, survivor)
 	}
-	if !regexp.MustCompile(`fetch: holder given up; its share goes to the others" ckpt=ring\.1:\d+ peer=` + regexp.QuoteMeta(victim)).MatchString(agentLog(t, c, next[1])) {
-		t.Errorf("%s's agent log does not show %s given up mid-fetch:\n%s", next[1], victim, agentLog(t, c, next[1]))
+	if !regexp.MustCompile(`fetch: holder given up; its share goes to the others" ckpt=ring\.1:\d+ peer=` + regexp.QuoteMeta(victim)).MatchString(c.AgentLog(next[1])) {
+		t.Errorf("%s's agent log does not show %s given up mid-fetch:\n%s", next[1], victim, c.AgentLog(next[1]))
 	}
 }
 
@@ -97,7 +95,7 @@ func newHolderScenario(t *testing.T, c *testutil.Cluster, ranks, messages, balla
 	place := c.Status("ring").Placement
 	c.WaitProgress("ring", ranks, 0, 90*time.Second)
 	c.OK("checkpoint", "ring")
-	ck := waitProtected(t, c, "ring", 90*time.Second)
+	ck := c.WaitProtected("ring", 90*time.Second)
 	copies := func(r int) []string { return ck.Ranks[r].Copies }
 	var holders []string // rank 1's copies but the one on its node
 	for _, n := range copies(1) {
@@ -133,24 +131,4 @@ func newHolderScenario(t *testing.T, c *testutil.Cluster, ranks, messages, balla
 		}
 	}
 	return holderScenario{place: place, next: next, victim: victim, survivor: holders[1]}
-}
-
-// restartAgent restarts node's agent with env, and waits until it has
-// joined the cluster again.
-func restartAgent(t *testing.T, c *testutil.Cluster, node string, env ...string) {
-	t.Helper()
-	c.KillAgent(node)(env...)
-	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
-		n := strings.Count(agentLog(t, c, node), `msg="joined the cluster"`)
-		return n == 2, fmt.Sprintf("%s's agent joined %d times, want 2", node, n)
-	})
-}
-
-func agentLog(t *testing.T, c *testutil.Cluster, node string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "nodes", node, "agent.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

@@ -1,4 +1,4 @@
-package test
+package ckpt
 
 import (
 	"context"
@@ -27,14 +27,14 @@ func TestRoundAborts(t *testing.T) {
 	// The deadline is far off: a round that ends sooner ended for its
 	// participant.
 	c := testutil.NewCluster(t, 4, "--deadline", "60s")
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--per-node", "1"}, ringArgs(c, messages)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--per-node", "1"}, c.RingArgs(messages)...)...)
 	c.WaitProgress("ring", 4, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
 
 	// 1. The agent of rank 1's node dies while the ranks prepare: once its
 	// rank is prepared (frozen, dumped), before it answers.
 	victim := c.Status("ring").Placement[1]
-	restartAgent(t, c, victim, failpoint.Env+"=prepared")
+	c.RestartAgent(victim, failpoint.Env+"=prepared")
 	done := c.CheckpointAsync("ring")
 	c.WaitAgentLog(victim, "failpoint=prepared", 60*time.Second)
 	restart := c.KillAgent(victim)
@@ -83,7 +83,7 @@ func TestRoundAborts(t *testing.T) {
 		t.Fatalf("%d checkpoints, want %d: %+v", len(cks), len(want), cks)
 	}
 	for i, ck := range cks {
-		if ck.State != want[i] && !(want[i] == "durable" && restorable(ck.State)) {
+		if ck.State != want[i] && !(want[i] == "durable" && ck.Restorable()) {
 			t.Fatalf("checkpoint %d is %s (%s), want %s", ck.Seq, ck.State, ck.Reason, want[i])
 		}
 	}
@@ -113,7 +113,7 @@ func TestCoordinatorDeath(t *testing.T) {
 	const messages = 2_000_000
 	const deadline, hold = 4 * time.Second, 14 * time.Second // hold: the coordinator's default, deadline + 10s
 	c := testutil.NewCluster(t, 3, "--deadline", deadline.String())
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3"}, ringArgs(c, messages)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3"}, c.RingArgs(messages)...)...)
 	place := c.Status("ring").Placement
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
@@ -148,7 +148,7 @@ func TestCoordinatorDeath(t *testing.T) {
 		})
 		for r, n := range place {
 			thawed := regexp.MustCompile(fmt.Sprintf(`msg="no decision within the hold: thawing".* rank=ring\.%d ckpt=%d `, r, seq))
-			if !thawed.MatchString(agentLog(t, c, n)) {
+			if !thawed.MatchString(c.AgentLog(n)) {
 				t.Fatalf("%s: rank %d's agent on %s did not thaw it at the end of its hold (no %s in its log)", fp, r, n, thawed)
 			}
 		}
@@ -167,7 +167,7 @@ func TestCoordinatorDeath(t *testing.T) {
 		testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
 			cks := c.Ckpts("ring")
 			last := cks[len(cks)-1]
-			return last.State == want || want == "durable" && restorable(last.State), fmt.Sprintf("%s: round %d is %s (%s), want %s", fp, last.Seq, last.State, last.Reason, want)
+			return last.State == want || want == "durable" && last.Restorable(), fmt.Sprintf("%s: round %d is %s (%s), want %s", fp, last.Seq, last.State, last.Reason, want)
 		})
 	}
 	for _, ck := range c.Ckpts("ring") {
@@ -195,7 +195,7 @@ func TestCoordinatorDeath(t *testing.T) {
 func TestCoordinatorDiesMidRestart(t *testing.T) {
 	const messages = 1_500_000
 	c := testutil.NewCluster(t, 3)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--on-failure", "stop"}, ringArgs(c, messages)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--on-failure", "stop"}, c.RingArgs(messages)...)...)
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
 	restart := c.KillCoordinator()
@@ -233,7 +233,7 @@ func TestCoordinatorDiesMidJobStart(t *testing.T) {
 	c.WaitNodes(3, 30*time.Second)
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Run(append([]string{"run", "--job", "ring", "--ranks", "3"}, ringArgs(c, messages)...)...)
+		_, err := c.Run(append([]string{"run", "--job", "ring", "--ranks", "3"}, c.RingArgs(messages)...)...)
 		done <- err
 	}()
 	c.WaitFailpoint("job-before-running", 90*time.Second)

@@ -1,9 +1,7 @@
-package test
+package failover
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -13,19 +11,6 @@ import (
 	"cairn/internal/ringapp"
 	"cairn/internal/testutil"
 )
-
-// waitProtected waits until the job's newest checkpoint is protected: every
-// rank image has its copies on live nodes.
-func waitProtected(t *testing.T, c *testutil.Cluster, job string, within time.Duration) testutil.Ckpt {
-	t.Helper()
-	var last testutil.Ckpt
-	testutil.WaitUntil(t, within, func() (bool, string) {
-		cks := c.Ckpts(job)
-		last = cks[len(cks)-1]
-		return last.State == "protected", fmt.Sprintf("checkpoint %d is %s, not protected: %+v", last.Seq, last.State, last.Ranks)
-	})
-	return last
-}
 
 // testNodeLoss runs the ring on 4 of 5 nodes (the fifth a spare) with k
 // replicas, checkpoints it, then kills the nodes of the given ranks with
@@ -39,14 +24,14 @@ func testNodeLoss(t *testing.T, k int, lose []int) {
 	c := testutil.NewCluster(t, 5)
 	spare := c.Nodes[4]
 	c.OK("node", "spare", spare)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--replicas", fmt.Sprint(k)}, ringArgs(c, messages)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--replicas", fmt.Sprint(k)}, c.RingArgs(messages)...)...)
 	before := c.Status("ring").Placement
 	if slices.Contains(before, spare) {
 		t.Fatalf("a rank was placed on the spare: %v", before)
 	}
 	c.WaitProgress("ring", 4, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
-	ck := waitProtected(t, c, "ring", 60*time.Second)
+	ck := c.WaitProtected("ring", 60*time.Second)
 	for _, r := range ck.Ranks {
 		if len(r.Copies) != 1+k || len(slices.Compact(slices.Sorted(slices.Values(r.Copies)))) != 1+k {
 			t.Fatalf("rank image on %s has copies %v, want %d distinct", r.Node, r.Copies, 1+k)
@@ -55,7 +40,7 @@ func testNodeLoss(t *testing.T, k int, lose []int) {
 	// A second checkpoint shares most chunks with the first: only what the
 	// replica lacks crosses the network.
 	c.OK("checkpoint", "ring")
-	waitProtected(t, c, "ring", 60*time.Second)
+	c.WaitProtected("ring", 60*time.Second)
 	first, second := replicatedBytes(t, c, 1), replicatedBytes(t, c, 2)
 	t.Logf("replication moved %d bytes for checkpoint 1, %d for checkpoint 2", first, second)
 	if second*4 > first*3 { // a full stream would move about as much as the first
@@ -137,12 +122,8 @@ var replicatedRE = regexp.MustCompile(`msg=replicated job=ring ckpt=(\d+) rank=\
 // checkpoint seq of the ring.
 func replicatedBytes(t *testing.T, c *testutil.Cluster, seq int) int64 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(c.Data, "cluster", "coordinator", "coordinator.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n int64
-	for _, m := range replicatedRE.FindAllStringSubmatch(string(b), -1) {
+	for _, m := range replicatedRE.FindAllStringSubmatch(c.CoordinatorLog(), -1) {
 		if s, _ := strconv.Atoi(m[1]); s == seq {
 			v, _ := strconv.ParseInt(m[2], 10, 64)
 			n += v

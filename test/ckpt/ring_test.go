@@ -1,10 +1,9 @@
-package test
+package ckpt
 
 import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +11,6 @@ import (
 	"cairn/internal/ringapp"
 	"cairn/internal/testutil"
 )
-
-// ringMessages sizes the ring job so that it runs for about 15-30 s on
-// four ranks here: long enough for checkpoints and a restart mid-run.
-const ringMessages = 1_000_000
-
-func ringArgs(c *testutil.Cluster, messages int) []string {
-	return []string{"--", c.Bin, "ringapp", "-messages", strconv.Itoa(messages)}
-}
 
 // TestRingCheckpointRestart is the whole-job story: a 4-rank ring on 4
 // nodes passing checksummed messages at full speed is checkpointed three
@@ -30,7 +21,7 @@ func ringArgs(c *testutil.Cluster, messages int) []string {
 // fails on any lost, duplicated, reordered or damaged message.
 func TestRingCheckpointRestart(t *testing.T) {
 	c := testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--per-node", "1"}, ringArgs(c, ringMessages)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--per-node", "1"}, c.RingArgs(testutil.RingMessages)...)...)
 	first := c.Status("ring").Placement
 	if len(slices.Compact(slices.Sorted(slices.Values(first)))) != 4 {
 		t.Fatalf("placement %v: want one rank per node", first)
@@ -53,12 +44,12 @@ func TestRingCheckpointRestart(t *testing.T) {
 		t.Fatalf("%d checkpoints, want 3: %+v", len(cks), cks)
 	}
 	for _, ck := range cks {
-		if !restorable(ck.State) || len(ck.Ranks) != 4 {
+		if !ck.Restorable() || len(ck.Ranks) != 4 {
 			t.Fatalf("checkpoint %d: %s with %d ranks, want durable (or protected) with 4", ck.Seq, ck.State, len(ck.Ranks))
 		}
 		t.Logf("checkpoint %d: ranks frozen %s, coordination %s", ck.Seq, time.Duration(ck.Stall), time.Duration(ck.Coord))
 	}
-	if p := c.Progress("ring", 0); p >= ringMessages {
+	if p := c.Progress("ring", 0); p >= testutil.RingMessages {
 		t.Fatalf("the ring finished before it was killed (%d messages); make it longer", p)
 	}
 
@@ -77,7 +68,7 @@ func TestRingCheckpointRestart(t *testing.T) {
 			t.Fatalf("rank %d restarted on its old node %s", r, n)
 		}
 	}
-	if got, want := c.Result("ring"), ringapp.Expected(4, ringMessages, 64, 1); got != want {
+	if got, want := c.Result("ring"), ringapp.Expected(4, testutil.RingMessages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s (an uninterrupted run's)", got, want)
 	}
 	// The same result would come from a run started afresh: every rank
@@ -89,11 +80,11 @@ func TestRingCheckpointRestart(t *testing.T) {
 // interval, one round at a time, and `cairn rm` removes the job with them.
 func TestPeriodicCheckpoints(t *testing.T) {
 	c := testutil.NewCluster(t, 2)
-	c.OK(append([]string{"run", "--job", "tick", "--ranks", "2", "--checkpoint-every", "1s"}, ringArgs(c, 100*ringMessages)...)...)
+	c.OK(append([]string{"run", "--job", "tick", "--ranks", "2", "--checkpoint-every", "1s"}, c.RingArgs(100*testutil.RingMessages)...)...)
 	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
 		n := 0
 		for _, ck := range c.Ckpts("tick") {
-			if restorable(ck.State) {
+			if ck.Restorable() {
 				n++
 			}
 		}
@@ -137,14 +128,14 @@ func TestPeriodicCheckpoints(t *testing.T) {
 	}
 	for _, n := range c.Nodes {
 		for r := range 2 {
-			if recs, _ := nodeRepo(t, c, n).List(fmt.Sprintf("tick.%d", r)); len(recs) > 0 {
+			if recs, _ := c.Repo(n).List(fmt.Sprintf("tick.%d", r)); len(recs) > 0 {
 				t.Fatalf("node %s keeps %d images of the removed job's rank %d", n, len(recs), r)
 			}
 		}
 	}
 
 	// A job whose ranks have all exited stops being checkpointed.
-	c.OK(append([]string{"run", "--job", "short", "--ranks", "2", "--checkpoint-every", "1s"}, ringArgs(c, 20_000)...)...)
+	c.OK(append([]string{"run", "--job", "short", "--ranks", "2", "--checkpoint-every", "1s"}, c.RingArgs(20_000)...)...)
 	c.OK("wait", "short")
 	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
 		j := c.Job("short")
@@ -156,7 +147,3 @@ func TestPeriodicCheckpoints(t *testing.T) {
 		t.Fatalf("%d rounds after the job exited", m-n)
 	}
 }
-
-// restorable says whether a checkpoint state is one a restart may use:
-// durable, or protected (durable and replicated).
-func restorable(state string) bool { return state == "durable" || state == "protected" }

@@ -1,10 +1,9 @@
-package test
+package ops
 
 import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -34,13 +33,13 @@ import (
 // forbidden at the coordinator, and one over plain HTTP gets no metrics.
 func TestMetrics(t *testing.T) {
 	c := testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1"}, ringArgs(c, 4_000_000)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1"}, c.RingArgs(4_000_000)...)...)
 	first := c.Status("ring").Placement
 	free := c.Unused(first)
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	for range 2 {
 		c.OK("checkpoint", "ring")
-		waitProtected(t, c, "ring", 60*time.Second)
+		c.WaitProtected("ring", 60*time.Second)
 	}
 	c.OK("migrate", "ring/0", "--to", free)
 	dead := c.Status("ring").Placement[1]
@@ -81,12 +80,12 @@ func TestMetrics(t *testing.T) {
 	// the events a moment later: compare until they agree).
 	var failures []string
 	testutil.WaitUntil(t, 20*time.Second, func() (bool, string) {
-		evs := clusterEvents(t, c)
+		evs := c.Events()
 		got := scrapeOK(t, client, f.Coordinator)
 		failures = compareCoordinator(evs, got, dead)
 		return len(failures) == 0, "the coordinator's metrics disagree with the events:\n" + strings.Join(failures, "\n")
 	})
-	t.Logf("coordinator: %d series checked against %d events", len(coordinatorWant(clusterEvents(t, c), dead)), len(clusterEvents(t, c)))
+	t.Logf("coordinator: %d series checked against %d events", len(coordinatorWant(c.Events(), dead)), len(c.Events()))
 
 	// An agent's: its store holds at least the copies the catalog gives
 	// it, and its probes pass.
@@ -229,20 +228,6 @@ func compareCoordinator(evs []evv1.Event, got map[string]float64, dead string) [
 	}
 	if ranks != want[`cairn_checkpoint_last_image_bytes{job_name="ring"}`] {
 		out = append(out, fmt.Sprintf("  the ranks' image bytes add up to %v, the newest checkpoint's are %v", ranks, want[`cairn_checkpoint_last_image_bytes{job_name="ring"}`]))
-	}
-	return out
-}
-
-// clusterEvents is `cairn events --json`.
-func clusterEvents(t *testing.T, c *testutil.Cluster) []evv1.Event {
-	t.Helper()
-	var out []evv1.Event
-	for _, line := range strings.Split(strings.TrimSpace(c.OK("events", "--json")), "\n") {
-		var e evv1.Event
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			t.Fatalf("event %q: %v", line, err)
-		}
-		out = append(out, e)
 	}
 	return out
 }

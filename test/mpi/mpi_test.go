@@ -1,4 +1,4 @@
-package test
+package mpi
 
 import (
 	"encoding/json"
@@ -46,7 +46,7 @@ func mpiProgram(t *testing.T, kind string) string {
 		mpiBins = map[string]string{}
 		for k, cc := range map[string]string{"openmpi": "/usr/bin/mpicc.openmpi", "mpich": "/usr/bin/mpicc.mpich"} {
 			bin := filepath.Join(dir, "mpiring."+k)
-			if out, err := exec.Command(cc, "-O2", "-o", bin, "../examples/mpi/mpiring.c").CombinedOutput(); err != nil {
+			if out, err := exec.Command(cc, "-O2", "-o", bin, "../../examples/mpi/mpiring.c").CombinedOutput(); err != nil {
 				mpiErr = fmt.Errorf("%s: %v\n%s", cc, err, out)
 				return
 			}
@@ -186,7 +186,7 @@ func testMPIMigrate(t *testing.T, kind string) {
 	waitMPIProgress(t, c, "mpi", 30)
 	for _, r := range []int{1, 0} {
 		free := c.Unused(c.Status("mpi").Placement)
-		m := migrate(t, c, fmt.Sprintf("mpi/%d", r), "--to", free)
+		m := c.Migrate(fmt.Sprintf("mpi/%d", r), "--to", free)
 		if got := c.Status("mpi").Placement[r]; got != free || m.State != "done" {
 			t.Fatalf("rank %d on %s after its migration to %s: %+v", r, got, free, m)
 		}
@@ -208,7 +208,7 @@ func testMPINodeLoss(t *testing.T, kind string) {
 	runMPI(t, c, "mpi", kind, "--replicas", "1")
 	waitMPIProgress(t, c, "mpi", 30)
 	c.OK("checkpoint", "mpi")
-	waitProtected(t, c, "mpi", 60*time.Second)
+	c.WaitProtected("mpi", 60*time.Second)
 	dead := c.Status("mpi").Placement[2]
 	c.KillNode(dead, true)
 	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {

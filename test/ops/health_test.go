@@ -1,4 +1,4 @@
-package test
+package ops
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	evv1 "cairn/api/events/v1"
 	"cairn/internal/ringapp"
 	"cairn/internal/testutil"
 )
@@ -28,17 +29,17 @@ func TestHealthWarningMigrates(t *testing.T) {
 	c := testutil.NewCluster(t, 4, "--health-cmd", "test ! -e "+dir+"/sick-$CAIRN_NODE || { echo disk failing; exit 1; }", "--health-every", "500ms")
 	spare := c.Nodes[3]
 	c.OK("node", "spare", spare)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--on-health-warning", "migrate"}, ringArgs(c, messages)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--on-health-warning", "migrate"}, c.RingArgs(messages)...)...)
 	place := c.Status("ring").Placement
 	c.WaitProgress("ring", 3, 0, 60*time.Second)
 	sick := place[1]
 	if err := os.WriteFile(filepath.Join(dir, "sick-"+sick), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var moved Event
+	var moved evv1.Event
 	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
-		evs := events(t, c, "--type", "migration.done")
-		i := slices.IndexFunc(evs, func(e Event) bool { return e.Node == spare })
+		evs := c.Events("--type", "migration.done")
+		i := slices.IndexFunc(evs, func(e evv1.Event) bool { return e.Node == spare })
 		if i >= 0 {
 			moved = evs[i]
 		}
@@ -50,7 +51,7 @@ func TestHealthWarningMigrates(t *testing.T) {
 	c.CheckRestored("ring", 1, moved.Ckpt, testutil.RingOutput)
 	var warned uint64
 	var phases []string
-	for _, e := range events(t, c) {
+	for _, e := range c.Events() {
 		switch {
 		case e.Type == "health.warning" && e.Node == sick:
 			if !strings.Contains(e.Message, "disk failing") {
@@ -61,8 +62,8 @@ func TestHealthWarningMigrates(t *testing.T) {
 			phases = append(phases, e.Type)
 		}
 	}
-	if warned == 0 || !slices.Equal(phases, migrationPhases) {
-		t.Fatalf("events: warning at %d, then %v; want the warning, then %v", warned, phases, migrationPhases)
+	if warned == 0 || !slices.Equal(phases, testutil.MigrationPhases) {
+		t.Fatalf("events: warning at %d, then %v; want the warning, then %v", warned, phases, testutil.MigrationPhases)
 	}
 	var nodes []struct {
 		Name   string   `json:"name"`
@@ -82,7 +83,7 @@ func TestHealthWarningMigrates(t *testing.T) {
 	// The node gets well: the warning clears.
 	os.Remove(filepath.Join(dir, "sick-"+sick))
 	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
-		for _, e := range events(t, c, "--type", "health.ok") {
+		for _, e := range c.Events("--type", "health.ok") {
 			if e.Node == sick {
 				return true, ""
 			}
@@ -107,20 +108,20 @@ func TestEventsLateSubscriberAndHooks(t *testing.T) {
 	c := testutil.NewCluster(t, 2,
 		"--hook", "checkpoint.durable=exec:echo $CAIRN_EVENT_SEQ >> "+tries+"; while [ ! -e "+release+" ]; do sleep 0.1; done; echo pager unreachable >&2; exit 7",
 		"--hook", "*=exec:echo $CAIRN_EVENT_TYPE >> "+got)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--replicas", "0"}, ringArgs(c, 1_000_000_000)...)...)
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--replicas", "0"}, c.RingArgs(1_000_000_000)...)...)
 	c.WaitProgress("ring", 2, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
-	past := events(t, c)
+	past := c.Events()
 	since := past[len(past)/2].Seq // the subscriber missed the rest
-	durable := func(seq int) Event {
+	durable := func(seq int) evv1.Event {
 		t.Helper()
-		for _, e := range events(t, c, "--type", "checkpoint.durable") {
+		for _, e := range c.Events("--type", "checkpoint.durable") {
 			if e.Ckpt == seq {
 				return e
 			}
 		}
 		t.Fatalf("no checkpoint.durable event for round %d", seq)
-		return Event{}
+		return evv1.Event{}
 	}
 	durable1 := durable(1)
 	attempts := func() []string {
@@ -150,7 +151,7 @@ func TestEventsLateSubscriberAndHooks(t *testing.T) {
 	// cannot have given up on it yet. Had the round waited for the hook,
 	// its durable event would come after the hook's failure.
 	durable2 := durable(2)
-	for _, e := range events(t, c, "--type", "hook.failed") {
+	for _, e := range c.Events("--type", "hook.failed") {
 		if e.Seq < durable2.Seq {
 			t.Fatalf("hook.failed (event %d, %s) before round 2's durable event %d (%s): the round waited for the failing hook", e.Seq, e.Time, durable2.Seq, durable2.Time)
 		}
@@ -159,7 +160,7 @@ func TestEventsLateSubscriberAndHooks(t *testing.T) {
 	var seqs []uint64
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
-		var e Event
+		var e evv1.Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +186,7 @@ func TestEventsLateSubscriberAndHooks(t *testing.T) {
 	}
 	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
 		n := 0
-		for _, e := range events(t, c, "--type", "hook.failed") {
+		for _, e := range c.Events("--type", "hook.failed") {
 			if strings.Contains(e.Message, "after 4 attempts") && strings.Contains(e.Message, "pager unreachable") {
 				n++
 			}

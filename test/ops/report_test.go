@@ -1,4 +1,4 @@
-package test
+package ops
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ import (
 func TestReport(t *testing.T) {
 	c := testutil.NewCluster(t, 4)
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "4", "--per-node", "1", "--replicas", "1"},
-		append(ringArgs(c, 20*ringMessages), "-progress", "500ms")...)...)
+		append(c.RingArgs(20*testutil.RingMessages), "-progress", "500ms")...)...)
 	c.WaitProgress("ring", 4, 0, 60*time.Second)
 	// The job's progress reaches the coordinator as rank 0's events of
 	// kind progress, which the ring sends through the rank API from
