@@ -31,6 +31,11 @@ var (
 // asks for. managerRanks does them with the node's container.Manager and
 // the ranks' network namespaces.
 type rankOps interface {
+	// AwaitMemory waits, for at most within, until every page of the
+	// rank's lazy restore, if one is going on, has arrived, and returns
+	// how long it waited; an error says the rank cannot be dumped yet
+	// (container.AwaitMemory).
+	AwaitMemory(ctx context.Context, name string, within time.Duration) (time.Duration, error)
 	// Prepare locks the rank's network, then freezes the rank and dumps
 	// it into staging as checkpoint seq, and leaves it so. On error the
 	// rank runs on and its network is unlocked.
@@ -159,9 +164,10 @@ func holdOr(hold time.Duration) time.Duration {
 }
 
 // prepare prepares a rank for checkpoint key.ckpt and keeps it frozen,
-// its network locked, until commit, abort or the end of the hold.
-func (p *participant) prepare(ctx context.Context, key ckptKey, hold time.Duration) (agentv1.Prepared, error) {
-	start := time.Now()
+// its network locked, until commit, abort or the end of the hold. A rank
+// still receiving the memory of a lazy restore is waited for first, for
+// at most memoryWait, while it runs.
+func (p *participant) prepare(ctx context.Context, key ckptKey, hold, memoryWait time.Duration) (agentv1.Prepared, error) {
 	p.mu.Lock()
 	if _, ok := p.prepared[key]; ok {
 		p.mu.Unlock()
@@ -180,6 +186,14 @@ func (p *participant) prepare(ctx context.Context, key ckptKey, hold time.Durati
 		p.mu.Unlock()
 		close(ended)
 	}()
+	start := time.Now()
+	waited, err := p.ops.AwaitMemory(ctx, key.rank, memoryWait)
+	if err != nil {
+		return agentv1.Prepared{}, err
+	}
+	if waited > 0 {
+		p.log.Info("prepare waited for the memory of a lazy restore", "rank", key.rank, "ckpt", key.ckpt, "waited", waited)
+	}
 	st, err := p.ops.Prepare(ctx, key.rank, key.ckpt)
 	if err != nil {
 		return agentv1.Prepared{}, err
@@ -204,7 +218,7 @@ func (p *participant) prepare(ctx context.Context, key ckptKey, hold time.Durati
 		err := errors.Join(r.thaw(ctx), st.Abort(ctx))
 		return agentv1.Prepared{}, errors.Join(&agentv1.Error{Code: agentv1.CodeNoSuchRound, Message: fmt.Sprintf("%s:%d was aborted while it prepared", key.rank, key.ckpt)}, err)
 	}
-	return agentv1.Prepared{Size: st.Size(), Dump: time.Since(start), CRIU: st.CRIUTime()}, nil
+	return agentv1.Prepared{Size: st.Size(), Dump: time.Since(start), CRIU: st.CRIUTime(), MemoryWait: waited}, nil
 }
 
 // commit thaws a prepared rank (unless its hold did) and stores its image.

@@ -49,6 +49,10 @@ func (f *fakeRanks) took() []string {
 	return ev
 }
 
+func (f *fakeRanks) AwaitMemory(ctx context.Context, name string, within time.Duration) (time.Duration, error) {
+	return 0, nil
+}
+
 func (f *fakeRanks) Prepare(ctx context.Context, name string, seq int) (stagedRank, error) {
 	f.record("prepare %s:%d", name, seq)
 	if f.dump != nil {
@@ -159,14 +163,14 @@ func afterEverything() {
 
 func mustPrepare(t *testing.T, p *participant, key ckptKey) {
 	t.Helper()
-	if _, err := p.prepare(t.Context(), key, testHold); err != nil {
+	if _, err := p.prepare(t.Context(), key, testHold, 0); err != nil {
 		t.Fatalf("prepare %v: %v", key, err)
 	}
 }
 
 func TestParticipantPrepareCommit(t *testing.T) {
 	participantTest(t, func(t *testing.T, p *participant, f *fakeRanks) {
-		out, err := p.prepare(t.Context(), r0c1, testHold)
+		out, err := p.prepare(t.Context(), r0c1, testHold, 0)
 		if err != nil || out.Size != 1<<20 {
 			t.Fatalf("prepare: %+v %v", out, err)
 		}
@@ -241,11 +245,11 @@ func TestParticipantSecondPrepare(t *testing.T) {
 		f.dump = make(chan struct{})
 		first := make(chan error)
 		go func() {
-			_, err := p.prepare(t.Context(), r0c1, testHold)
+			_, err := p.prepare(t.Context(), r0c1, testHold, 0)
 			first <- err
 		}()
 		synctest.Wait()
-		_, err := p.prepare(t.Context(), r0c1, testHold)
+		_, err := p.prepare(t.Context(), r0c1, testHold, 0)
 		if !errors.Is(err, container.ErrExists) || !strings.Contains(err.Error(), "being prepared") {
 			t.Errorf("second prepare while the first dumps: %v", err)
 		}
@@ -254,7 +258,7 @@ func TestParticipantSecondPrepare(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Once it is prepared.
-		_, err = p.prepare(t.Context(), r0c1, testHold)
+		_, err = p.prepare(t.Context(), r0c1, testHold, 0)
 		if !errors.Is(err, container.ErrExists) || !strings.Contains(err.Error(), "already prepared") {
 			t.Errorf("second prepare of a prepared rank: %v", err)
 		}
@@ -306,7 +310,7 @@ func TestParticipantAbortWhilePreparing(t *testing.T) {
 		f.dump = make(chan struct{})
 		prepared := make(chan error)
 		go func() {
-			_, err := p.prepare(t.Context(), r0c1, testHold)
+			_, err := p.prepare(t.Context(), r0c1, testHold, 0)
 			prepared <- err
 		}()
 		synctest.Wait()
@@ -336,7 +340,7 @@ func TestParticipantAbortBeforePrepare(t *testing.T) {
 		if err := p.abort(t.Context(), r0c1); err != nil {
 			t.Fatal(err)
 		}
-		_, err := p.prepare(t.Context(), r0c1, testHold)
+		_, err := p.prepare(t.Context(), r0c1, testHold, 0)
 		wantCode(t, err, agentv1.CodeNoSuchRound)
 		wantEvents(t, f, "prepare j.0:1", "thaw j.0:1", "abort j.0:1")
 		// Only once: the next prepare of it goes ahead.

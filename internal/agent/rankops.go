@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"time"
 
 	rankv1 "cairn/api/rank/v1"
 	"cairn/internal/container"
@@ -18,6 +19,10 @@ type managerRanks struct {
 }
 
 var _ rankOps = managerRanks{}
+
+func (r managerRanks) AwaitMemory(ctx context.Context, name string, within time.Duration) (time.Duration, error) {
+	return r.m.AwaitMemory(ctx, name, within)
+}
 
 func (r managerRanks) Prepare(ctx context.Context, name string, seq int) (_ stagedRank, err error) {
 	cfg, err := r.m.Config(name)

@@ -246,7 +246,7 @@ func (s *Server) rankResume(ctx context.Context, req agentv1.RankResume) error {
 // (participant.prepare). The failpoint "prepared" holds the reply once the
 // rank is prepared (frozen, locked, dumped).
 func (s *Server) prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prepared, error) {
-	out, err := s.part.prepare(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq}, req.Hold)
+	out, err := s.part.prepare(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq}, req.Hold, req.MemoryWait)
 	if err == nil {
 		s.failpoint(ctx, "prepared")
 	}

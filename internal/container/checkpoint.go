@@ -43,6 +43,8 @@ type CheckpointOptions struct {
 	// FilesOnly takes a files-only checkpoint (PrepareOptions.FilesOnly);
 	// it cannot Stop the container.
 	FilesOnly bool
+	// MemoryWait is PrepareOptions.MemoryWait.
+	MemoryWait time.Duration
 }
 
 // PrepareOptions tunes Prepare.
@@ -56,6 +58,12 @@ type PrepareOptions struct {
 	// them. Containers exec'd into, and ones with a user namespace of
 	// their own, can be checkpointed so.
 	FilesOnly bool
+	// MemoryWait bounds the wait for the memory of a container whose
+	// lazy restore is still going on (AwaitMemory; 0:
+	// DefaultMemoryWait): a checkpoint never dumps memory that has not
+	// arrived, and fails with ErrMemoryIncomplete if it is not all
+	// there in time.
+	MemoryWait time.Duration
 }
 
 // imageConfig is the container config recorded in an image.
@@ -70,7 +78,7 @@ type imageConfig struct {
 // staging; the image is persisted after that. On any error the container
 // is resumed and no image is listed.
 func (m *Manager) Checkpoint(ctx context.Context, name string, opts CheckpointOptions) (*image.Record, error) {
-	p, err := m.prepare(ctx, name, 0, opts.Stop, opts.FilesOnly)
+	p, err := m.prepare(ctx, name, 0, opts.Stop, PrepareOptions{FilesOnly: opts.FilesOnly, MemoryWait: opts.MemoryWait})
 	if err != nil {
 		return nil, err
 	}
@@ -92,10 +100,11 @@ func (m *Manager) Prepare(ctx context.Context, name string, seq int, opts ...Pre
 	default:
 		return nil, fmt.Errorf("prepare %s: %d PrepareOptions, want at most one", name, len(opts))
 	}
-	return m.prepare(ctx, name, seq, false, o.FilesOnly)
+	return m.prepare(ctx, name, seq, false, o)
 }
 
-func (m *Manager) prepare(ctx context.Context, name string, seq int, stop, filesOnly bool) (_ *Prepared, err error) {
+func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool, o PrepareOptions) (_ *Prepared, err error) {
+	filesOnly := o.FilesOnly
 	if seq < 0 {
 		return nil, fmt.Errorf("%w: checkpoint number %d", names.ErrInvalid, seq)
 	}
@@ -106,6 +115,11 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop, files
 	if !filesOnly {
 		if info, err = m.CRIU(ctx); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+		}
+		// Before the lock and the freeze: the container runs on while
+		// its memory arrives.
+		if _, err = m.AwaitMemory(ctx, name, o.MemoryWait); err != nil {
+			return nil, err
 		}
 	}
 	unlock, err := m.lock(name)
@@ -210,6 +224,13 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop, files
 			return nil, fmt.Errorf("checkpoint %s: %w", name, err)
 		} else if len(execd) > 0 {
 			return nil, fmt.Errorf("checkpoint %s: %w: %s; end them and checkpoint again", name, ErrExecProcesses, strings.Join(execd, ", "))
+		}
+		// Whatever path led here, no memory that has not arrived is
+		// dumped (memory.go).
+		if what, err := missingMemory(p.fz); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", name, err)
+		} else if what != "" {
+			return nil, fmt.Errorf("checkpoint %s: %w: %s registered with userfaultfd for pages that may not be here (a lazy restore not over?); a dump would record them as zeros", name, ErrMemoryIncomplete, what)
 		}
 	}
 

@@ -48,7 +48,17 @@ type lazyRun struct {
 	src        *pagesSource
 	prefetched chan error // the prefetch's end
 	daemon     []string
+
+	hurried   chan struct{} // closed: the prefetch goes at full speed
+	hurryOnce sync.Once
+	// done is closed once the daemon has every page or the session
+	// failed, err (set before) saying which.
+	done chan struct{}
+	err  error
 }
+
+// hurry raises the prefetch to full speed: a checkpoint waits for it.
+func (r *lazyRun) hurry() { r.hurryOnce.Do(func() { close(r.hurried) }) }
 
 // prepareLazy writes what a lazy restore needs of an image to staging:
 // every file but the pages, and of the pages files the pages the restore
@@ -76,7 +86,7 @@ func (m *Manager) prepareLazy(ctx context.Context, lz *Lazy, criuDir, workDir, u
 		src.close()
 		return nil, err
 	}
-	return &lazyRun{srv: srv, src: src, prefetched: make(chan error, 1), daemon: []string{m.runc.criu, "lazy-pages", "--images-dir", criuDir, "--work-dir", workDir,
+	return &lazyRun{srv: srv, src: src, prefetched: make(chan error, 1), hurried: make(chan struct{}), done: make(chan struct{}), daemon: []string{m.runc.criu, "lazy-pages", "--images-dir", criuDir, "--work-dir", workDir,
 		"--page-server", "--address", "127.0.0.1", "--port", strconv.Itoa(srv.Port()),
 		"--status-fd", "3", "--log-file", lazyLog, "-v2"}}, nil
 }
@@ -119,7 +129,7 @@ func (r *lazyRun) startPrefetch(log *slog.Logger, image string) {
 	}()
 	go func() {
 		start := time.Now()
-		err := r.src.prefetch(ctx)
+		err := r.src.prefetch(ctx, r.hurried)
 		if err == nil {
 			log.Info("lazy restore: every page prefetched", "ckpt", image, "took", time.Since(start))
 		}
@@ -165,10 +175,12 @@ type pagesFile struct {
 }
 
 // prefetchShare is the pages one prefetch request asks for;
-// prefetchStreams are the requests in flight.
+// prefetchStreams are the requests in flight, hurriedStreams those once
+// a checkpoint waits for the last page.
 const (
 	prefetchShare   = 1024
 	prefetchStreams = 4
+	hurriedStreams  = 16
 )
 
 // newPagesSource opens the pages files MaterializeLazy made in criuDir:
@@ -210,6 +222,21 @@ func newPagesSource(criuDir string, files map[string][]store.ID, pms map[int]*la
 	return p, nil
 }
 
+// missing counts the pages not here yet.
+func (p *pagesSource) missing() int {
+	n := 0
+	for _, pf := range p.files {
+		pf.mu.Lock()
+		for _, k := range pf.lazy {
+			if !pf.have[k] {
+				n++
+			}
+		}
+		pf.mu.Unlock()
+	}
+	return n
+}
+
 func (p *pagesSource) close() {
 	for _, pf := range p.files {
 		pf.f.Close()
@@ -217,18 +244,18 @@ func (p *pagesSource) close() {
 }
 
 // prefetch fills the pages files with their lazy pages, in file order, a
-// few shares at once, ahead of the daemon's own background requests
-// (which ask for one range of each process at a time). Pages the page
-// server fetched first are skipped.
-func (p *pagesSource) prefetch(ctx context.Context) error {
+// few shares at once (more once hurried is closed), ahead of the
+// daemon's own background requests (which ask for one range of each
+// process at a time). Pages the page server fetched first are skipped.
+func (p *pagesSource) prefetch(ctx context.Context, hurried <-chan struct{}) error {
 	type share struct {
 		pf    *pagesFile
 		pages []int64
 	}
 	shares := make(chan share)
 	var wg sync.WaitGroup
-	errs := make([]error, prefetchStreams)
-	for w := range prefetchStreams {
+	errs := make([]error, hurriedStreams)
+	stream := func(w int) {
 		wg.Go(func() {
 			for sh := range shares {
 				if errs[w] == nil {
@@ -237,11 +264,24 @@ func (p *pagesSource) prefetch(ctx context.Context) error {
 			}
 		})
 	}
+	for w := range prefetchStreams {
+		stream(w)
+	}
 	for _, pf := range p.files {
 		for i := 0; i < len(pf.lazy); i += prefetchShare {
-			select {
-			case shares <- share{pf, pf.lazy[i:min(len(pf.lazy), i+prefetchShare)]}:
-			case <-ctx.Done():
+			sh := share{pf, pf.lazy[i:min(len(pf.lazy), i+prefetchShare)]}
+			for sent := false; !sent; {
+				select {
+				case shares <- sh:
+					sent = true
+				case <-hurried:
+					for w := prefetchStreams; w < hurriedStreams; w++ {
+						stream(w)
+					}
+					hurried = nil
+				case <-ctx.Done():
+					sent = true
+				}
 			}
 		}
 	}

@@ -140,3 +140,154 @@ func TestLazyRestoreLosesItsPages(t *testing.T) {
 		return strings.Contains(got.Exit.Reason, "lazy restore failed"), fmt.Sprintf("exit %+v", *got.Exit)
 	})
 }
+
+// gatedChunks serves a lazy restore's chunks from a store, but once
+// closed is set, holds every request for more than one page (the
+// prefetch's, the daemon's background requests) until gate is closed:
+// the process runs, each page it touches is served as it faults, and
+// the rest of its memory has not arrived. (Were faults held too, its
+// threads would wait in the kernel for their pages, and the freezer
+// cannot freeze them there.)
+type gatedChunks struct {
+	st     *store.Store
+	closed atomic.Bool
+	gate   chan struct{}
+}
+
+func (c *gatedChunks) GetSeq(ctx context.Context, ids []store.ID, fn func([]byte) error) error {
+	if len(ids) > 1 && c.closed.Load() {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.st.GetSeq(ctx, ids, fn)
+}
+
+// lazyRestoreGated checkpoints (and stops) a process holding mib MiB of
+// random memory, notes its memory's hash from a copy restored as usual,
+// then restores it lazily under its own name from chunks that stop
+// arriving as soon as the restore returns: until the test opens the
+// gate, most of its memory is missing. done gets the lazy restore's
+// outcome. paused leaves it frozen, as a rank is restored.
+func lazyRestoreGated(t *testing.T, env *testutil.Env, mib int, paused bool) (want string, in *container.Info, gc *gatedChunks, done chan error) {
+	t.Helper()
+	ctx := context.Background()
+	head, st := checkpointedApp(t, env, mib, false)
+	ref, err := env.Manager.Restore(ctx, "app", container.RestoreOptions{Seq: 1, As: "ref"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = signalAndWait(t, env, "ref", ref.Log, syscall.SIGUSR2, memsumRE, 1)
+	if err := env.Manager.Remove(ctx, "ref", true); err != nil {
+		t.Fatal(err)
+	}
+	gc = &gatedChunks{st: st, gate: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-gc.gate:
+		default:
+			close(gc.gate)
+		}
+	})
+	done = make(chan error, 1)
+	lz := &container.Lazy{Head: head, Chunks: gc, Done: func(_ container.LazyStats, err error) { done <- err }}
+	in, err = env.Manager.Restore(ctx, "app", container.RestoreOptions{Lazy: lz, Paused: paused})
+	gc.closed.Store(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want, in, gc, done
+}
+
+// TestLazyRestoreDumpedAtOnce: a process holding 256 MiB of random
+// memory is restored lazily and checkpointed at once, while most of its
+// pages have not arrived. The checkpoint must hold the whole memory: a
+// copy restored from it hashes as the original did.
+func TestLazyRestoreDumpedAtOnce(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	want, _, gc, done := lazyRestoreGated(t, env, 256, false)
+	time.AfterFunc(2*time.Second, func() { close(gc.gate) })
+	rec, err := env.Manager.Checkpoint(ctx, "app", container.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint %s: stall %v, total %v", rec.Name(), rec.Timing.Stall, rec.Timing.Total)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("lazy restore: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the lazy restore did not complete in 60 s")
+	}
+	cp, err := env.Manager.Restore(ctx, "app", container.RestoreOptions{Seq: rec.Seq, As: "copy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := signalAndWait(t, env, "copy", cp.Log, syscall.SIGUSR2, memsumRE, 1); got != want {
+		t.Fatalf("checkpoint %s restores with memory %s, the original's is %s", rec.Name(), got[:12], want[:12])
+	}
+}
+
+// TestLazyCheckpointRefusedInTime: a checkpoint of a lazily restored
+// process whose pages do not arrive within its bound fails with
+// ErrMemoryIncomplete, lists nothing, and leaves the process running;
+// once its pages have come, its memory is whole.
+func TestLazyCheckpointRefusedInTime(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	want, in, gc, done := lazyRestoreGated(t, env, 64, false)
+	start := time.Now()
+	_, err := env.Manager.Checkpoint(ctx, "app", container.CheckpointOptions{MemoryWait: time.Second})
+	if !errors.Is(err, container.ErrMemoryIncomplete) {
+		t.Fatalf("checkpoint while pages are missing: %v, want ErrMemoryIncomplete", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the refusal took %v with a bound of 1 s", took)
+	}
+	t.Logf("refused: %v", err)
+	if list, err := env.Manager.Checkpoints("app"); err != nil || len(list) != 1 {
+		t.Fatalf("checkpoints after the refusal: %d (%v), want only the first", len(list), err)
+	}
+	close(gc.gate)
+	if err := <-done; err != nil {
+		t.Fatalf("lazy restore: %v", err)
+	}
+	if got := signalAndWait(t, env, "app", in.Log, syscall.SIGUSR2, memsumRE, 1); got != want {
+		t.Fatalf("memory after the lazy restore hashes to %s, want %s", got[:12], want[:12])
+	}
+}
+
+// TestDumpRefusesMissingMemory: a second Manager on the same data dir
+// (another cairn process) knows nothing of the first's lazy restore and
+// does not wait for it; the kernel still tells that the process's memory
+// is registered for pages that have not arrived, and the checkpoint is
+// refused rather than written with zeros. (The process is restored
+// frozen: one of its threads waiting in a fault for a page that does not
+// come could not be frozen for the dump.)
+func TestDumpRefusesMissingMemory(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	_, _, gc, done := lazyRestoreGated(t, env, 64, true)
+	other, err := container.New(container.Options{DataDir: env.DataDir, StagingDir: env.StagingDir, Bridge: env.Bridge,
+		ShimCommand: []string{os.Args[0], "shim"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.Checkpoint(ctx, "app", container.CheckpointOptions{})
+	if !errors.Is(err, container.ErrMemoryIncomplete) || !strings.Contains(err.Error(), "userfaultfd") {
+		t.Fatalf("checkpoint by another Manager while pages are missing: %v, want ErrMemoryIncomplete from the kernel's check", err)
+	}
+	t.Logf("refused: %v", err)
+	close(gc.gate)
+	if err := <-done; err != nil {
+		t.Fatalf("lazy restore: %v", err)
+	}
+	// Every page here: the other Manager's checkpoint goes through.
+	if _, err := other.Checkpoint(ctx, "app", container.CheckpointOptions{}); err != nil {
+		t.Fatalf("checkpoint once every page is here: %v", err)
+	}
+}

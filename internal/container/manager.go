@@ -80,6 +80,9 @@ type Manager struct {
 	heldMu sync.Mutex
 	held   map[string]bool // containers this process keeps frozen on purpose
 
+	lazyMu sync.Mutex
+	lazies map[string]*lazyRun // lazy restores still receiving pages, by container (memory.go)
+
 	criuOnce sync.Once
 	criuInfo criu.Info
 	criuErr  error

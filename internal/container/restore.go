@@ -319,6 +319,9 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	}
 	if lz != nil {
 		lazyStarted = true
+		// Until every page is here, a checkpoint of target waits
+		// (memory.go).
+		m.trackLazy(target, lz)
 		lz.startPrefetch(m.log, man.Name())
 		go func() {
 			st, err := lz.wait()
@@ -328,6 +331,9 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 				}
 				err = fmt.Errorf("%w (CRIU's log: %s)", err, filepath.Join(m.dir(target), lazyLog))
 			}
+			lz.err = err
+			m.untrackLazy(target, lz)
+			close(lz.done)
 			os.RemoveAll(staging)
 			switch {
 			case opts.Lazy.Done != nil:

@@ -104,7 +104,7 @@ func (c *Coordinator) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovere
 	if err != nil {
 		return nil, err
 	}
-	rr := &roundRun{c: c, ck: ck, log: c.log.With("job", ck.Job, "ckpt", ck.Seq), start: time.Now(), criu: map[int]time.Duration{}, newBytes: map[int]int64{}}
+	rr := &roundRun{c: c, ck: ck, log: c.log.With("job", ck.Job, "ckpt", ck.Seq), start: time.Now(), criu: map[int]time.Duration{}, memoryWait: map[int]time.Duration{}, newBytes: map[int]int64{}}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	end, err := drive(wctx, machineRun[round.Event, round.Action]{
@@ -169,9 +169,12 @@ type roundRun struct {
 	log   *slog.Logger
 	start time.Time
 
-	mu       sync.Mutex
-	criu     map[int]time.Duration // each rank's dump by CRIU, as its agent measured it
-	newBytes map[int]int64         // each rank's bytes its node's store lacked
+	mu   sync.Mutex
+	criu map[int]time.Duration // each rank's dump by CRIU, as its agent measured it
+	// memoryWait is each rank's wait for its lazily restored memory
+	// before its dump.
+	memoryWait map[int]time.Duration
+	newBytes   map[int]int64 // each rank's bytes its node's store lacked
 }
 
 func (rr *roundRun) finishReq(rank int) agentv1.Finish {
@@ -189,7 +192,7 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 		}
 		pctx, cancel := context.WithTimeout(ctx, c.opts.Deadline)
 		defer cancel()
-		out, err := cl.Prepare(pctx, agentv1.Prepare{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq, Hold: c.opts.Hold})
+		out, err := cl.Prepare(pctx, agentv1.Prepare{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq, Hold: c.opts.Hold, MemoryWait: c.memoryWait()})
 		if err != nil {
 			if isDamaged(err) {
 				c.rankDamaged(ck.Job, err.Error())
@@ -197,7 +200,7 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 			return agentEvent(a.Rank, err), true
 		}
 		rr.mu.Lock()
-		rr.criu[a.Rank] = out.CRIU
+		rr.criu[a.Rank], rr.memoryWait[a.Rank] = out.CRIU, out.MemoryWait
 		rr.mu.Unlock()
 		return round.Prepared{Rank: a.Rank, ImageSize: out.Size, Dump: out.Dump}, true
 	case round.SendCommit:
@@ -284,6 +287,7 @@ func (rr *roundRun) finish(ctx context.Context, done round.Done) (*coordv1.Ckpt,
 			if i < len(final.Ranks) {
 				final.Ranks[i].State, final.Ranks[i].Reason = rs.State.String(), rs.Reason
 				final.Ranks[i].Size, final.Ranks[i].Dump, final.Ranks[i].CRIU = rs.Size, rs.Dump, rr.criu[rs.Rank]
+				final.Ranks[i].MemoryWait = rr.memoryWait[rs.Rank]
 				final.Ranks[i].Ingest, final.Ranks[i].NewBytes = rs.Durable, rr.newBytes[rs.Rank]
 				if rs.State == round.RankDurable {
 					final.Ranks[i].Copies = []string{rs.Node}

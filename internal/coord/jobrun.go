@@ -212,7 +212,7 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 	case machine.StallRanks:
 		return cl.RankStall(ctx, agentv1.RankStall{Ranks: x.ranks(a.Ranks), Hold: x.hold})
 	case machine.PrepareRank:
-		out, err := cl.Prepare(ctx, agentv1.Prepare{Rank: x.rank(a.Rank), Seq: x.ckpt, Hold: x.hold})
+		out, err := cl.Prepare(ctx, agentv1.Prepare{Rank: x.rank(a.Rank), Seq: x.ckpt, Hold: x.hold, MemoryWait: x.c.memoryWait()})
 		x.mu.Lock()
 		x.prepared = out
 		x.mu.Unlock()

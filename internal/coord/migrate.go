@@ -21,6 +21,12 @@ func migKey(job string, seq int) string { return fmt.Sprintf("migrations/%s/%08d
 // before they give up on the coordinator.
 func (c *Coordinator) migrationHold() time.Duration { return c.opts.Hold + time.Minute }
 
+// memoryWait is how long an agent may wait for the memory of a lazily
+// restored rank before it dumps it (agentv1.Prepare.MemoryWait): within
+// the prepare deadline, so that a rank whose memory does not arrive in
+// time fails the round for that reason rather than by the deadline.
+func (c *Coordinator) memoryWait() time.Duration { return c.opts.Deadline * 3 / 4 }
+
 // Migrate moves one rank of a running job to another node while the rest
 // of the job waits (machine.Migration): the others are stalled and the
 // rank dumped on its node; the target pulls the staged image straight
@@ -112,7 +118,7 @@ func (c *Coordinator) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 				damaged = res.Err.Error()
 			}
 			if res.Err == nil {
-				m.Dump = x.prepared.Dump
+				m.Dump, m.MemoryWait = x.prepared.Dump, x.prepared.MemoryWait
 				e := ev(evv1.MigrationStalled, m.From, m.To)
 				e.Duration, e.Bytes = time.Since(start), x.prepared.Size
 				c.publish(e)

@@ -129,6 +129,31 @@ func TestTraceMigration(t *testing.T) {
 	}
 }
 
+// TestMigrationOffASharedNode: rank 1 leaves the node where rank 0 stays.
+// That node's job network may point at rank 1's new node only once rank
+// 1's copy is gone from it: its agent refuses to take as remote a rank
+// still attached to it, and a migration that asked too early was
+// recorded done with that refusal in its reason, the node's network left
+// without a way to the moved rank. Calls are delayed at random, so that
+// some reach their nodes out of the order they were sent in.
+func TestMigrationOffASharedNode(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			e := newMemEnv(t, 2, memagent.Options{Seed: seed, Delay: 20 * time.Millisecond}, coord.Options{})
+			c1 := e.start()
+			c1.runJob(t, "ring", 2, 0, "n0")
+			m, err := c1.Migrate(context.Background(), "ring", 1, "n1")
+			if err != nil || m.State != coordv1.MigrationDone || m.Reason != "" {
+				t.Fatalf("migrate off a node another rank stays on: %+v %v", m, err)
+			}
+			j := e.settled(c1, "ring", time.Second)
+			if err := e.consistent(j, 0); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestTraceMigrationFails: the target cannot take the rank: the migration
 // is undone and the job runs where it was.
 func TestTraceMigrationFails(t *testing.T) {

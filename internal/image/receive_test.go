@@ -226,3 +226,24 @@ func TestReceiveDelta(t *testing.T) {
 		t.Fatalf("Receive after the refused streams: %v", err)
 	}
 }
+
+// TestStoreBeingCreated: a node's first store is being made by a writer
+// (its dir is there, its config not yet) while another image arrives and
+// asks what the node lacks: the store is not there yet, so it lacks
+// everything, rather than failing the second image's replication with
+// "read config: no such file".
+func TestStoreBeingCreated(t *testing.T) {
+	data := t.TempDir()
+	repo := image.Repo{Dir: filepath.Join(data, "checkpoints"), StoreDir: filepath.Join(data, "store")}
+	if err := os.MkdirAll(repo.StoreDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.OpenReader(); !errors.Is(err, image.ErrNotFound) {
+		t.Fatalf("OpenReader of a store without its config yet: %v, want ErrNotFound", err)
+	}
+	ids := []store.ID{store.Hash([]byte("a")), store.Hash([]byte("b"))}
+	got, err := repo.Missing(t.Context(), ids)
+	if err != nil || len(got) != len(ids) {
+		t.Fatalf("Missing: %v (%v), want every id", got, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync/atomic"
@@ -43,12 +44,18 @@ func (r Repo) OpenWriter(ctx context.Context) (*store.Store, error) {
 	}
 }
 
-// OpenReader opens the store read-only.
+// OpenReader opens the store read-only. A store that is not there, or
+// not yet: its dir made by a writer that has not written its config (two
+// images received at once into a node's first store), is ErrNotFound.
 func (r Repo) OpenReader() (*store.Store, error) {
 	if _, err := os.Stat(r.StoreDir); err != nil {
 		return nil, fmt.Errorf("%w: no store at %s", ErrNotFound, r.StoreDir)
 	}
-	return store.Open(r.StoreDir, store.Options{ReadOnly: true, Logger: r.Logger})
+	st, err := store.Open(r.StoreDir, store.Options{ReadOnly: true, Logger: r.Logger})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no store at %s yet: %w", ErrNotFound, r.StoreDir, err)
+	}
+	return st, err
 }
 
 // startProgress calls p every 100 ms with the count until stop is called,

@@ -266,6 +266,8 @@ type Ckpt struct {
 		Node   string   `json:"node"`
 		State  string   `json:"state"`
 		Copies []string `json:"copies"`
+		// MemoryWait is how long the rank's lazy restore was waited for.
+		MemoryWait time.Duration `json:"memory_wait_ns"`
 	} `json:"ranks"`
 	Stall int64 `json:"stall_ns"`
 	Coord int64 `json:"coord_ns"`

@@ -145,6 +145,10 @@ type Prepare struct {
 	Rank
 	Seq  int           `json:"seq"`
 	Hold time.Duration `json:"hold_ns"`
+	// MemoryWait bounds the wait for the memory of a rank whose lazy
+	// restore is still going on (0: the agent's default): the rank is
+	// dumped once every page is here, or its prepare fails.
+	MemoryWait time.Duration `json:"memory_wait_ns,omitempty"`
 }
 
 // Prepared is the reply to Prepare.
@@ -152,6 +156,9 @@ type Prepared struct {
 	Size int64         `json:"size"`    // staged image bytes
 	Dump time.Duration `json:"dump_ns"` // lock, freeze, capture and dump
 	CRIU time.Duration `json:"criu_ns"` // of which the dump by runc and CRIU
+	// MemoryWait is how long, of Dump, the memory of the rank's lazy
+	// restore was waited for before the rank was locked and frozen.
+	MemoryWait time.Duration `json:"memory_wait_ns,omitempty"`
 }
 
 // Finish commits or aborts a prepared rank: in both cases the rank is

@@ -268,7 +268,11 @@ type CkptRank struct {
 	Size   int64         `json:"size,omitempty"`
 	Dump   time.Duration `json:"dump_ns,omitempty"` // its agent's prepare: lock, freeze, capture files, dump
 	CRIU   time.Duration `json:"criu_ns,omitempty"` // of which the dump by runc and CRIU
-	Reason string        `json:"reason,omitempty"`
+	// MemoryWait is how long, of Dump, its agent waited for the memory
+	// of its lazy restore to arrive before it froze the rank (the rest
+	// of the job stalled meanwhile).
+	MemoryWait time.Duration `json:"memory_wait_ns,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
 	// Ingest is from the commit to the image stored; NewBytes are the
 	// image's bytes its node's store lacked.
 	Ingest   time.Duration `json:"ingest_ns,omitempty"`
@@ -347,12 +351,15 @@ type Migration struct {
 	Reason   string        `json:"reason,omitempty"`
 	Started  time.Time     `json:"started"`
 	Finished time.Time     `json:"finished,omitempty"`
-	Stall    time.Duration `json:"stall_ns,omitempty"`   // every rank frozen: phases 1-4
-	Dump     time.Duration `json:"dump_ns,omitempty"`    // phase 1: the moving rank dumped (the others frozen meanwhile)
-	Move     time.Duration `json:"move_ns,omitempty"`    // phase 2: the image streamed to the target
-	Restore  time.Duration `json:"restore_ns,omitempty"` // phase 3: restored there
-	Resume   time.Duration `json:"resume_ns,omitempty"`  // phase 4
-	Bytes    int64         `json:"bytes,omitempty"`
+	Stall    time.Duration `json:"stall_ns,omitempty"` // every rank frozen: phases 1-4
+	Dump     time.Duration `json:"dump_ns,omitempty"`  // phase 1: the moving rank dumped (the others frozen meanwhile)
+	// MemoryWait is how long, of Dump, phase 1 first waited for the
+	// memory of the moving rank's lazy restore to arrive.
+	MemoryWait time.Duration `json:"memory_wait_ns,omitempty"`
+	Move       time.Duration `json:"move_ns,omitempty"`    // phase 2: the image streamed to the target
+	Restore    time.Duration `json:"restore_ns,omitempty"` // phase 3: restored there
+	Resume     time.Duration `json:"resume_ns,omitempty"`  // phase 4
+	Bytes      int64         `json:"bytes,omitempty"`
 }
 
 // Drain moves every rank off a node and keeps new ranks away (Undrain:

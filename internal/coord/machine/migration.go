@@ -173,6 +173,8 @@ func (m *Migration) result(res Result) {
 				m.noted = append(m.noted, why.Error())
 			}
 		}
+	} else if _, out := res.Action.(MoveOut); out {
+		m.moveOutDone()
 	}
 	if !m.idle() {
 		return
@@ -241,14 +243,26 @@ func (m *Migration) result(res Result) {
 }
 
 // leave removes the source's copy (unless its node is dead) and points
-// every node's job network at the rank's new node.
+// every node's job network at the rank's new node: the source's once the
+// copy is gone there (moveOutDone), since its agent refuses to take as
+// remote a rank still attached to it.
 func (m *Migration) leave() {
 	m.phase = migOut
 	if !m.cfg.FromLost {
 		m.emit(MoveOut{Rank: m.cfg.Rank, Node: m.cfg.From})
 	}
 	for _, n := range nodesOf(m.moved) {
-		m.emit(SetJobNet{Node: n, Placement: m.moved})
+		if n != m.cfg.From || m.cfg.FromLost {
+			m.emit(SetJobNet{Node: n, Placement: m.moved})
+		}
+	}
+}
+
+// moveOutDone points the source's job network at the rank's new node,
+// if ranks of the job stay there, once the rank's copy is gone from it.
+func (m *Migration) moveOutDone() {
+	if m.phase == migOut && slices.Contains(m.moved, m.cfg.From) {
+		m.emit(SetJobNet{Node: m.cfg.From, Placement: m.moved})
 	}
 }
 

@@ -45,6 +45,15 @@ func (cl *Client) Close() {}
 // JobNet sets the job's network on the node.
 func (cl *Client) JobNet(ctx context.Context, req agentv1.JobNet) error {
 	return cl.call(ctx, "jobnet", remotesWhat(req), func(n *Node) error {
+		// As the real agent (netw), a rank whose container is here is
+		// attached to the node, and cannot be remote.
+		for _, ct := range n.ctrs {
+			if ct.Job == req.Job {
+				if _, ok := req.Remotes[ct.Addr]; ok {
+					return fmt.Errorf("rank %s is attached to this node (its container %s), not remote", ct.Addr, ct.Name)
+				}
+			}
+		}
 		n.nets[req.VNI] = req
 		return nil
 	})
