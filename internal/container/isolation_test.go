@@ -32,8 +32,10 @@ func execOut(t *testing.T, m *container.Manager, name, script string) string {
 // TestContainerSeesNothingOfCairn reads, from inside a container, what a
 // rank must not see: the data dir (other containers' upper dirs, the
 // store), the staging dir, a hidden credentials dir standing for a
-// cluster's keys, /run/netns and the host's password hashes. Each must be
-// absent or empty, while the rest of the root works as before.
+// cluster's keys, /run/netns, the host's password hashes and cairn's
+// default data dir (there on any machine where cairn has been used). Each
+// must be absent or an empty dir, while the rest of the root works as
+// before.
 func TestContainerSeesNothingOfCairn(t *testing.T) {
 	keys, err := os.MkdirTemp("/var/tmp", "cairn-test-keys-")
 	if err != nil {
@@ -42,6 +44,17 @@ func TestContainerSeesNothingOfCairn(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(keys) })
 	if err := os.WriteFile(filepath.Join(keys, "ca.key"), []byte("SECRET-KEY\n"), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	// On a machine where cairn has been used, its default data dir is
+	// there, full: make one for the test where there is none.
+	if _, err := os.Stat(container.DefaultDataDir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Join(container.DefaultDataDir, "containers"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(container.DefaultDataDir) })
+		if err := os.WriteFile(filepath.Join(container.DefaultDataDir, "instance"), []byte("test\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	env := testutil.NewEnv(t, func(o *container.Options) { o.Hide = append(o.Hide, keys) })
 	ctx := context.Background()
@@ -70,9 +83,11 @@ func TestContainerSeesNothingOfCairn(t *testing.T) {
 		"/etc/shadow",
 		"/var/lib/cairn",
 	}
+	// A hidden dir shows as an empty one (mask.go): what is seen is a
+	// file, or a dir with anything in it.
 	var script strings.Builder
 	for _, p := range probes {
-		fmt.Fprintf(&script, "if [ -e %q ]; then echo \"SEEN %s\"; fi\n", p, p)
+		fmt.Fprintf(&script, "if [ -e %q ] && { [ ! -d %q ] || [ -n \"$(ls -A %q)\" ]; }; then echo \"SEEN %s\"; fi\n", p, p, p, p)
 	}
 	script.WriteString("ls -A " + env.DataDir + " 2>/dev/null | sed 's/^/LISTED /'\n")
 	script.WriteString("cat " + filepath.Join(keys, "ca.key") + " 2>/dev/null\n")

@@ -90,6 +90,19 @@ func (m *Manager) untrackLazy(name string, lz *lazyRun) {
 	}
 }
 
+// memoryComplete fails with ErrMemoryIncomplete if a process of the
+// frozen container name has memory still to arrive (missingMemory).
+func memoryComplete(name string, f freezer) error {
+	what, err := missingMemory(f)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	if what != "" {
+		return fmt.Errorf("checkpoint %s: %w: %s registered with userfaultfd for pages that may not be here (a lazy restore not over?); a dump would record them as zeros", name, ErrMemoryIncomplete, what)
+	}
+	return nil
+}
+
 // missingMemory asks the kernel whether a process of the frozen cgroup
 // has memory registered with userfaultfd for missing pages (VmFlags "um"
 // in /proc/PID/smaps): memory whose pages may not have arrived yet,

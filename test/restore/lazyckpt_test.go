@@ -134,3 +134,47 @@ func TestLazyCheckpoint(t *testing.T) {
 		t.Fatalf("result %s, want %s", got, want)
 	}
 }
+
+// TestLazyPeriodicCheckpoint: the ring job takes a checkpoint every 2 s;
+// restarted lazily onto a node without its images, its next periodic
+// round falls while the ranks' memory is still arriving, waits for it,
+// and is whole: the job restarted from it on its first node ends with
+// exactly the uninterrupted run's result, every rank's ballast checked.
+func TestLazyPeriodicCheckpoint(t *testing.T) {
+	const messages = 3_000_000
+	c := testutil.NewCluster(t, 3)
+	first := c.Nodes[0]
+	c.OK("run", "--job", "ring", "--ranks", "2", "--nodes", first, "--replicas", "0", "--on-failure", "stop", "--checkpoint-every", "2s",
+		"--", c.Bin, "ringapp", "-messages", fmt.Sprint(messages), "-ballast", fmt.Sprint(lazyBallast))
+	c.WaitProgress("ring", 2, 0, 90*time.Second)
+	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
+		cks := c.Ckpts("ring")
+		return len(cks) > 0 && cks[len(cks)-1].Restorable(), "no periodic checkpoint yet"
+	})
+	c.OK("kill", "ring")
+	var ck1 testutil.Ckpt
+	for _, ck := range c.Ckpts("ring") {
+		if ck.Restorable() {
+			ck1 = ck
+		}
+	}
+	lazyNode := withoutCopy(t, c, ck1)
+	c.OK("restart", "ring", "--from", fmt.Sprint(ck1.Seq), "--lazy", "--placement", lazyNode+","+lazyNode)
+	var ck testutil.Ckpt
+	testutil.WaitUntil(t, time.Minute, func() (bool, string) {
+		for _, k := range c.Ckpts("ring") {
+			if k.Seq > ck1.Seq && k.Restorable() {
+				ck = k
+				return true, ""
+			}
+		}
+		return false, "no periodic checkpoint after the lazy restart"
+	})
+	waitedForMemory(t, ck)
+	c.OK("kill", "ring")
+	c.OK("restart", "ring", "--from", fmt.Sprint(ck.Seq), "--lazy=false", "--placement", first+","+first)
+	c.CheckRestarted("ring", ck.Seq, testutil.RingOutput)
+	if got, want := c.Result("ring"), ringapp.Expected(2, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}
