@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"sync/atomic"
@@ -52,7 +51,7 @@ func (r Repo) OpenReader() (*store.Store, error) {
 		return nil, fmt.Errorf("%w: no store at %s", ErrNotFound, r.StoreDir)
 	}
 	st, err := store.Open(r.StoreDir, store.Options{ReadOnly: true, Logger: r.Logger})
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, store.ErrNotMade) {
 		return nil, fmt.Errorf("%w: no store at %s yet: %w", ErrNotFound, r.StoreDir, err)
 	}
 	return st, err

@@ -23,6 +23,11 @@ var (
 	// ErrClosed is returned by a Store used after Close.
 	ErrClosed = errors.New("store closed")
 
+	// ErrNotMade is returned, wrapped, by a read-only Open of a store
+	// whose config has not been written: none was made there, or its
+	// first writer is making it.
+	ErrNotMade = errors.New("no store made here yet")
+
 	// ErrInvalidManifest is returned, wrapped, for a manifest that cannot
 	// be encoded or stored: a bad path, a field that does not fit its kind,
 	// a size that does not match its chunks.

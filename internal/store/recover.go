@@ -57,6 +57,9 @@ func (s *Store) initDir() error {
 
 func (s *Store) readConfig() error {
 	b, err := os.ReadFile(s.path(configFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read config: %w: %w", ErrNotMade, err)
+	}
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
