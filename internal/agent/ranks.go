@@ -215,7 +215,7 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 		return nil, err
 	}
 	in, err := s.Manager.Restore(ctx, name, container.RestoreOptions{
-		Seq: req.Seq, Paused: true, Staged: staged, Record: rec, Lazy: lz,
+		Seq: req.Seq, Paused: true, Staged: staged, Record: rec, Lazy: lz, Tools: s.Tools,
 		Net: &container.NetAttach{Netns: r.Path(), Addr: addr},
 	})
 	if err != nil {

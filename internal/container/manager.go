@@ -141,9 +141,10 @@ func New(opts Options) (*Manager, error) {
 		instance: inst,
 		runc:     runc{bin: runcBin, root: filepath.Join(opts.DataDir, "runc")},
 		repo: image.Repo{
-			Dir:      filepath.Join(opts.DataDir, "checkpoints"),
-			StoreDir: filepath.Join(opts.DataDir, "store"),
-			Logger:   opts.Logger,
+			Dir:         filepath.Join(opts.DataDir, "checkpoints"),
+			StoreDir:    filepath.Join(opts.DataDir, "store"),
+			Logger:      opts.Logger,
+			CheckConfig: CheckRecordedConfig,
 		},
 		ipam: netw.IPAM{Path: netw.DefaultStatePath(opts.DataDir), Subnet: opts.Bridge.Subnet},
 		log:  opts.Logger,

@@ -184,29 +184,23 @@ func writeHosts(st *State, upper string) error {
 // work: volumes, limits.
 var ErrBadConfig = errors.New("bad container configuration")
 
-// checkVolumes refuses volumes that are not absolute existing host
-// directories bound at clean absolute paths, and host paths that would
-// show a container what cairn hides from it (its data, staging and
-// credentials, the host's secrets).
+// hidden are the host paths no container sees.
+func (m *Manager) hidden() ([]string, error) {
+	return hiddenPaths("/", append([]string{m.opts.DataDir, m.opts.StagingDir, DefaultDataDir}, m.opts.Hide...))
+}
+
+// checkVolumes refuses, of volumes checkGrants passed, host paths that
+// are not directories on this node, and those that would show a
+// container what cairn hides from it (its data, staging and credentials,
+// the host's secrets).
 func (m *Manager) checkVolumes(vs []Volume) error {
-	hidden, err := hiddenPaths("/", append([]string{m.opts.DataDir, m.opts.StagingDir, DefaultDataDir}, m.opts.Hide...))
+	hidden, err := m.hidden()
 	if err != nil {
 		return err
 	}
 	for _, v := range vs {
-		switch {
-		case !filepath.IsAbs(v.Host) || filepath.Clean(v.Host) != v.Host:
-			return fmt.Errorf("%w: volume %s: the host path must be absolute and clean", ErrBadConfig, v.Host)
-		case !filepath.IsAbs(v.Path) || filepath.Clean(v.Path) != v.Path || v.Path == "/":
-			return fmt.Errorf("%w: volume %s:%s: the container path must be absolute, clean and not /", ErrBadConfig, v.Host, v.Path)
-		}
-		for _, top := range []string{"/proc", "/sys", "/dev", ToolsMount} {
-			if v.Path == top || strings.HasPrefix(v.Path, top+"/") {
-				return fmt.Errorf("%w: volume %s:%s: %s is the container's own", ErrBadConfig, v.Host, v.Path, top)
-			}
-		}
 		for _, h := range hidden {
-			if v.Host == h || strings.HasPrefix(v.Host, h+"/") || strings.HasPrefix(h, v.Host+"/") || v.Host == "/" {
+			if v.Host == h || strings.HasPrefix(v.Host, h+"/") || strings.HasPrefix(h, v.Host+"/") {
 				return fmt.Errorf("%w: volume %s would show the container %s, which cairn hides from it", ErrBadConfig, v.Host, h)
 			}
 		}

@@ -77,6 +77,10 @@ type RestoreOptions struct {
 	// arriving while the processes run (lazy.go). A files-only image,
 	// which has no memory, is refused.
 	Lazy *Lazy
+	// Tools is this node's tools dir (Config.Tools), for an image taken
+	// with one: the recorded path is never mounted (grants.go), and such
+	// an image is refused without it.
+	Tools string
 }
 
 // Restore brings a container back from one of its checkpoints: the image is
@@ -129,6 +133,17 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		if man, err = m.repo.Load(name, seq); err != nil {
 			return nil, err
 		}
+	}
+	// The record grants nothing by itself (grants.go): the network and
+	// the tools dir are the caller's to give, the rest is checked as Run
+	// checks it, before anything is read or changed.
+	var cfg imageConfig
+	if err := json.Unmarshal(man.Config, &cfg); err != nil {
+		return nil, &image.CorruptError{Image: man.Name(), What: "record", Reason: "config: " + err.Error()}
+	}
+	conf, err := m.restoredConfig(man, cfg.Config, opts)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", name, err)
 	}
 	// A files-only image runs no CRIU: its command starts afresh.
 	switch {
@@ -187,10 +202,6 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 			os.RemoveAll(staging)
 		}
 	}()
-	var cfg imageConfig
-	if err := json.Unmarshal(man.Config, &cfg); err != nil {
-		return nil, &image.CorruptError{Image: man.Name(), What: "record", Reason: "config: " + err.Error()}
-	}
 	criuDir := filepath.Join(staging, image.CRIUDir)
 	newUpper, err := os.MkdirTemp(filepath.Join(m.opts.DataDir, "containers"), ".restore-"+target+"-")
 	if err != nil {
@@ -267,11 +278,8 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		}
 		return nil, fmt.Errorf("restore %s: %w", target, err)
 	}
-	st.Config = cfg.Config
+	st.Config = conf
 	st.Config.Name = target
-	if opts.Net != nil {
-		st.Config.Net = opts.Net
-	}
 	st.CgroupsPath = "/cairn-" + m.instance + "-" + target
 	st.RestoredFrom = man.Name()
 	// A files-only image's command starts afresh, told from which
@@ -353,4 +361,38 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		"stage", stagedAt, "replace", beforeStart-stagedAt, "net_root", started-beforeStart-from.runc, "runc", from.runc,
 		"after", time.Since(begin)-started)
 	return in, err
+}
+
+// restoredConfig is the config a container restored from the image man
+// runs with: the recorded one, with the network (opts.Net; nil: a
+// namespace of the Manager's own, with the recorded address) and the
+// tools dir (opts.Tools) given by the caller, never taken from the
+// record. What it grants is checked as Run checks it: a record that asks
+// for what Run never grants is corrupt (a crafted file); volumes this
+// node lacks or hides are ErrBadConfig.
+func (m *Manager) restoredConfig(man *image.Record, rec Config, opts RestoreOptions) (Config, error) {
+	conf := rec
+	conf.Net, conf.Tools = opts.Net, ""
+	if rec.Tools != "" {
+		if opts.Tools == "" {
+			return conf, fmt.Errorf("%w: %s was taken with cairn's tools mounted at %s (a rank of a job): restore it as one, by its job", ErrBadConfig, man.Name(), ToolsMount)
+		}
+		conf.Tools = opts.Tools
+	}
+	if err := checkGrants(conf); err != nil {
+		return conf, &image.CorruptError{Image: man.Name(), What: "record", Reason: "config: " + err.Error()}
+	}
+	if conf.RootFS != "" {
+		if fi, err := os.Stat(conf.RootFS); err != nil || !fi.IsDir() {
+			return conf, fmt.Errorf("%w: rootfs %s of %s is not a directory on this node", ErrBadConfig, conf.RootFS, man.Name())
+		}
+		hidden, err := m.hidden()
+		if err != nil {
+			return conf, err
+		}
+		if under(conf.RootFS, hidden...) {
+			return conf, fmt.Errorf("%w: rootfs %s of %s is in a dir cairn hides from containers", ErrBadConfig, conf.RootFS, man.Name())
+		}
+	}
+	return conf, m.checkVolumes(conf.Volumes)
 }

@@ -48,14 +48,11 @@ func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
 		}
 		cfg.RootFS = abs
 	}
+	if err := checkGrants(cfg); err != nil {
+		return nil, err
+	}
 	if err := m.checkVolumes(cfg.Volumes); err != nil {
 		return nil, err
-	}
-	if err := checkAPIConfig(cfg); err != nil {
-		return nil, err
-	}
-	if cfg.CPUs < 0 || cfg.Memory < 0 || cfg.Memory > 0 && cfg.Memory < 4<<20 {
-		return nil, fmt.Errorf("%w: cpus %g, memory %d bytes: want positive limits, memory at least 4 MiB", ErrBadConfig, cfg.CPUs, cfg.Memory)
 	}
 	unlock, err := m.lock(cfg.Name)
 	if err != nil {

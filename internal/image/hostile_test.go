@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"cairn/internal/image"
@@ -343,5 +344,37 @@ func TestRepoRefusesBadRefs(t *testing.T) {
 				t.Errorf("Latest(%q): %v, want names.ErrInvalid", ref.name, err)
 			}
 		}
+	}
+}
+
+// TestImportChecksConfig: a record whose container config the repo's
+// CheckConfig refuses (container.CheckRecordedConfig on a node: a volume
+// of the host's root, say) is refused as corrupt by import and receive
+// before any of it is stored.
+func TestImportChecksConfig(t *testing.T) {
+	ctx := context.Background()
+	bad := withRecord(t, exportFile(t), func(rec map[string]any) {
+		rec["config"] = map[string]any{"volumes": []any{map[string]any{"host": "/", "path": "/host"}}}
+	})
+	refuse := func(raw json.RawMessage) error {
+		if bytes.Contains(raw, []byte(`"host":"/"`)) {
+			return errors.New("the host's root as a volume")
+		}
+		return nil
+	}
+	repo, dir := dataRepo(t)
+	repo.CheckConfig = refuse
+	if _, err := repo.Import(ctx, bytes.NewReader(bad), "", nil); !errors.Is(err, image.ErrCorrupt) || !strings.Contains(err.Error(), "host's root") {
+		t.Fatalf("Import = %v, want ErrCorrupt naming the config", err)
+	}
+	onlyData(t, dir, repo)
+	if _, err := repo.Receive(ctx, bytes.NewReader(bad), "c", 1, nil); !errors.Is(err, image.ErrCorrupt) {
+		t.Fatalf("Receive = %v, want ErrCorrupt", err)
+	}
+	onlyData(t, dir, repo)
+	// The same file with a config that grants nothing is taken.
+	good := withRecord(t, exportFile(t), func(rec map[string]any) { rec["config"] = map[string]any{} })
+	if _, err := repo.Import(ctx, bytes.NewReader(good), "", nil); err != nil {
+		t.Fatal(err)
 	}
 }

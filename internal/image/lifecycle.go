@@ -243,7 +243,15 @@ func (r Repo) importStream(ctx context.Context, rd io.Reader, as string, want *i
 	defer st.Close()
 	var rec Record
 	check := func(meta []byte, ids []store.ID, ms []*store.Manifest) error {
-		return checkImported(meta, ids, ms, want, &rec)
+		if err := checkImported(meta, ids, ms, want, &rec); err != nil {
+			return err
+		}
+		if r.CheckConfig != nil {
+			if err := r.CheckConfig(rec.Config); err != nil {
+				return fmt.Errorf("record: %v", err)
+			}
+		}
+		return nil
 	}
 	ids, _, err := st.Import(ctx, rd, store.ImportOptions{Progress: progress, AllowDelta: want != nil, Check: check})
 	if errors.Is(err, store.ErrCorrupt) {

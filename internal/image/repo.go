@@ -2,6 +2,7 @@ package image
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,11 @@ type Repo struct {
 	StoreDir    string // content-addressed store
 	Compression store.Compression
 	Logger      *slog.Logger
+	// CheckConfig, if set, checks the container config of every record
+	// imported or received (Record.Config), as hostile input: an error
+	// refuses the stream as corrupt before any of it is stored. The
+	// container layer's rules (container.CheckRecordedConfig).
+	CheckConfig func(json.RawMessage) error
 }
 
 // Progress is called with the bytes done so far and the total (0 if
