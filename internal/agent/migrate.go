@@ -76,7 +76,7 @@ func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.
 		return out, fmt.Errorf("migrate %s from %s: %w", name, req.FromNode, err)
 	}
 	defer body.Close()
-	if err := os.MkdirAll(s.Manager.StagingDir(), 0o700); err != nil {
+	if _, err := s.Manager.StagingRoot(); err != nil {
 		return out, err
 	}
 	dir, err := os.MkdirTemp(s.Manager.StagingDir(), fmt.Sprintf("migrate-%s-%d-pid%d-", name, req.Seq, os.Getpid()))

@@ -165,8 +165,8 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool, 
 		return nil, fmt.Errorf("%w: checkpoint %s:%d", ErrExists, name, seq)
 	}
 	p.seq = seq
-	if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
-		return nil, fmt.Errorf("staging dir: %w", err)
+	if _, err := m.StagingRoot(); err != nil {
+		return nil, err
 	}
 	m.cleanStaging()
 	p.staging, err = os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("%s-%d-pid%d-", name, seq, os.Getpid()))

@@ -177,8 +177,8 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	staging := opts.Staged
 	staged := staging != ""
 	if !staged {
-		if err := os.MkdirAll(m.opts.StagingDir, 0o700); err != nil {
-			return nil, fmt.Errorf("staging dir: %w", err)
+		if _, err := m.StagingRoot(); err != nil {
+			return nil, err
 		}
 		m.cleanStaging()
 		if staging, err = os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-pid%d-", target, seq, os.Getpid())); err != nil {
