@@ -57,6 +57,11 @@ const (
 	keepResults = 10 * time.Minute
 )
 
+// lineTimeout bounds the time a watcher takes to send a line once its
+// first byte came: a rank may keep a watch open for as long as it runs,
+// not a half-sent line in the agent's memory. A variable for tests.
+var lineTimeout = requestTimeout
+
 // endpoints are the rank API's sockets on this node, one a rank
 // container, and the checkpoints ranks asked for.
 type endpoints struct {
@@ -279,22 +284,56 @@ func (e *endpoints) prepare(ctx context.Context, name string, ckpt int, mode str
 	return errors.Join(errs...)
 }
 
+// maxRankConns bounds the connections one rank holds open on its
+// socket: a rank needs a watch and a request or two at a time, and each
+// connection costs its agent a file descriptor and a goroutine.
+const maxRankConns = 32
+
+// accept serves the connections of ep's listener ln until it is closed
+// (quiesce, close). A failed accept that is not the listener's end (no
+// file descriptor left: EMFILE, ENFILE) is tried again after a pause, so
+// that the socket, which stays in place, is never left unserved. A rank
+// that holds maxRankConns connections gets its next ones refused with a
+// reply that says so.
 func (e *endpoints) accept(ep *endpoint, ln *net.UnixListener) {
+	pause := 5 * time.Millisecond
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			return // closed by quiesce or close
+			ep.mu.Lock()
+			mine := ep.ln == ln
+			ep.mu.Unlock()
+			if !mine || errors.Is(err, net.ErrClosed) {
+				return // closed by quiesce or close
+			}
+			e.log.Warn("rank API: accept failed; trying again", "rank", ep.name, "err", err, "in", pause)
+			time.Sleep(pause)
+			pause = min(2*pause, time.Second)
+			continue
 		}
+		pause = 5 * time.Millisecond
 		ep.mu.Lock()
 		if ep.ln != ln {
 			ep.mu.Unlock()
 			c.Close()
 			return
 		}
+		if len(ep.conns) >= maxRankConns {
+			ep.mu.Unlock()
+			go refuseConn(c, ep.name)
+			continue
+		}
 		ep.conns[c] = true
 		ep.mu.Unlock()
 		go e.serve(ep, c)
 	}
+}
+
+// refuseConn tells a rank over its limit of connections why, and hangs up.
+func refuseConn(c net.Conn, name string) {
+	defer c.Close()
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	writeReply(c, rankFail(rankv1.CodeUnavailable, fmt.Sprintf("rank %s holds %d connections to its rank API, the most it may: close one and try again", name, maxRankConns)))
 }
 
 // serve answers one connection: one request, one reply; a watch stays
@@ -472,10 +511,14 @@ func (e *endpoints) watch(ep *endpoint, c net.Conn, r *bufio.Reader, req rankv1.
 	}
 	ep.mu.Unlock()
 	writeReply(c, out)
-	_ = c.SetDeadline(time.Time{})
-	// The only message a watcher sends is ready; anything else, or the
-	// rank hanging up, ends the watch.
+	// The only message a watcher sends is ready; anything else, the rank
+	// hanging up, or a line not sent whole in lineTimeout ends the watch.
 	for {
+		_ = c.SetReadDeadline(time.Time{})
+		if _, err := r.Peek(1); err != nil {
+			break
+		}
+		_ = c.SetReadDeadline(time.Now().Add(lineTimeout))
 		req, err := readRequest(r)
 		if err != nil || req.Op != rankv1.OpReady {
 			break

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -401,4 +403,152 @@ func TestRankAPIRequestSentAgain(t *testing.T) {
 	}
 	wantReply(t, e.ask(`{"op":"checkpoint","id":"a b"}`), rankv1.CodeBadRequest)
 	wantReply(t, e.ask(`{"op":"event","id":"`+strings.Repeat("x", rankv1.MaxID+1)+`","kind":"k"}`), rankv1.CodeBadRequest)
+}
+
+// TestRankAPIConnectionCap: a rank that holds connections open without
+// asking anything gets at most maxRankConns of them; the next is told
+// why and hung up, and once it lets some go it is served again.
+func TestRankAPIConnectionCap(t *testing.T) {
+	e := newRankAPIEnv(t)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range maxRankConns {
+		c, err := net.Dial("unix", e.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	testutilWait(t, func() bool {
+		e.eps.mu.Lock()
+		ep := e.eps.byName["j.1"]
+		e.eps.mu.Unlock()
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		return len(ep.conns) == maxRankConns
+	})
+	r := e.ask(`{"op":"info"}`)
+	wantReply(t, r, rankv1.CodeUnavailable)
+	if !strings.Contains(r.Error, "connections") {
+		t.Fatalf("refusal %q does not say why", r.Error)
+	}
+	held[0].Close()
+	held = held[1:]
+	testutilWait(t, func() bool {
+		c, err := net.Dial("unix", e.sock)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte(`{"op":"info"}` + "\n")); err != nil {
+			return false
+		}
+		line, _ := bufio.NewReader(c).ReadBytes('\n')
+		var r rankv1.Reply
+		return json.Unmarshal(line, &r) == nil && r.OK
+	})
+}
+
+// TestRankAPIAcceptOutOfDescriptors: an accept that fails because the
+// agent has no file descriptor left (EMFILE) does not end the socket's
+// accept loop: once descriptors are free again, the rank is served.
+func TestRankAPIAcceptOutOfDescriptors(t *testing.T) {
+	e := newRankAPIEnv(t)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = uint64(len(fds) + 8)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer restore()
+	// Dial until the process runs out: the accepts of the last ones fail.
+	var held []net.Conn
+	for range 64 {
+		c, err := net.Dial("unix", e.sock)
+		if err != nil {
+			break
+		}
+		held = append(held, c)
+	}
+	time.Sleep(100 * time.Millisecond) // the accept loop meets EMFILE
+	for _, c := range held {
+		c.Close()
+	}
+	restore()
+	c, err := net.Dial("unix", e.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(`{"op":"info"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("no reply once descriptors are free again: %v (the accept loop ended)", err)
+	}
+	var r rankv1.Reply
+	if err := json.Unmarshal(line, &r); err != nil || !r.OK {
+		t.Fatalf("reply %q: %v", line, err)
+	}
+}
+
+// testutilWait polls cond for up to 5 s.
+func testutilWait(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5 s")
+		}
+	}
+}
+
+// TestRankAPIWatchHalfALine: a watcher that sends part of a line and no
+// more loses its watch after lineTimeout: it holds no agent memory for
+// good. A watcher that sends nothing keeps its watch.
+func TestRankAPIWatchHalfALine(t *testing.T) {
+	defer func(d time.Duration) { lineTimeout = d }(lineTimeout)
+	lineTimeout = 200 * time.Millisecond
+	e := newRankAPIEnv(t)
+	quiet, _, _ := e.watch(1000)
+	half, br, _ := e.watch(1000)
+	if _, err := half.Write([]byte(`{"op":"rea`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = half.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadBytes('\n'); !errors.Is(err, io.EOF) {
+		t.Fatalf("a watch holding half a line: %v, want it hung up", err)
+	}
+	time.Sleep(2 * lineTimeout)
+	e.eps.mu.Lock()
+	ep := e.eps.byName["j.1"]
+	e.eps.mu.Unlock()
+	ep.mu.Lock()
+	n := len(ep.watchers)
+	ep.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d watchers, want the quiet one only", n)
+	}
+	quiet.Close()
 }

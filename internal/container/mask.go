@@ -192,21 +192,55 @@ func (m *Manager) hidden() ([]string, error) {
 // checkVolumes refuses, of volumes checkGrants passed, host paths that
 // are not directories on this node, and those that would show a
 // container what cairn hides from it (its data, staging and credentials,
-// the host's secrets).
-func (m *Manager) checkVolumes(vs []Volume) error {
+// the host's secrets) or the kernel's own file systems, as they are
+// written or through the symlinks they hold. It returns the volumes with
+// their host paths resolved: what is mounted is what was checked.
+func (m *Manager) checkVolumes(vs []Volume) ([]Volume, error) {
 	hidden, err := m.hidden()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	out := make([]Volume, 0, len(vs))
 	for _, v := range vs {
+		real, err := filepath.EvalSymlinks(v.Host)
+		if err != nil {
+			return nil, fmt.Errorf("%w: volume %s: not a directory on this node", ErrBadConfig, v.Host)
+		}
+		if real == "/" || under(real, hostOnly...) {
+			return nil, fmt.Errorf("%w: volume %s is %s, which may not be a volume", ErrBadConfig, v.Host, real)
+		}
 		for _, h := range hidden {
-			if v.Host == h || strings.HasPrefix(v.Host, h+"/") || strings.HasPrefix(h, v.Host+"/") {
-				return fmt.Errorf("%w: volume %s would show the container %s, which cairn hides from it", ErrBadConfig, v.Host, h)
+			for _, p := range []string{v.Host, real} {
+				if p == h || strings.HasPrefix(p, h+"/") || strings.HasPrefix(h, p+"/") {
+					return nil, fmt.Errorf("%w: volume %s would show the container %s, which cairn hides from it", ErrBadConfig, v.Host, h)
+				}
 			}
 		}
-		if fi, err := os.Stat(v.Host); err != nil || !fi.IsDir() {
-			return fmt.Errorf("%w: volume %s: not a directory on this node", ErrBadConfig, v.Host)
+		if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: volume %s: not a directory on this node", ErrBadConfig, v.Host)
 		}
+		var fs unix.Statfs_t
+		if err := unix.Statfs(real, &fs); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", v.Host, err)
+		}
+		if name, ok := kernelFS[int64(fs.Type)]; ok {
+			return nil, fmt.Errorf("%w: volume %s is on %s, the kernel's view of the host, which may not be a volume", ErrBadConfig, v.Host, name)
+		}
+		v.Host = real
+		out = append(out, v)
 	}
-	return nil
+	return out, nil
+}
+
+// kernelFS are the file systems through which a container could read or
+// change the host's kernel state, by magic number (statfs(2)).
+var kernelFS = map[int64]string{
+	unix.PROC_SUPER_MAGIC:    "procfs",
+	unix.SYSFS_MAGIC:         "sysfs",
+	unix.CGROUP_SUPER_MAGIC:  "cgroupfs",
+	unix.CGROUP2_SUPER_MAGIC: "cgroup2",
+	unix.DEBUGFS_MAGIC:       "debugfs",
+	unix.SECURITYFS_MAGIC:    "securityfs",
+	unix.BPF_FS_MAGIC:        "bpffs",
+	unix.TRACEFS_MAGIC:       "tracefs",
 }

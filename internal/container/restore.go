@@ -394,5 +394,7 @@ func (m *Manager) restoredConfig(man *image.Record, rec Config, opts RestoreOpti
 			return conf, fmt.Errorf("%w: rootfs %s of %s is in a dir cairn hides from containers", ErrBadConfig, conf.RootFS, man.Name())
 		}
 	}
-	return conf, m.checkVolumes(conf.Volumes)
+	vols, err := m.checkVolumes(conf.Volumes)
+	conf.Volumes = vols
+	return conf, err
 }

@@ -51,9 +51,11 @@ func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
 	if err := checkGrants(cfg); err != nil {
 		return nil, err
 	}
-	if err := m.checkVolumes(cfg.Volumes); err != nil {
+	vols, err := m.checkVolumes(cfg.Volumes)
+	if err != nil {
 		return nil, err
 	}
+	cfg.Volumes = vols
 	unlock, err := m.lock(cfg.Name)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 // TestVolumes: a host directory bound into a container is written through,
 // survives a checkpoint, kill and restore (it is outside the checkpoint:
 // what was written after the checkpoint stays), and volumes that would
-// show what cairn hides, or shadow the container's own /proc, /dev and
-// tools, are refused.
+// show what cairn hides (as written or through a symlink), the host's
+// /proc or /sys, or shadow the container's own /proc, /dev and tools, are
+// refused.
 func TestVolumes(t *testing.T) {
 	env := testutil.NewEnv(t)
 	ctx := context.Background()
@@ -51,7 +53,18 @@ func TestVolumes(t *testing.T) {
 	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) {
 		return count() != before, "the restored container does not write to its volume"
 	})
+	toData, toProc, toSys := filepath.Join(t.TempDir(), "data"), filepath.Join(t.TempDir(), "proc"), filepath.Join(t.TempDir(), "sys")
+	for link, to := range map[string]string{toData: env.DataDir, toProc: "/proc", toSys: "/sys/fs/cgroup"} {
+		if err := os.Symlink(to, link); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, v := range []container.Volume{
+		{Host: toData, Path: "/x"},
+		{Host: toProc, Path: "/x"},
+		{Host: toSys, Path: "/x"},
+		{Host: "/proc", Path: "/x"},
+		{Host: "/sys", Path: "/x"},
 		{Host: env.DataDir, Path: "/x"},
 		{Host: filepath.Dir(env.DataDir), Path: "/x"},
 		{Host: "/", Path: "/x"},
@@ -65,5 +78,21 @@ func TestVolumes(t *testing.T) {
 		if !errors.Is(err, container.ErrBadConfig) {
 			t.Errorf("volume %s:%s: %v, want ErrBadConfig", v.Host, v.Path, err)
 		}
+	}
+}
+
+// TestVolumeOnKernelFS: a directory that is the host's /proc mounted
+// elsewhere is refused as a volume: what is checked is the file system,
+// not the path.
+func TestVolumeOnKernelFS(t *testing.T) {
+	env := testutil.NewEnv(t)
+	dir := t.TempDir()
+	if err := syscall.Mount("/proc", dir, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	_, err := env.Manager.Run(context.Background(), container.Config{Name: "bad", Volumes: []container.Volume{{Host: dir, Path: "/x"}}, Args: []string{"true"}})
+	if !errors.Is(err, container.ErrBadConfig) || !strings.Contains(err.Error(), "procfs") {
+		t.Fatalf("the host's /proc bound at %s as a volume: %v, want ErrBadConfig naming procfs", dir, err)
 	}
 }

@@ -57,6 +57,11 @@ func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool
 	} else {
 		return nil, apiErr(coordv1.CodeConflict, "job %s is busy", name)
 	}
+	return c.checkpointLocked(ctx, name, periodic)
+}
+
+// checkpointLocked is Checkpoint with the job's lock held.
+func (c *Coordinator) checkpointLocked(ctx context.Context, name string, periodic bool) (*coordv1.Ckpt, error) {
 	j, err := c.job(ctx, name)
 	if err != nil {
 		return nil, err

@@ -90,6 +90,9 @@ type Coordinator struct {
 	lastRun map[string]time.Time // start of each job's last round
 	// rankEvents limits each job's rank events.
 	rankEvents map[string]*rate.Limiter
+	// rankRounds are the rounds ranks asked for that wait to start, by
+	// job (rankCheckpoint).
+	rankRounds map[string]*rankRound
 	health     map[string][]string // failing health probes by node, as last heard
 	// quarantined: damaged packs in each node's store, as last heard
 	quarantined map[string][]string
@@ -131,7 +134,7 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 		cat: cat, creds: creds, log: log, opts: opts,
 		clients: map[string]Agent{},
 		members: map[string]*catalog.Membership{}, jobMu: map[string]*jobMutex{},
-		lastRun: map[string]time.Time{}, rankEvents: map[string]*rate.Limiter{},
+		lastRun: map[string]time.Time{}, rankEvents: map[string]*rate.Limiter{}, rankRounds: map[string]*rankRound{},
 	}
 	if opts.Metrics != nil {
 		opts.Metrics.SetCatalog(c)

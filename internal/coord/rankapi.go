@@ -45,7 +45,7 @@ func (c *Coordinator) RankCheckpoint(ctx context.Context, node string, req coord
 		return nil, err
 	}
 	c.log.Info("a rank asks for a checkpoint of its job", "job", req.Job, "rank", req.Rank, "stop", req.Stop)
-	ck, err := c.Checkpoint(ctx, req.Job, false)
+	ck, err := c.rankCheckpoint(ctx, req.Job)
 	if err != nil || !req.Stop {
 		return ck, err
 	}
@@ -53,6 +53,44 @@ func (c *Coordinator) RankCheckpoint(ctx context.Context, node string, req coord
 		return ck, fmt.Errorf("checkpoint %s:%d is durable, but the job could not be stopped: %w", req.Job, ck.Seq, err)
 	}
 	return ck, nil
+}
+
+// rankRound is a round ranks asked for that waits for its job's lock;
+// done is closed once it has ended, ck and err saying how.
+type rankRound struct {
+	done chan struct{}
+	ck   *coordv1.Ckpt
+	err  error
+}
+
+// rankCheckpoint takes a round of job that a rank asked for. While one
+// such round waits to start, later asks join it: however often its ranks
+// ask, a job has at most one round waiting behind the one that runs (which
+// began before the ask, and does not count for it), and a kill waits for
+// no more. The round is not cancelled with the first asker's request.
+func (c *Coordinator) rankCheckpoint(ctx context.Context, job string) (*coordv1.Ckpt, error) {
+	c.mu.Lock()
+	r := c.rankRounds[job]
+	if r != nil {
+		c.mu.Unlock()
+		select {
+		case <-r.done:
+			return r.ck, r.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	r = &rankRound{done: make(chan struct{})}
+	c.rankRounds[job] = r
+	c.mu.Unlock()
+	unlock := c.lockJob(job)
+	c.mu.Lock()
+	delete(c.rankRounds, job) // started: a later ask waits for the next one
+	c.mu.Unlock()
+	r.ck, r.err = c.checkpointLocked(context.WithoutCancel(ctx), job, false)
+	unlock()
+	close(r.done)
+	return r.ck, r.err
 }
 
 // RankInfo tells a rank, on node, about its job.

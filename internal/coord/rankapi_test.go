@@ -3,7 +3,10 @@ package coord_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
@@ -72,4 +75,38 @@ func TestRankRequests(t *testing.T) {
 func isCode(err error, code string) bool {
 	var we *agentv1.Error
 	return errors.As(err, &we) && we.Code == code
+}
+
+// TestRankAsksManyTimes: 40 checkpoints asked at once by a job's ranks
+// make at most two rounds (one that runs, one that all later asks join),
+// every ask answered with a durable checkpoint taken after it.
+func TestRankAsksManyTimes(t *testing.T) {
+	e := newMemEnv(t, 2, memagent.Options{Delay: 5 * time.Millisecond}, coord.Options{})
+	c := e.start()
+	j := c.runJob(t, "ring", 2, 0, "n0", "n1")
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 40 {
+		wg.Go(func() {
+			ck, err := c.RankCheckpoint(context.Background(), j.Placement[i%2], coordv1.RankRequest{Job: "ring", Rank: i % 2})
+			if err == nil && ck.State != coordv1.CkptDurable {
+				err = fmt.Errorf("checkpoint %d is %s", ck.Seq, ck.State)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cks, err := c.Checkpoints(context.Background(), "ring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cks) < 1 || len(cks) > 2 {
+		t.Fatalf("40 asks at once made %d rounds, want 1 or 2", len(cks))
+	}
 }

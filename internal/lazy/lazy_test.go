@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 )
 
 // pagemapImage encodes a pagemap image as CRIU 4.2 writes it: the real
@@ -275,3 +279,48 @@ func TestServerRefusesStrangers(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestServerRefusesOtherUsers: a local user who connects to the page
+// server's loopback port before the daemon does is hung up on; the
+// daemon's connection (this test's, as root) is the one served.
+func TestServerRefusesOtherUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root, to connect as another user")
+	}
+	pm, _ := ParsePagemap(pagemapImage(1, Entry{Vaddr: 0x1000, NrPages: 1, Flags: FlagPresent | FlagLazy}), 5)
+	srv, err := Listen(map[int]*Pagemap{5: pm}, memSource{files: map[string][]byte{"pages-1.img": make([]byte, PageSize)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	// nobody connects and holds on, reading what it is sent.
+	stranger := exec.Command("bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/"+itoa(srv.Port())+"; cat <&3 >/dev/null; echo hung-up")
+	stranger.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out := make(chan string, 1)
+	go func() {
+		b, _ := stranger.CombinedOutput()
+		out <- string(b)
+	}()
+	select {
+	case got := <-out:
+		if !strings.Contains(got, "hung-up") {
+			t.Fatalf("the stranger's connection: %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		_ = stranger.Process.Kill()
+		t.Fatal("the page server kept a connection of another user")
+	}
+	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", itoa(srv.Port())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := daemon{c, true}
+	d.get(t, 5, 0x1000, 1)
+	if nr, _, _, _ := d.reply(t); nr != 1 {
+		t.Fatalf("reply of %d pages", nr)
+	}
+	d.close(t)
+	if err := srv.Err(); err != nil {
+		t.Fatalf("session: %v", err)
+	}
+}

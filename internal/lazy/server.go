@@ -11,6 +11,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -103,7 +105,7 @@ func (s *Server) Close() {
 func (s *Server) run() {
 	defer close(s.done)
 	defer func() { s.ended = time.Now() }()
-	conn, err := s.ln.Accept()
+	conn, err := s.accept()
 	s.ln.Close()
 	if err != nil {
 		s.err = fmt.Errorf("page server: %w", err)
@@ -113,6 +115,58 @@ func (s *Server) run() {
 	defer stop()
 	defer conn.Close()
 	s.err = s.serve(conn)
+}
+
+// accept returns the first connection of a process of this server's own
+// user (the daemon, which runs as root): a loopback port is open to every
+// local user, and one who connected first would otherwise take the
+// daemon's place, and could read the job's memory. Others are hung up on.
+func (s *Server) accept() (net.Conn, error) {
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			return nil, err
+		}
+		uid, err := peerUID(conn)
+		if err == nil && uid == os.Geteuid() {
+			return conn, nil
+		}
+		s.log.Warn("page server: a connection of another user refused", "peer", conn.RemoteAddr().String(), "uid", uid, "err", err)
+		conn.Close()
+	}
+}
+
+// peerUID returns the user owning the other end of a TCP connection on
+// loopback, as the kernel lists its socket (/proc/net/tcp of this
+// network namespace).
+func peerUID(conn net.Conn) (int, error) {
+	remote, ok1 := conn.RemoteAddr().(*net.TCPAddr)
+	local, ok2 := conn.LocalAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 || remote.IP.To4() == nil || local.IP.To4() == nil {
+		return -1, fmt.Errorf("not a TCP connection over IPv4: %s", conn.RemoteAddr())
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return -1, err
+	}
+	// The peer's socket: its local address is our remote one, and the
+	// other way round.
+	want := procAddr(remote) + " " + procAddr(local)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 8 || f[1]+" "+f[2] != want {
+			continue
+		}
+		return strconv.Atoi(f[7])
+	}
+	return -1, fmt.Errorf("no socket of %s to %s in /proc/net/tcp", remote, local)
+}
+
+// procAddr is addr as /proc/net/tcp writes it: the IPv4 address as a
+// little-endian hex word, and the port.
+func procAddr(addr *net.TCPAddr) string {
+	ip := addr.IP.To4()
+	return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], addr.Port)
 }
 
 // reply is the answer to one request, computed while the ones before it
