@@ -268,3 +268,39 @@ func TestUserNS(t *testing.T) {
 		t.Fatalf("after the refused checkpoint: %s", in.Status)
 	}
 }
+
+// TestContainerSeesNothingOfOtherInstances: two cairn instances on one
+// host (another data dir: a local cluster's node, say, with its
+// credentials hidden): a container of one sees nothing of the other's
+// data dir, staging dir or hidden dirs.
+func TestContainerSeesNothingOfOtherInstances(t *testing.T) {
+	keys, err := os.MkdirTemp("/var/tmp", "cairn-test-keys-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(keys) })
+	if err := os.WriteFile(filepath.Join(keys, "ca.key"), []byte("SECRET-KEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := testutil.NewEnv(t, func(o *container.Options) { o.Hide = append(o.Hide, keys) })
+	if err := os.WriteFile(filepath.Join(other.DataDir, "marker"), []byte("data\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(other.StagingDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other.StagingDir, "marker"), []byte("staging\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := testutil.NewEnv(t)
+	if _, err := env.Manager.Run(context.Background(), container.Config{Name: "spy", Args: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	var script strings.Builder
+	for _, p := range []string{filepath.Join(other.DataDir, "marker"), filepath.Join(other.StagingDir, "marker"), filepath.Join(keys, "ca.key")} {
+		fmt.Fprintf(&script, "if [ -e %q ]; then echo \"SEEN %s\"; fi\n", p, p)
+	}
+	if out := execOut(t, env.Manager, "spy", script.String()); strings.TrimSpace(out) != "" {
+		t.Errorf("a container sees another instance's dirs:\n%s", out)
+	}
+}

@@ -154,6 +154,9 @@ func New(opts Options) (*Manager, error) {
 	} else if p, err := criu.Find(""); err == nil {
 		m.runc.criu = p
 	}
+	if err := m.register(); err != nil {
+		return nil, fmt.Errorf("list this instance in %s: %w", InstancesDir, err)
+	}
 	return m, nil
 }
 

@@ -185,8 +185,14 @@ func writeHosts(st *State, upper string) error {
 var ErrBadConfig = errors.New("bad container configuration")
 
 // hidden are the host paths no container sees.
-func (m *Manager) hidden() ([]string, error) {
-	return hiddenPaths("/", append([]string{m.opts.DataDir, m.opts.StagingDir, DefaultDataDir}, m.opts.Hide...))
+func (m *Manager) hidden() ([]string, error) { return hiddenPaths("/", m.hiddenDirs()) }
+
+// hiddenDirs are cairn's dirs no container sees: this instance's, the
+// default data dir, what the operator hides, and every other instance's
+// on the host (instances.go).
+func (m *Manager) hiddenDirs() []string {
+	dirs := append([]string{m.opts.DataDir, m.opts.StagingDir, DefaultDataDir}, m.opts.Hide...)
+	return append(dirs, otherInstances(m.instance)...)
 }
 
 // checkVolumes refuses, of volumes checkGrants passed, host paths that

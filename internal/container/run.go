@@ -277,7 +277,7 @@ func (m *Manager) mountRoot(st *State) error {
 	if lower == "" {
 		lower = "/"
 	}
-	hidden, err := hiddenPaths(lower, append([]string{m.opts.DataDir, m.opts.StagingDir, DefaultDataDir}, m.opts.Hide...))
+	hidden, err := hiddenPaths(lower, m.hiddenDirs())
 	if err == nil {
 		err = maskUpper(filepath.Join(dir, "upper"), lower, hidden)
 	}

@@ -150,6 +150,7 @@ func (e *Env) Teardown(t testing.TB) {
 		t.Errorf("teardown: %v", err)
 	}
 	os.RemoveAll(e.StagingDir)
+	os.Remove(filepath.Join(container.InstancesDir, e.Manager.Instance()+".json"))
 }
 
 // CheckNoLeaks fails t if anything made for the data dir dataDir or the

@@ -1,0 +1,96 @@
+// Every cairn instance on a host (a data dir: a node's agent, a local
+// cluster's nodes, the CLI's single containers) hides its dirs from the
+// containers of every other instance too: each lists its dirs in a
+// root-only registry under /run (itself hidden from containers), and a
+// container's root masks what all of them list.
+
+package container
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// InstancesDir is the host's registry of cairn instances, one file an
+// instance naming its dirs. A variable for tests.
+var InstancesDir = "/run/cairn/instances"
+
+// instanceRecord is what an instance lists: its data dir first, then its
+// staging dir and what it hides besides (its Options.Hide: a cluster's
+// credentials).
+type instanceRecord struct {
+	Dirs []string `json:"dirs"`
+}
+
+// register lists this instance's dirs in the registry, and drops the
+// records of instances whose data dir is gone.
+func (m *Manager) register() error {
+	if err := os.MkdirAll(InstancesDir, 0o700); err != nil {
+		return err
+	}
+	if err := safeDir(InstancesDir); err != nil {
+		return err
+	}
+	rec := instanceRecord{Dirs: append([]string{m.opts.DataDir, m.opts.StagingDir}, m.opts.Hide...)}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(InstancesDir, m.instance+".json")
+	tmp, err := os.CreateTemp(InstancesDir, ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		return err
+	}
+	_ = otherInstances(m.instance) // prunes
+	return nil
+}
+
+// otherInstances returns the dirs the registry lists for instances other
+// than self, dropping the records of those whose data dir is gone.
+func otherInstances(self string) []string {
+	ents, err := os.ReadDir(InstancesDir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || id == self {
+			continue
+		}
+		p := filepath.Join(InstancesDir, e.Name())
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var rec instanceRecord
+		if json.Unmarshal(b, &rec) != nil || len(rec.Dirs) == 0 {
+			continue
+		}
+		if _, err := os.Stat(rec.Dirs[0]); errors.Is(err, fs.ErrNotExist) {
+			os.Remove(p) // the instance is gone
+			continue
+		}
+		for _, d := range rec.Dirs {
+			if filepath.IsAbs(d) && filepath.Clean(d) != "/" {
+				out = append(out, filepath.Clean(d))
+			}
+		}
+	}
+	return out
+}
