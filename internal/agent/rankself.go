@@ -23,11 +23,13 @@ func (s *Server) rankSelf(ctx context.Context, name string) (rankSelf, error) {
 		return rankSelf{}, err
 	}
 	env := envMap(in.Config.Env)
-	self := rankSelf{Job: env["CAIRN_JOB"], Mode: rankMode(in.Config.Env)}
-	if self.Job == "" {
+	// Who the rank is comes from its container's name (JOB.RANK), which
+	// this agent gave it, and must agree with what its environment says.
+	job, rank, ok := rankOf(name)
+	if !ok || env["CAIRN_JOB"] != job || env["CAIRN_RANK"] != strconv.Itoa(rank) {
 		return rankSelf{}, fmt.Errorf("container %s is no rank of a job", name)
 	}
-	self.Rank, _ = strconv.Atoi(env["CAIRN_RANK"])
+	self := rankSelf{Job: job, Rank: rank, Mode: rankMode(in.Config.Env)}
 	self.Size, _ = strconv.Atoi(env["CAIRN_SIZE"])
 	if _, seq, ok := strings.Cut(in.RestoredFrom, ":"); ok {
 		self.RestoredFrom, _ = strconv.Atoi(seq)
@@ -37,6 +39,17 @@ func (s *Server) rankSelf(ctx context.Context, name string) (rankSelf, error) {
 		self.Incarnation = incs[len(incs)-1].N
 	}
 	return self, nil
+}
+
+// rankOf splits a rank's container name (agentv1.RankName) into its job
+// and rank.
+func rankOf(name string) (job string, rank int, ok bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 {
+		return "", 0, false
+	}
+	rank, err := strconv.Atoi(name[i+1:])
+	return name[:i], rank, err == nil && rank >= 0
 }
 
 // rankMode is the checkpoint mode a rank's job gave it in its environment

@@ -317,6 +317,10 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 			return nil, err
 		}
 	}
+	c.mu.Lock()
+	delete(c.rankEvents, name) // its ranks' event limiter
+	delete(c.lastRun, name)
+	c.mu.Unlock()
 	c.log.Info("job removed", "job", name, "ckpts", out.Ckpts, "images", out.Images)
 	return out, c.cat.Delete(ctx, jobKey(name))
 }

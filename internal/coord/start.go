@@ -48,7 +48,8 @@ func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool
 		common = append(common, peers)
 	}
 	x.run = func(r int) agentv1.RankRun {
-		env := append(append(append(slices.Clone(common), "CAIRN_RANK="+strconv.Itoa(r)), launchEnv...), req.Env...)
+		own := append(append(slices.Clone(common), "CAIRN_RANK="+strconv.Itoa(r)), launchEnv...)
+		env := append(own, userEnv(req.Env, own)...)
 		return agentv1.RankRun{
 			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: x.ownNet(j.Placement[r]),
 			Addr: j.Addrs[r], Args: req.Args, Env: env, RootFS: req.RootFS, MPI: req.MPI,
@@ -135,3 +136,21 @@ func launchEnv(req coordv1.RunJob) ([]string, error) {
 
 // MaxPeersEnv is the longest CAIRN_PEERS a job's ranks are given.
 const MaxPeersEnv = 64 << 10
+
+// userEnv is env (a job's -e and --export) without the variables cairn
+// sets itself in own: a rank's identity (CAIRN_JOB, CAIRN_RANK, ...) is
+// cairn's to give, not the submitter's.
+func userEnv(env, own []string) []string {
+	set := map[string]bool{}
+	for _, kv := range own {
+		k, _, _ := strings.Cut(kv, "=")
+		set[k] = true
+	}
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); !set[k] {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

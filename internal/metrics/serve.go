@@ -36,6 +36,13 @@ func LoadToken(file string) (Token, error) {
 	if file == "" {
 		return nil, nil
 	}
+	st, err := os.Stat(file)
+	if err != nil {
+		return nil, fmt.Errorf("metrics token: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("metrics token file %s: readable by others (mode %v); chmod 600 it", file, st.Mode().Perm())
+	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("metrics token: %w", err)

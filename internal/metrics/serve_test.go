@@ -34,6 +34,13 @@ func TestLoadToken(t *testing.T) {
 	if _, err := metrics.LoadToken(filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing file gave a token")
 	}
+	open := write("open", "0123456789abcdef0123\n")
+	if err := os.Chmod(open, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := metrics.LoadToken(open); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a token file others may read: %q %v, want refused", tok, err)
+	}
 }
 
 // TestTokenAllows: the token allows GET /metrics with itself as the bearer

@@ -148,5 +148,5 @@ func Event(e evv1.Event) string {
 	if e.Message != "" {
 		fmt.Fprintf(&b, "  %s", e.Message)
 	}
-	return b.String()
+	return Printable(b.String())
 }

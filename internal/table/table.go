@@ -3,13 +3,63 @@ package table
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 )
 
 // New returns a writer that aligns tab-separated columns, two spaces
-// apart; Flush writes them.
-func New(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+// apart; Flush writes them. Control characters in the cells are written
+// escaped (Printable): a name or message from outside cannot move the
+// cursor, erase a line or forge one.
+func New(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(escaping{w}, 0, 4, 2, ' ', 0)
+}
+
+// escaping writes what is written to it with every control character
+// but newline escaped.
+type escaping struct{ w io.Writer }
+
+func (e escaping) Write(p []byte) (int, error) {
+	for _, line := range strings.SplitAfter(string(p), "\n") {
+		body, nl := strings.CutSuffix(line, "\n")
+		out := Printable(body)
+		if nl {
+			out += "\n"
+		}
+		if _, err := io.WriteString(e.w, out); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// Printable is s with its control characters (C0 but tab, C1, and the
+// Unicode marks that reorder text) written as Go escapes: text from
+// outside, shown on a terminal, shows as it is.
+func Printable(s string) string {
+	if !strings.ContainsFunc(s, hostile) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if hostile(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// hostile tells a character that changes what a terminal shows rather
+// than showing itself.
+func hostile(r rune) bool {
+	return r != '\t' && unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError
+}
 
 // pid is a process id, or "-" for none.
 func pid(pid int) string {

@@ -1,6 +1,8 @@
 package table_test
 
 import (
+	"bytes"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -143,5 +145,29 @@ BAD  store: pack 9f: missing
 `
 	if b.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+// TestControlCharactersEscaped: text from outside (a rank's event, a
+// name in a cell) cannot drive the terminal: escapes, carriage returns
+// and reordering marks are shown escaped, in events and in tables.
+func TestControlCharactersEscaped(t *testing.T) {
+	forged := "ok\x1b[2K\rcheckpoint.durable job=other\u202e"
+	line := table.Event(evv1.Event{Seq: 1, Type: evv1.RankEvent, Job: "j", Message: forged})
+	if strings.ContainsAny(line, "\x1b\r\u202e") || !strings.Contains(line, `ok\x1b[2K\rcheckpoint.durable job=other\u202e`) {
+		t.Fatalf("event line %q: want its control characters escaped", line)
+	}
+	var buf bytes.Buffer
+	w := table.New(&buf)
+	fmt.Fprintf(w, "NAME\tCOMMAND\n")
+	fmt.Fprintf(w, "a\t%s\n", forged)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); strings.ContainsAny(out, "\x1b\r\u202e") || strings.Count(out, "\n") != 2 {
+		t.Fatalf("table %q: want control characters escaped and two lines", out)
+	}
+	if got := table.Printable("plain\ttext é"); got != "plain\ttext é" {
+		t.Fatalf("Printable changed plain text: %q", got)
 	}
 }
