@@ -63,6 +63,7 @@ type (
 		Namespaces    []ociNamespace `json:"namespaces"`
 		MaskedPaths   []string       `json:"maskedPaths"`
 		ReadonlyPaths []string       `json:"readonlyPaths"`
+		Seccomp       *ociSeccomp    `json:"seccomp,omitempty"`
 	}
 	ociResources struct {
 		Devices []ociDevice `json:"devices"`
@@ -180,6 +181,7 @@ func writeSpec(st *State, bundle, rootPath, netnsPath, criuConf string) error {
 			MaskedPaths: []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+			Seccomp:       seccompFilter(),
 		},
 	}
 	for _, v := range st.Config.Volumes {

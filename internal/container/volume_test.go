@@ -96,3 +96,53 @@ func TestVolumeOnKernelFS(t *testing.T) {
 		t.Fatalf("the host's /proc bound at %s as a volume: %v, want ErrBadConfig naming procfs", dir, err)
 	}
 }
+
+// TestNoSetuidFiles: a container cannot make a file setuid or setgid,
+// on a volume (where a host user could run it with root's rights) or
+// anywhere: chmod, install -m and a copy keeping a setuid binary's mode
+// are refused, and the host sees no such file. The rest of its file
+// modes work as before.
+func TestNoSetuidFiles(t *testing.T) {
+	env := testutil.NewEnv(t)
+	vol := t.TempDir()
+	if err := os.Chmod(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := env.Manager.Run(ctx, container.Config{Name: "c", Volumes: []container.Volume{{Host: vol, Path: "/v"}}, Args: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	out := execOut(t, env.Manager, "c", `cp /bin/sh /v/sh; chmod 4755 /v/sh 2>/dev/null && echo CHMOD-SETUID
+chmod 2755 /v/sh 2>/dev/null && echo CHMOD-SETGID
+install -m 4755 /bin/sh /v/sh2 2>/dev/null && echo INSTALL-SETUID
+cp -p /usr/bin/passwd /v/passwd 2>/dev/null; chmod 0750 /v/sh && echo PLAIN-OK
+python3 -c 'import os; os.close(os.open("/v/py", os.O_CREAT|os.O_WRONLY, 0o4755))' 2>/dev/null; echo DONE`)
+	for _, bad := range []string{"CHMOD-SETUID", "CHMOD-SETGID", "INSTALL-SETUID"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the container could: %s\n%s", bad, out)
+		}
+	}
+	if !strings.Contains(out, "PLAIN-OK") || !strings.Contains(out, "DONE") {
+		t.Fatalf("plain modes failed:\n%s", out)
+	}
+	ents, err := os.ReadDir(vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("the host sees %s with mode %v", e.Name(), fi.Mode())
+		}
+	}
+	// A container with the filter checkpoints and restores.
+	if _, err := env.Manager.Checkpoint(ctx, "c", container.CheckpointOptions{Stop: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Manager.Restore(ctx, "c", container.RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := execOut(t, env.Manager, "c", "chmod 4755 /v/sh 2>/dev/null && echo CHMOD-SETUID; echo DONE"); strings.Contains(out, "CHMOD-SETUID") {
+		t.Errorf("after a restore, the container could make a file setuid")
+	}
+}
