@@ -393,7 +393,7 @@ func TestCheckpointRefusesDeviceInDelta(t *testing.T) {
 // no checkpoint may be listed.
 func TestDumpFailureResumes(t *testing.T) {
 	staging := t.TempDir()
-	if err := syscall.Mount("tmpfs", staging, "tmpfs", 0, "size=4m"); err != nil {
+	if err := syscall.Mount("tmpfs", staging, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Unmount(staging, syscall.MNT_DETACH) })

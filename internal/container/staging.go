@@ -26,7 +26,7 @@ var ErrUnsafeDir = errors.New("unsafe working dir")
 // images would be restored from it unchecked.
 func (m *Manager) StagingRoot() (string, error) {
 	dir := m.opts.StagingDir
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return "", fmt.Errorf("staging dir: %w", err)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
