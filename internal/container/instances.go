@@ -16,8 +16,10 @@ import (
 )
 
 // InstancesDir is the host's registry of cairn instances, one file an
-// instance naming its dirs. A variable for tests.
-var InstancesDir = "/run/cairn/instances"
+// instance naming its dirs. Not under /run/cairn: a program of the rank
+// API's run on the host takes that dir's presence for being in a rank
+// whose socket is away for a dump, and waits for it. A variable for tests.
+var InstancesDir = "/run/cairn-instances"
 
 // instanceRecord is what an instance lists: its data dir first, then its
 // staging dir and what it hides besides (its Options.Hide: a cluster's
