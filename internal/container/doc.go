@@ -32,7 +32,10 @@
 //     ([Prepared]): the first phase of a global checkpoint, which commits
 //     or aborts it. A files-only checkpoint ([PrepareOptions].FilesOnly,
 //     an application-level job's) captures the fs delta and the output
-//     only, and runs no CRIU.
+//     only, and runs no CRIU. A container whose lazy restore is still
+//     bringing its memory is waited for before it is frozen, and the
+//     kernel asked after ([Manager.AwaitMemory], memory.go): no memory
+//     that has not arrived is ever dumped.
 //   - restore: take the image kept in staging since its checkpoint if it
 //     is the one asked for (kept.go), else verify the image while copying
 //     it into staging (for a lazy restore, all of it but the memory pages
@@ -44,6 +47,14 @@
 //     told the checkpoint's number in $CAIRN_RESTART.
 //   - API dir: a rank's own host directory for the rank API's socket,
 //     bound at /run/cairn ([Config].RankAPI, [Manager.APIDir], apidir.go).
+//   - grants: what a config gives a container on the host (volumes, a
+//     root, the rank API, limits), checked by one set of rules for run and
+//     for a record read from a file or a peer, which grants nothing by
+//     itself (grants.go, [CheckRecordedConfig]); volumes resolved and their
+//     file systems asked (mask.go); no setuid or setgid file made
+//     (seccomp.go); every cairn instance's dirs hidden from every
+//     container (instances.go); a staging dir root's alone
+//     ([Manager.StagingRoot], staging.go).
 //   - incarnation: one run of a container's processes, from `run` or from a
 //     restore. Its log starts with the output kept with its checkpoint (up
 //     to the instant the checkpoint froze the container, what was still in
