@@ -329,11 +329,23 @@ func (e *endpoints) accept(ep *endpoint, ln *net.UnixListener) {
 	}
 }
 
-// refuseConn tells a rank over its limit of connections why, and hangs up.
+// lingering bounds the refused connections kept open a moment after
+// their reply, so that the rank's request is read rather than its write
+// failing: past it, a refused connection is closed at once.
+var lingering = make(chan struct{}, 16)
+
+// refuseConn tells a rank over its limit of connections why, and hangs up
+// once it has sent its request (at most 100 ms later).
 func refuseConn(c net.Conn, name string) {
 	defer c.Close()
-	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = c.SetDeadline(time.Now().Add(100 * time.Millisecond))
 	writeReply(c, rankFail(rankv1.CodeUnavailable, fmt.Sprintf("rank %s holds %d connections to its rank API, the most it may: close one and try again", name, maxRankConns)))
+	select {
+	case lingering <- struct{}{}:
+		defer func() { <-lingering }()
+		_, _ = bufio.NewReaderSize(c, 512).ReadSlice('\n')
+	default:
+	}
 }
 
 // serve answers one connection: one request, one reply; a watch stays

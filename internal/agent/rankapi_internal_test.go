@@ -431,8 +431,20 @@ func TestRankAPIConnectionCap(t *testing.T) {
 		defer ep.mu.Unlock()
 		return len(ep.conns) == maxRankConns
 	})
-	r := e.ask(`{"op":"info"}`)
+	// The refusal comes whatever the rank sends (here nothing).
+	over, err := net.Dial("unix", e.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = over.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(over).ReadBytes('\n')
+	over.Close()
+	var r rankv1.Reply
+	if err != nil || json.Unmarshal(line, &r) != nil {
+		t.Fatalf("a connection over the cap: %q %v, want a refusal", line, err)
+	}
 	wantReply(t, r, rankv1.CodeUnavailable)
+	wantReply(t, e.ask(`{"op":"info"}`), rankv1.CodeUnavailable) // a request sent, read
 	if !strings.Contains(r.Error, "connections") {
 		t.Fatalf("refusal %q does not say why", r.Error)
 	}
