@@ -578,3 +578,49 @@ func TestRankOf(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRankAPI sends what a hostile rank could on its socket, then hangs
+// up: the agent answers with nothing but whole JSON replies, one a line,
+// each about the rank's own job if about any, and never more replies than
+// the lines it was sent.
+func FuzzRankAPI(f *testing.F) {
+	for _, s := range []string{`{"op":"info"}` + "\n", `{"op":"info","job":"other"}` + "\n", `{"op":"checkpoint","id":"a-1"}` + "\n",
+		`{"op":"event","kind":"step","message":"\u001b[2K"}` + "\n", `{"op":"watch","prepare":true,"deadline_ms":5}` + "\n" + `{"op":"rea`,
+		`{"op":"info","rank":7}` + "\n", "\x00\xff\n", `{"op":"result","ticket":"../x"}` + "\n", strings.Repeat("x", rankv1.MaxLine+10) + "\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		e := newRankAPIEnv(t)
+		e.co.ckpt = make(chan error, 64)
+		for range 64 {
+			e.co.ckpt <- nil
+		}
+		c, err := net.Dial("unix", e.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(in); err != nil {
+			return // hung up on already: nothing to check
+		}
+		_ = c.(*net.UnixConn).CloseWrite()
+		out, _ := io.ReadAll(c)
+		lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		if len(out) == 0 {
+			return
+		}
+		if len(lines) > strings.Count(string(in), "\n")+1 {
+			t.Fatalf("%d replies to %d lines", len(lines), strings.Count(string(in), "\n"))
+		}
+		for _, l := range lines {
+			var r rankv1.Reply
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("reply %q is no JSON: %v", l, err)
+			}
+			if r.OK && r.Job != "" && r.Job != "j" {
+				t.Fatalf("a reply about job %q to rank 1 of job j: %q", r.Job, l)
+			}
+		}
+	})
+}
