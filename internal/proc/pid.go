@@ -51,9 +51,28 @@ func parseStat(b []byte) (stat, error) {
 // and is not a zombie (ended, and not yet reaped by its parent).
 // kill(pid, 0) cannot tell a zombie from a live process: both take the
 // signal. A pid of 0 or less is no process.
+//
+// /proc/PID/stat is the state of the process's first thread, which turns
+// zombie as soon as it has exited itself: a multi-threaded process that
+// was killed shows Z while its other threads are still tearing down and
+// still hold its files (a listening socket, a lock). The process has
+// ended when its first thread is a zombie and no other thread is left.
 func Runs(pid int) bool {
 	st, err := readStat(pid)
-	return err == nil && st.state != 'Z'
+	if err != nil {
+		return false
+	}
+	return st.state != 'Z' || threadsLeft(pid) > 1
+}
+
+// threadsLeft counts the threads of pid that have not been released: a
+// zombie first thread stays listed until it is reaped.
+func threadsLeft(pid int) int {
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return 0
+	}
+	return len(ents)
 }
 
 // Parent returns the pid of pid's parent, 0 if pid is no process.

@@ -1,12 +1,34 @@
 package proc
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// leaderExitsEnv makes this test binary a process whose first thread
+// exits on its own while another thread goes on: what a killed
+// multi-threaded process looks like for a moment.
+const leaderExitsEnv = "CAIRN_PROC_TEST_LEADER_EXITS"
+
+func init() {
+	if os.Getenv(leaderExitsEnv) == "" {
+		return
+	}
+	// Called from init, this keeps the main goroutine on the first thread.
+	runtime.LockOSThread()
+	go func() {
+		os.Stdout.WriteString("ready\n")
+		select {}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	syscall.RawSyscall(syscall.SYS_EXIT, 0, 0, 0) // this thread only
+}
 
 func TestParseStat(t *testing.T) {
 	for _, tc := range []struct {
@@ -60,5 +82,44 @@ func TestRuns(t *testing.T) {
 	_ = cmd.Wait()
 	if Runs(pid) || Parent(pid) != 0 {
 		t.Errorf("reaped child: runs %v, parent %d", Runs(pid), Parent(pid))
+	}
+}
+
+// TestRunsUntilTheLastThread: a process whose first thread is a zombie
+// while another thread still runs has not ended (it still holds its
+// files); once that thread is gone too, it has.
+func TestRunsUntilTheLastThread(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), leaderExitsEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("helper said %q, %v", line, err)
+	}
+	for i := 0; i < 5000; i++ {
+		if st, err := readStat(pid); err == nil && st.state == 'Z' {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st, err := readStat(pid); err != nil || st.state != 'Z' {
+		t.Fatalf("helper's first thread: %+v, %v; want a zombie", st, err)
+	}
+	if !Runs(pid) {
+		t.Fatalf("a process with a live thread (%d listed) does not run", threadsLeft(pid))
+	}
+	_ = cmd.Process.Kill()
+	for i := 0; i < 5000 && Runs(pid); i++ {
+		time.Sleep(time.Millisecond)
+	}
+	if Runs(pid) {
+		t.Fatalf("killed process still runs: %d threads listed", threadsLeft(pid))
 	}
 }
