@@ -27,15 +27,19 @@ func agentCmdline(t testing.TB, pid int) []string {
 
 // KillAgent SIGKILLs a node's agent (its containers go on) and returns
 // what restarts it: the same command in the node's network namespace,
-// with env added to its environment.
+// with env added to its environment, waiting until the new agent has
+// joined the cluster. The coordinator still counts the node alive for a
+// while after the kill, so a count of live nodes cannot tell that.
 func (c *Cluster) KillAgent(node string) (restart func(env ...string)) {
 	c.t.Helper()
 	f := c.File()
+	joined := func() int { return strings.Count(c.AgentLog(node), `msg="joined the cluster"`) }
 	for i, n := range f.Nodes {
 		if n.Name != node {
 			continue
 		}
 		argv := agentCmdline(c.t, n.PID)
+		before := joined()
 		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
 			c.t.Fatal(err)
 		}
@@ -47,6 +51,10 @@ func (c *Cluster) KillAgent(node string) (restart func(env ...string)) {
 			f := c.File()
 			f.Nodes[i].PID = c.spawn(f.AgentLog(node), full, env)
 			c.save(f)
+			WaitUntil(c.t, 30*time.Second, func() (bool, string) {
+				n := joined()
+				return n > before, fmt.Sprintf("%s's agent joined %d times, %d before its restart", node, n, before)
+			})
 		}
 	}
 	c.t.Fatalf("no node %s", node)
@@ -55,16 +63,7 @@ func (c *Cluster) KillAgent(node string) (restart func(env ...string)) {
 
 // RestartAgent restarts a node's agent with env added to its environment,
 // and waits until it has joined the cluster again.
-func (c *Cluster) RestartAgent(node string, env ...string) {
-	c.t.Helper()
-	joined := func() int { return strings.Count(c.AgentLog(node), `msg="joined the cluster"`) }
-	before := joined()
-	c.KillAgent(node)(env...)
-	WaitUntil(c.t, 30*time.Second, func() (bool, string) {
-		n := joined()
-		return n > before, fmt.Sprintf("%s's agent joined %d times, %d before its restart", node, n, before)
-	})
-}
+func (c *Cluster) RestartAgent(node string, env ...string) { c.KillAgent(node)(env...) }
 
 // KillCoordinator SIGKILLs the coordinator and returns what restarts it.
 func (c *Cluster) KillCoordinator(env ...string) (restart func(env ...string)) {
