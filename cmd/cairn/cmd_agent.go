@@ -17,7 +17,7 @@ import (
 )
 
 func newAgentCmd() *cobra.Command {
-	var listen, creds, coordAddr, underlay, advertise, netnsPrefix string
+	var listen, creds, coordAddr, underlay, underlayDev, advertise, netnsPrefix string
 	var labels []string
 	var healthCmd string
 	var healthEvery time.Duration
@@ -37,7 +37,11 @@ checkpoint images. GET /metrics serves the node's Prometheus metrics to them
 With --coordinator the agent joins the cluster as the node its certificate
 names and keeps its membership alive with heartbeats: a node silent for the
 coordinator's TTL is dead. --underlay is the address other nodes reach this
-one at, over which job networks (VXLAN) run.
+one at, over which job networks (VXLAN) run, out of the device that holds
+it (--underlay-dev to name another). A job network takes VXLAN only from
+the nodes that run the job's other ranks; where hosts or users that are
+not trusted share the network between nodes, put --underlay on an
+authenticated tunnel (WireGuard, IPsec) between the nodes.
 
 Health probes run every --health-every: free disk of the data dir, available
 memory, and --health-cmd (a shell command with CAIRN_NODE set, failing when
@@ -65,6 +69,9 @@ restarted where its ranks were) then reads nothing from the store.`,
 				if cfg.Underlay, err = netip.ParseAddr(underlay); err != nil {
 					return usageError{fmt.Errorf("--underlay: %w", err)}
 				}
+				cfg.UnderlayDev = underlayDev
+			} else if underlayDev != "" {
+				return usageError{errors.New("--underlay-dev is for an agent that joins a cluster (--coordinator)")}
 			}
 			for _, kv := range labels {
 				k, v, ok := strings.Cut(kv, "=")
@@ -89,6 +96,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 	f.StringVar(&creds, "creds", "", "directory with the node's credentials (required)")
 	f.StringVar(&coordAddr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "join the cluster of the coordinator at ADDR ($CAIRN_COORDINATOR)")
 	f.StringVar(&underlay, "underlay", "", "this node's address between nodes (required with --coordinator)")
+	f.StringVar(&underlayDev, "underlay-dev", "", "device job networks' VXLAN goes out of (default: the one holding --underlay)")
 	f.StringVar(&advertise, "advertise", "", "agent API address the coordinator calls (default: --listen)")
 	f.StringVar(&healthCmd, "health-cmd", "", "health probe: a shell command (CAIRN_NODE set) that fails when the node is unwell")
 	f.DurationVar(&healthEvery, "health-every", 5*time.Second, "how often the health probes run")

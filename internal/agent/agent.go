@@ -37,6 +37,9 @@ type Config struct {
 	// nodes reach this one at, over which job networks run.
 	Coordinator string
 	Underlay    netip.Addr
+	// UnderlayDev is the device job networks' VXLAN goes out of; ""
+	// means the one that holds Underlay.
+	UnderlayDev string
 	// Advertise is the agent API address the coordinator calls (default:
 	// the listener's).
 	Advertise string
@@ -77,6 +80,13 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Coordinator != "" && !cfg.Underlay.IsValid() {
 		return nil, errors.New("agent: joining a coordinator needs the node's underlay address")
+	}
+	if cfg.Coordinator != "" && cfg.UnderlayDev == "" {
+		dev, err := netw.DeviceOf(cfg.Underlay)
+		if err != nil {
+			return nil, fmt.Errorf("agent: underlay %s: %w; give this node's own address on the network between nodes", cfg.Underlay, err)
+		}
+		cfg.UnderlayDev = dev
 	}
 	c, err := pki.LoadCredentials(cfg.Creds)
 	if err != nil {
@@ -139,7 +149,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	s.Metrics = newMetrics(c.Name, a.m, h)
 	if a.cfg.Coordinator != "" {
-		s.Node.Underlay = a.cfg.Underlay
+		s.Node.Underlay, s.Node.Dev = a.cfg.Underlay, a.cfg.UnderlayDev
 		a.join(ctx, h)
 		// The ranks' requests go to the coordinator as this node's.
 		co := rpc.NewCoordClient(a.cfg.Coordinator, a.creds)

@@ -40,6 +40,25 @@ func TestNewRefusesOtherCredentials(t *testing.T) {
 	}
 }
 
+// TestNewFindsUnderlayDevice: job networks go out of the device that
+// holds the node's underlay address; an address no interface holds is
+// refused at start rather than at the first job.
+func TestNewFindsUnderlayDevice(t *testing.T) {
+	ca, err := pki.Init(t.TempDir(), pki.InitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := issue(t, ca, "n1", pki.Agent).Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.Config{Creds: dir, Listen: "127.0.0.1:0", Coordinator: "127.0.0.1:1",
+		Underlay: netip.MustParseAddr("192.0.2.77")}
+	if _, err := agent.New(cfg); err == nil || !strings.Contains(err.Error(), "no interface") {
+		t.Errorf("underlay no interface holds: %v", err)
+	}
+}
+
 // fakeCoord answers joins and heartbeats as the coordinator does, and
 // forgets the node once (404 to a heartbeat), so that it joins again.
 type fakeCoord struct {

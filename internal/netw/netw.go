@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -165,4 +166,27 @@ func (e Endpoint) Delete(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// DeviceOf returns the name of this network namespace's interface that
+// holds address a: the device VXLAN of the node whose underlay address is a
+// goes out of (eth0 in a simulated node; ens3, bond0 or a tunnel's wg0 on
+// a real host).
+func DeviceOf(a netip.Addr) (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, i := range ifs {
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			if p, err := netip.ParsePrefix(ad.String()); err == nil && p.Addr() == a.Unmap() {
+				return i.Name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no interface of this host has the address %s", a)
 }

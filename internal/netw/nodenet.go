@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -221,7 +222,47 @@ func (n NodeJobNet) Ensure(ctx context.Context) error {
 			return err
 		}
 	}
-	return Guard(ctx, netnsPathOf(n.Netns), br, n.HostPorts)
+	if err := Guard(ctx, netnsPathOf(n.Netns), br, n.HostPorts); err != nil {
+		return err
+	}
+	return n.ensureVXLANGuard(ctx)
+}
+
+// ensureVXLANGuard gives the job its VXLAN filter if it has none: peers
+// are the nodes the vxlan device already sends to, none for new devices,
+// so that nothing is taken before SetRemotes names the job's nodes.
+func (n NodeJobNet) ensureVXLANGuard(ctx context.Context) error {
+	_, ok, err := vxlanPeers(ctx, netnsPathOf(n.Netns), n.VNI)
+	if err != nil || ok {
+		return err
+	}
+	have, err := n.remotes(ctx)
+	if err != nil {
+		return err
+	}
+	return n.guardVXLAN(ctx, have.dst)
+}
+
+// guardVXLAN takes the job's VXLAN only from the nodes in dst, the
+// underlay destinations of its remote ranks (see vxlanguard.go). An
+// unchanged set is left as it is.
+func (n NodeJobNet) guardVXLAN(ctx context.Context, dst map[netip.Addr]netip.Addr) error {
+	var peers []netip.Addr
+	for _, d := range dst {
+		if !slices.Contains(peers, d) {
+			peers = append(peers, d)
+		}
+	}
+	slices.SortFunc(peers, netip.Addr.Compare)
+	path := netnsPathOf(n.Netns)
+	have, ok, err := vxlanPeers(ctx, path, n.VNI)
+	if err != nil {
+		return err
+	}
+	if ok && slices.Equal(have, peers) {
+		return nil
+	}
+	return guardVXLAN(ctx, path, n.VNI, n.port(), peers)
 }
 
 // Delete removes every rank netns of the job named with Prefix, with its
@@ -238,6 +279,9 @@ func (n NodeJobNet) Delete(ctx context.Context) error {
 	}
 	if n.Netns == "" || NetnsExists(n.Netns) {
 		if err := Unguard(ctx, netnsPathOf(n.Netns), n.BridgeName()); err != nil {
+			errs = append(errs, err)
+		}
+		if err := unguardVXLAN(ctx, netnsPathOf(n.Netns), n.VNI); err != nil {
 			errs = append(errs, err)
 		}
 		for _, l := range []string{n.VXLANName(), n.BridgeName()} {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -162,10 +163,21 @@ func (n NodeJobNet) syncRemotes(ctx context.Context, want map[netip.Addr]netip.A
 	// Sorted so that a failing batch reads the same every time.
 	sort.Strings(brCmds)
 	sort.Strings(ipCmds)
+	// The filter takes the new nodes first, and lets go of old ones last:
+	// a rank's frames are never dropped for a node it is sent to.
+	dst := maps.Clone(have.dst)
+	maps.Copy(dst, want)
+	if err := n.guardVXLAN(ctx, dst); err != nil {
+		return err
+	}
 	// Forwarding before ARP answers: a rank's first frame to a remote
 	// rank follows the ARP reply.
 	if err := n.batch(ctx, "bridge", brCmds); err != nil {
 		return err
 	}
-	return n.batch(ctx, "ip", ipCmds)
+	if err := n.batch(ctx, "ip", ipCmds); err != nil {
+		return err
+	}
+	maps.DeleteFunc(dst, func(a, _ netip.Addr) bool { return stale(a) })
+	return n.guardVXLAN(ctx, dst)
 }
