@@ -46,7 +46,8 @@ Credentials: 'cairn node cert coordinator --role coordinator -o DIR'. GET
 Events (see 'cairn events') are kept in DIR/events.jsonl. Each --hook runs
 for the events of a type (or family: checkpoint.*, or *): exec:COMMAND gets
 the event as JSON on stdin and CAIRN_EVENT_TYPE/JOB/NODE/SEQ in its
-environment; it runs in a process group of its own, all of which is killed
+environment, with PATH, HOME, the locale and nothing else of the
+coordinator's (set what it needs in COMMAND); it runs in a process group of its own, all of which is killed
 at the timeout (10 s) and when the command ends. An http(s) URL gets it
 POSTed: https:// servers are verified with the system's roots and
 --hook-ca, and with --hook-secret-file FILE (or $CAIRN_HOOK_SECRET) every

@@ -406,3 +406,40 @@ func TestHTTPSHookSigned(t *testing.T) {
 		t.Fatal("no hook.failed within 5s")
 	}
 }
+
+// TestHookEnvironment: a hook command gets the event's variables and
+// what finds programs, and none of the coordinator's secrets: not the
+// hooks' signing secret, not anything else it was started with.
+func TestHookEnvironment(t *testing.T) {
+	t.Setenv("CAIRN_HOOK_SECRET", "a-secret-of-sixteen-bytes")
+	t.Setenv("SOME_TOKEN", "t0ken")
+	dir := t.TempDir()
+	x, _ := events.New(events.Options{})
+	defer x.Close()
+	hooks := []events.Hook{{Pattern: "*", Exec: fmt.Sprintf("env > %s/env.tmp; mv %s/env.tmp %s/env", dir, dir, dir)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		events.RunHooks(ctx, x, hooks, events.HookOptions{Attempts: 1})
+		close(done)
+	}()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the hook to subscribe", func() bool { return x.Subscribers() == 1 })
+	x.Publish(evv1.Event{Type: evv1.NodeLost, Node: "n2"})
+	waitFor(t, "the hook's run", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "env"))
+		return err == nil
+	})
+	b, _ := os.ReadFile(filepath.Join(dir, "env"))
+	env := string(b)
+	for _, want := range []string{"CAIRN_EVENT_TYPE=" + evv1.NodeLost + "\n", "CAIRN_EVENT_NODE=n2\n", "PATH="} {
+		if !strings.Contains(env, want) {
+			t.Errorf("hook's environment lacks %q:\n%s", want, env)
+		}
+	}
+	for _, secret := range []string{"a-secret-of-sixteen-bytes", "t0ken"} {
+		if strings.Contains(env, secret) {
+			t.Errorf("hook's environment holds %q:\n%s", secret, env)
+		}
+	}
+}

@@ -26,7 +26,8 @@ import (
 
 // Hook runs for every event whose type matches Pattern: Exec is a shell
 // command that gets the event as JSON on stdin (and CAIRN_EVENT_* in its
-// environment), URL an http(s) address the event is POSTed to as JSON,
+// environment, with only PATH, HOME, the locale and a few more of the
+// coordinator's: see hookEnv), URL an http(s) address the event is POSTed to as JSON,
 // signed when HookOptions has a Secret (see Sign). A delivery succeeds
 // when the command exits 0 or the URL answers 2xx (redirects are not
 // followed). A command runs in a process group of its own: at its timeout,
@@ -316,7 +317,7 @@ func (d *deliverer) run(ctx context.Context, h Hook, e evv1.Event) error {
 	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Exec)
 	cmd.Stdin = bytes.NewReader(body)
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(hookEnv(os.Environ()),
 		"CAIRN_EVENT_TYPE="+e.Type, "CAIRN_EVENT_SEQ="+strconv.FormatUint(e.Seq, 10),
 		"CAIRN_EVENT_JOB="+e.Job, "CAIRN_EVENT_NODE="+e.Node)
 	out, err := proc.RunGroup(cmd)
@@ -367,4 +368,23 @@ func HookConfig(specs []string, secretFile, envSecret, ca string) (hooks []Hook,
 		return nil, nil, nil, fmt.Errorf("--hook-ca: %w", err)
 	}
 	return hooks, secret, roots, nil
+}
+
+// hookEnv is what a hook command gets of the coordinator's environment:
+// what finds programs and speaks the locale, and nothing else. The rest
+// of it holds the coordinator's own settings and secrets
+// ($CAIRN_HOOK_SECRET, a token an operator exported), which a command
+// that reads an event has no need of; a hook that needs a variable sets
+// it in its command.
+func hookEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "PATH", k == "HOME", k == "USER", k == "LOGNAME", k == "SHELL", k == "TZ", k == "TMPDIR", k == "LANG",
+			strings.HasPrefix(k, "LC_"):
+			out = append(out, kv)
+		}
+	}
+	return out
 }
