@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	coordv1 "cairn/api/coord/v1"
 	rankv1 "cairn/api/rank/v1"
 )
@@ -139,7 +141,7 @@ func (e *endpoints) open(name string) error {
 		return err
 	}
 	_ = os.Remove(ep.path)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: ep.path, Net: "unix"})
+	ln, err := listenUnix(ep.path)
 	if err != nil {
 		return fmt.Errorf("rank API of %s: %w", name, err)
 	}
@@ -540,4 +542,29 @@ func (e *endpoints) watch(ep *endpoint, c net.Conn, r *bufio.Reader, req rankv1.
 	ep.mu.Lock()
 	delete(ep.watchers, w)
 	ep.mu.Unlock()
+}
+
+// maxSocketPath is the longest path bind(2) takes for a unix socket
+// (sun_path's 108 bytes, less the final NUL).
+const maxSocketPath = 107
+
+// listenUnix listens on a unix socket at path. A path too long for
+// sun_path (a data dir deep in a file system) is bound through the
+// directory's file descriptor, /proc/self/fd/N/NAME, which the kernel
+// resolves to the same place: the rank, which connects to its own short
+// path in the container, finds it there all the same.
+func listenUnix(path string) (*net.UnixListener, error) {
+	if len(path) <= maxSocketPath {
+		return net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	}
+	fd, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Dir(path), Err: err}
+	}
+	defer unix.Close(fd)
+	short := fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(path))
+	if len(short) > maxSocketPath {
+		return nil, fmt.Errorf("socket name %s too long", filepath.Base(path))
+	}
+	return net.ListenUnix("unix", &net.UnixAddr{Name: short, Net: "unix"})
 }

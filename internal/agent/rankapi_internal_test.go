@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -623,4 +624,46 @@ func FuzzRankAPI(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRankAPIDeepDir: a rank's socket in a dir whose path is too long for
+// a unix socket's address (a data dir deep in a file system) is served
+// all the same; it used to be left unserved, with a warning in the log.
+func TestRankAPIDeepDir(t *testing.T) {
+	dir := t.TempDir()
+	for len(dir) <= maxSocketPath {
+		dir = filepath.Join(dir, "a-long-directory-name")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(ctx context.Context, name string) (rankSelf, error) {
+		return rankSelf{Job: "j", Rank: 1, Size: 4, Mode: rankv1.ModeTransparent, Incarnation: 1}, nil
+	}
+	eps := newEndpoints(func(string) string { return dir }, lookup, func() RankCoordinator { return &fakeRankCoord{} },
+		slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err := eps.open("j.1"); err != nil {
+		t.Fatal(err)
+	}
+	defer eps.close("j.1")
+	// The client reaches it as the rank would through its own short path:
+	// here, through the dir's descriptor.
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d/rank.sock", d.Fd()))
+	if err != nil {
+		t.Fatalf("dial the rank API in a deep dir: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(`{"op":"info"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	var r rankv1.Reply
+	if err != nil || json.Unmarshal(line, &r) != nil || !r.OK {
+		t.Fatalf("info in a deep dir: %q, %v", line, err)
+	}
 }
