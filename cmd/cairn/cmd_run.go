@@ -51,12 +51,21 @@ in the caller's working directory (or --workdir).
 --volume HOST:PATH[:ro] binds a host directory into the container or every
 rank (for a job, the same path on every node: a shared file system). A
 volume is outside the checkpoints: a restore does not roll it back. --cpus
-and --memory limit each container.`,
+and --memory limit each container, and --pids-limit (4096 by default) its
+processes and threads together: a fork bomb fails inside it.
+
+--export ALL gives every rank the caller's whole environment, secrets in it
+included (tokens, passwords in variables), and it is kept in the job's
+record and in every checkpoint of its ranks. Name what the job needs
+(--export VAR,VAR, or NONE with --env) when the environment holds secrets.`,
 		Example: `  cairn run --name sim -- /usr/bin/python3 -c 'import time; time.sleep(1e9)'
   cairn run --name sim --env OMP_NUM_THREADS=2 --rootfs /srv/rootfs -- ./solver
   cairn run --job ring --ranks 4 --checkpoint-every 5m -- /usr/bin/ring-solver`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cfg.PidsLimit == 0 || cfg.PidsLimit < -1 {
+				return usageError{fmt.Errorf("--pids-limit %d: want a number of processes, or -1 for no limit", cfg.PidsLimit)}
+			}
 			if job.Name != "" {
 				if cfg.Name != "" {
 					return usageError{fmt.Errorf("--name and --job exclude each other")}
@@ -76,7 +85,7 @@ and --memory limit each container.`,
 				if job.Cwd == "" {
 					job.Cwd, _ = os.Getwd()
 				}
-				job.Volumes, job.CPUs = volumes, cfg.CPUs
+				job.Volumes, job.CPUs, job.PidsLimit = volumes, cfg.CPUs, cfg.PidsLimit
 				if _, err := container.ParseVolumes(volumes); err != nil {
 					return usageError{err}
 				}
@@ -154,6 +163,7 @@ and --memory limit each container.`,
 	f.StringArrayVarP(&volumes, "volume", "v", nil, "bind a host directory: HOST:PATH or HOST:PATH:ro (repeatable; outside the checkpoints)")
 	f.Float64Var(&cfg.CPUs, "cpus", 0, "limit the container (each rank) to this many CPUs' time")
 	f.StringVar(&memory, "memory", "", "limit the container's (each rank's) memory, e.g. 4G")
+	f.Int64Var(&cfg.PidsLimit, "pids-limit", container.DefaultPidsLimit, "limit the container's (each rank's) processes and threads together; -1: no limit")
 	f.StringVar(&export, "export", "ALL", "a job's environment from the caller: ALL (less the caller's session's), NONE, or VAR,VAR")
 	f.BoolVar(&cfg.UserNS, "userns", false, "run the container in a user namespace of its own: its root is host uid 1000000 and has no power over the host's files (see docs/security.md for what it costs)")
 	f.BoolVar(&asJSON, "json", false, "print the container (or job) as JSON")

@@ -125,8 +125,9 @@ func (s *Server) rankRun(ctx context.Context, req agentv1.RankRun) (*container.I
 		Name: name, Args: args, Env: req.Env, RootFS: req.RootFS,
 		Hostname: fmt.Sprintf("%s-%d", req.Job, req.Rank.Rank),
 		Net:      &container.NetAttach{Netns: r.Path(), Addr: addr},
-		Tools:    tools, Cwd: req.Cwd, Volumes: vols, CPUs: req.CPUs, Memory: req.Memory,
-		RankAPI: true,
+		Tools:    tools, Cwd: req.Cwd, Volumes: vols, CPUs: req.CPUs, Memory: req.Memory, PidsLimit: req.PidsLimit,
+		SecretEnv: []string{launch.EnvSecret},
+		RankAPI:   true,
 	})
 	if err != nil {
 		_ = n.DetachRank(context.WithoutCancel(ctx), addr)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -255,7 +256,14 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool, 
 		}
 	}
 
-	cfg, err := json.Marshal(imageConfig{Config: st.Config, Addr: st.Addr.String()})
+	conf := st.Config
+	if !filesOnly {
+		// A restore brings back processes that hold their environment
+		// in memory; only a files-only image starts its command afresh,
+		// with the recorded one.
+		conf = conf.recorded()
+	}
+	cfg, err := json.Marshal(imageConfig{Config: conf, Addr: st.Addr.String()})
 	if err != nil {
 		return nil, err
 	}
@@ -447,4 +455,18 @@ func ParseCheckpointRef(ref, defaultName string) (string, int, error) {
 		}
 	}
 	return name, seq, nil
+}
+
+// recorded is c as an image records it: without the variables of Env
+// that SecretEnv names.
+func (c Config) recorded() Config {
+	if len(c.SecretEnv) == 0 {
+		return c
+	}
+	c.Env = slices.DeleteFunc(slices.Clone(c.Env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(c.SecretEnv, k)
+	})
+	c.SecretEnv = nil
+	return c
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 
 	"cairn/internal/proc"
@@ -59,17 +57,13 @@ var ErrExecProcesses = errors.New("the container holds processes started with ex
 // through its freezer, which shares the container's cgroup path) that do
 // not descend from its init, each as "PID (COMM)".
 func execProcesses(f freezer, initPID int) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(f.state), "cgroup.procs"))
+	pids, err := f.procs()
 	if err != nil {
 		return nil, err
 	}
 	in := map[int]bool{}
-	var pids []int
-	for _, s := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(s); err == nil {
-			in[pid] = true
-			pids = append(pids, pid)
-		}
+	for _, pid := range pids {
+		in[pid] = true
 	}
 	var out []string
 	for _, pid := range pids {

@@ -90,6 +90,21 @@ func parasiteIn(f freezer) int {
 	return f.find(false, "maps", func(maps []byte) bool { return bytes.Contains(maps, []byte("memfd:CRIUMFD")) })
 }
 
+// procs returns the processes of the cgroup (not their other threads).
+func (f freezer) procs() ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(f.state), "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, s := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(s); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
 // find returns the first process of the cgroup (with threads, the first
 // task) whose /proc file file satisfies match, 0 if none.
 func (f freezer) find(threads bool, file string, match func([]byte) bool) int {

@@ -58,18 +58,52 @@ func (m *Manager) register() error {
 	if err := os.Rename(tmp.Name(), p); err != nil {
 		return err
 	}
-	_ = otherInstances(m.instance) // prunes
+	pruneInstances(m.instance)
 	return nil
 }
 
-// otherInstances returns the dirs the registry lists for instances other
-// than self, dropping the records of those whose data dir is gone.
+// instance is another instance's record in the registry.
+type instance struct {
+	file string
+	dirs []string // absolute and clean, "/" left out; the data dir first
+}
+
+// gone reports whether the instance's data dir no longer exists.
+func (in instance) gone() bool {
+	_, err := os.Stat(in.dirs[0])
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// otherInstances returns the dirs the registry lists for live instances
+// other than self.
 func otherInstances(self string) []string {
+	var out []string
+	for _, in := range instances(self) {
+		if !in.gone() {
+			out = append(out, in.dirs...)
+		}
+	}
+	return out
+}
+
+// pruneInstances drops from the registry the records of instances other
+// than self whose data dir is gone.
+func pruneInstances(self string) {
+	for _, in := range instances(self) {
+		if in.gone() {
+			os.Remove(in.file)
+		}
+	}
+}
+
+// instances reads the registry's records of instances other than self;
+// unreadable ones are left out.
+func instances(self string) []instance {
 	ents, err := os.ReadDir(InstancesDir)
 	if err != nil {
 		return nil
 	}
-	var out []string
+	var out []instance
 	for _, e := range ents {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
 		if !ok || id == self {
@@ -81,17 +115,17 @@ func otherInstances(self string) []string {
 			continue
 		}
 		var rec instanceRecord
-		if json.Unmarshal(b, &rec) != nil || len(rec.Dirs) == 0 {
+		if json.Unmarshal(b, &rec) != nil || len(rec.Dirs) == 0 || !filepath.IsAbs(rec.Dirs[0]) {
 			continue
 		}
-		if _, err := os.Stat(rec.Dirs[0]); errors.Is(err, fs.ErrNotExist) {
-			os.Remove(p) // the instance is gone
-			continue
-		}
+		in := instance{file: p}
 		for _, d := range rec.Dirs {
 			if filepath.IsAbs(d) && filepath.Clean(d) != "/" {
-				out = append(out, filepath.Clean(d))
+				in.dirs = append(in.dirs, filepath.Clean(d))
 			}
+		}
+		if len(in.dirs) > 0 {
+			out = append(out, in)
 		}
 	}
 	return out

@@ -200,12 +200,9 @@ func (m *Manager) hiddenDirs() []string {
 // container what cairn hides from it (its data, staging and credentials,
 // the host's secrets) or the kernel's own file systems, as they are
 // written or through the symlinks they hold. It returns the volumes with
-// their host paths resolved: what is mounted is what was checked.
-func (m *Manager) checkVolumes(vs []Volume) ([]Volume, error) {
-	hidden, err := m.hidden()
-	if err != nil {
-		return nil, err
-	}
+// their host paths resolved: what is mounted is what was checked. hidden
+// is m.hidden().
+func checkVolumes(vs []Volume, hidden []string) ([]Volume, error) {
 	out := make([]Volume, 0, len(vs))
 	for _, v := range vs {
 		real, err := filepath.EvalSymlinks(v.Host)

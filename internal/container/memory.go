@@ -19,8 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -109,15 +107,11 @@ func memoryComplete(name string, f freezer) error {
 // which a dump would leave out. It names the first such process and how
 // many of its mappings are so, or returns "".
 func missingMemory(f freezer) (string, error) {
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(f.state), "cgroup.procs"))
+	pids, err := f.procs()
 	if err != nil {
 		return "", err
 	}
-	for _, s := range strings.Fields(string(b)) {
-		pid, err := strconv.Atoi(s)
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids {
 		n, err := uffdMappings(pid)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {

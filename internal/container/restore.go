@@ -274,7 +274,7 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 	// an earlier incarnation's (incarnation.go).
 	if err := m.beginIncarnation(target, st, man, history, existing != nil); err != nil {
 		if existing == nil {
-			os.RemoveAll(m.dir(target))
+			_ = removeDir(m.dir(target))
 		}
 		return nil, fmt.Errorf("restore %s: %w", target, err)
 	}
@@ -382,19 +382,22 @@ func (m *Manager) restoredConfig(man *image.Record, rec Config, opts RestoreOpti
 	if err := checkGrants(conf); err != nil {
 		return conf, &image.CorruptError{Image: man.Name(), What: "record", Reason: "config: " + err.Error()}
 	}
+	if conf.RootFS == "" && len(conf.Volumes) == 0 {
+		return conf, nil
+	}
+	hidden, err := m.hidden()
+	if err != nil {
+		return conf, err
+	}
 	if conf.RootFS != "" {
 		if fi, err := os.Stat(conf.RootFS); err != nil || !fi.IsDir() {
 			return conf, fmt.Errorf("%w: rootfs %s of %s is not a directory on this node", ErrBadConfig, conf.RootFS, man.Name())
-		}
-		hidden, err := m.hidden()
-		if err != nil {
-			return conf, err
 		}
 		if under(conf.RootFS, hidden...) {
 			return conf, fmt.Errorf("%w: rootfs %s of %s is in a dir cairn hides from containers", ErrBadConfig, conf.RootFS, man.Name())
 		}
 	}
-	vols, err := m.checkVolumes(conf.Volumes)
+	vols, err := checkVolumes(conf.Volumes, hidden)
 	conf.Volumes = vols
 	return conf, err
 }

@@ -51,11 +51,15 @@ func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
 	if err := checkGrants(cfg); err != nil {
 		return nil, err
 	}
-	vols, err := m.checkVolumes(cfg.Volumes)
-	if err != nil {
-		return nil, err
+	if len(cfg.Volumes) > 0 {
+		hidden, err := m.hidden()
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Volumes, err = checkVolumes(cfg.Volumes, hidden); err != nil {
+			return nil, err
+		}
 	}
-	cfg.Volumes = vols
 	unlock, err := m.lock(cfg.Name)
 	if err != nil {
 		return nil, err
@@ -69,7 +73,7 @@ func (m *Manager) Run(ctx context.Context, cfg Config) (*Info, error) {
 	}
 	st := &State{Config: cfg, Created: time.Now().UTC(), CgroupsPath: "/cairn-" + m.instance + "-" + cfg.Name}
 	if err := m.saveState(st); err != nil {
-		os.RemoveAll(m.dir(cfg.Name))
+		_ = removeDir(m.dir(cfg.Name))
 		return nil, err
 	}
 	if err := m.start(ctx, st, nil, ""); err != nil {
@@ -123,7 +127,16 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 	if err != nil {
 		return err
 	}
-	if err := writeSpec(st, dir, m.rootPath(st), netnsPath, criuConf); err != nil {
+	// runc mounts the volumes from their pins (pin.go), which it no
+	// longer needs once it returns.
+	pinned, unpin, err := pinVolumes(st.Config.Volumes, dir)
+	if err != nil {
+		return err
+	}
+	defer unpin()
+	specOf := *st
+	specOf.Config.Volumes = pinned
+	if err := writeSpec(&specOf, dir, m.rootPath(st), netnsPath, criuConf); err != nil {
 		return err
 	}
 	os.Remove(filepath.Join(dir, "exit.json"))

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -99,6 +100,15 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 		if lazyPID, err = startLazyDaemon(spec.Lazy); err != nil {
 			return err
 		}
+	}
+	// runc gives a container it starts a session keyring of its own, but
+	// a restore's processes are CRIU's children and keep the restorer's:
+	// host root's, shared with the agent and every restored container.
+	// runc is forked with a fresh one. Keyrings are credentials, which are
+	// per thread: this thread joins it and forks runc.
+	runtime.LockOSThread()
+	if err := newSessionKeyring(); err != nil {
+		return err
 	}
 	cmd := exec.Command(spec.Runc[0], spec.Runc[1:]...)
 	cmd.Env = spec.Env
@@ -260,4 +270,14 @@ func shimRuns(pid int) bool {
 	}
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	return err == nil && bytes.Contains(env, []byte(ShimEnv+"="))
+}
+
+// newSessionKeyring makes the calling thread join a new, anonymous
+// session keyring (keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)), which the
+// processes it forks inherit.
+func newSessionKeyring() error {
+	if _, _, errno := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 {
+		return fmt.Errorf("join a new session keyring: %w", errno)
+	}
+	return nil
 }

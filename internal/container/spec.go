@@ -69,6 +69,10 @@ type (
 		Devices []ociDevice `json:"devices"`
 		CPU     *ociCPU     `json:"cpu,omitempty"`
 		Memory  *ociMemory  `json:"memory,omitempty"`
+		Pids    *ociPids    `json:"pids,omitempty"`
+	}
+	ociPids struct {
+		Limit int64 `json:"limit"`
 	}
 	ociCPU struct {
 		Quota  int64  `json:"quota"`
@@ -198,6 +202,9 @@ func writeSpec(st *State, bundle, rootPath, netnsPath, criuConf string) error {
 	if st.Config.Memory > 0 {
 		s.Linux.Resources.Memory = &ociMemory{Limit: st.Config.Memory}
 	}
+	if p := st.Config.pidsLimit(); p > 0 {
+		s.Linux.Resources.Pids = &ociPids{Limit: p}
+	}
 	if st.Config.Tools != "" {
 		s.Mounts = append(s.Mounts, ociMount{ToolsMount, "none", st.Config.Tools, []string{"rbind", "ro", "nosuid", "nodev"}})
 		s.Process.Env = append(s.Process.Env, EnvTools+"="+ToolsMount)
@@ -214,4 +221,20 @@ func writeSpec(st *State, bundle, rootPath, netnsPath, criuConf string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+}
+
+// DefaultPidsLimit is a container's pids limit unless its Config says
+// otherwise: room for an MPI rank's threads and helpers many times over,
+// far from a node's process table (pid_max is 4 million).
+const DefaultPidsLimit = 4096
+
+// pidsLimit is the limit of the container's pids cgroup; 0 for none.
+func (c Config) pidsLimit() int64 {
+	switch {
+	case c.PidsLimit == 0:
+		return DefaultPidsLimit
+	case c.PidsLimit < 0:
+		return 0
+	}
+	return c.PidsLimit
 }

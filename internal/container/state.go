@@ -61,6 +61,17 @@ type Config struct {
 	CPUs float64 `json:"cpus,omitempty"`
 	// Memory limits the container's memory, in bytes (0: no limit).
 	Memory int64 `json:"memory,omitempty"`
+	// SecretEnv names the variables of Env that hold secrets (an MPI
+	// job's launch secret): the container starts with them, and they are
+	// left out of the config its images record, which `cairn images` and
+	// exports show, unless the image is files-only: its command then
+	// starts afresh with the recorded environment.
+	SecretEnv []string `json:"secret_env,omitempty"`
+	// PidsLimit bounds the container's processes and threads together
+	// (the pids cgroup): 0 means DefaultPidsLimit, a negative value no
+	// limit. A fork bomb in a container then fails in the container
+	// instead of taking its node's process table.
+	PidsLimit int64 `json:"pids_limit,omitempty"`
 	// RankAPI gives the container a directory of its own for the rank API
 	// (Manager.APIDir, kept across restores), bound read-write at
 	// rankv1.SocketDir, with rankv1.EnvSocket naming the socket in it

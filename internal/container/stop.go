@@ -112,5 +112,5 @@ func (m *Manager) destroy(ctx context.Context, st *State) error {
 	if err != nil {
 		return err
 	}
-	return os.RemoveAll(m.dir(st.Config.Name))
+	return removeDir(m.dir(st.Config.Name))
 }

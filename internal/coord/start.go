@@ -53,7 +53,7 @@ func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool
 		return agentv1.RankRun{
 			Rank: agentv1.Rank{Job: j.Name, Rank: r}, Net: x.ownNet(j.Placement[r]),
 			Addr: j.Addrs[r], Args: req.Args, Env: env, RootFS: req.RootFS, MPI: req.MPI,
-			Cwd: req.Cwd, Volumes: req.Volumes, CPUs: req.CPUs, Memory: req.Memory,
+			Cwd: req.Cwd, Volumes: req.Volumes, CPUs: req.CPUs, Memory: req.Memory, PidsLimit: req.PidsLimit,
 		}
 	}
 	x.persist = func(ctx context.Context, p machine.Persist) error {

@@ -103,6 +103,9 @@ type RankRun struct {
 	Volumes []string `json:"volumes,omitempty"`
 	CPUs    float64  `json:"cpus,omitempty"`   // CPU time limit, in CPUs (0: none)
 	Memory  int64    `json:"memory,omitempty"` // memory limit, bytes (0: none)
+	// PidsLimit bounds the rank's processes and threads (0: the node's
+	// default; negative: none).
+	PidsLimit int64 `json:"pids_limit,omitempty"`
 }
 
 // RankRestore restores a rank from its image of checkpoint Seq, which must

@@ -135,11 +135,13 @@ type RunJob struct {
 	// Cwd is the ranks' working directory; Volumes bind host directories
 	// into every rank ("HOST:PATH[:ro]", the same path on every node: a
 	// shared file system), outside the checkpoints; CPUs and Memory (bytes)
-	// limit each rank (0: no limit).
+	// limit each rank (0: no limit); PidsLimit bounds each rank's processes
+	// and threads (0: the default, 4096; negative: none).
 	Cwd             string        `json:"cwd,omitempty"`
 	Volumes         []string      `json:"volumes,omitempty"`
 	CPUs            float64       `json:"cpus,omitempty"`
 	Memory          int64         `json:"memory,omitempty"`
+	PidsLimit       int64         `json:"pids_limit,omitempty"`
 	CheckpointEvery time.Duration `json:"checkpoint_every_ns,omitempty"`
 	// CheckpointAuto, instead of CheckpointEvery, has the coordinator
 	// choose the interval from the job's measured checkpoint cost and

@@ -1,0 +1,70 @@
+package container_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"cairn/internal/container"
+	"cairn/internal/testutil"
+)
+
+// pidsFile reads a file of a container's pids cgroup (v1 or v2).
+func pidsFile(t *testing.T, in *container.Info, name string) string {
+	t.Helper()
+	for _, dir := range []string{
+		filepath.Join("/sys/fs/cgroup/pids", in.CgroupsPath),
+		filepath.Join("/sys/fs/cgroup", in.CgroupsPath),
+	} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	t.Fatalf("no %s for %s", name, in.CgroupsPath)
+	return ""
+}
+
+// TestPidsLimit: a container's processes and threads are bounded, by
+// default too, so that a fork bomb inside one fails there: forks past the
+// limit are refused, the container and its node go on.
+func TestPidsLimit(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	m := env.Manager
+	for _, tc := range []struct {
+		name  string
+		limit int64
+		want  string
+	}{
+		{"default", 0, strconv.Itoa(container.DefaultPidsLimit)},
+		{"none", -1, "max"},
+		{"small", 16, "16"},
+	} {
+		in, err := m.Run(ctx, container.Config{Name: "p" + tc.name, PidsLimit: tc.limit, Args: []string{"sleep", "1000"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pidsFile(t, in, "pids.max"); got != tc.want {
+			t.Errorf("%s: pids.max %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	in, err := m.Get(ctx, "psmall")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code, err := m.Exec(ctx, "psmall", []string{"sh", "-c", "for i in $(seq 40); do sleep 1000 >/dev/null 2>&1 & done; echo all forked"}, nil, &out, &errb)
+	if err != nil || code == 0 || strings.Contains(out.String(), "all forked") {
+		t.Fatalf("40 forks under a limit of 16: exit %d, %v, out %q, err %q; want refused", code, err, out.String(), errb.String())
+	}
+	if n, _ := strconv.Atoi(pidsFile(t, in, "pids.current")); n > 16 || n < 2 {
+		t.Errorf("pids.current %d under a limit of 16", n)
+	}
+	if in, err := m.Get(ctx, "psmall"); err != nil || in.Status != container.StatusRunning {
+		t.Errorf("after the fork bomb the container is %v (%v), want running", in, err)
+	}
+}
