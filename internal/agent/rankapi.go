@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/time/rate"
 
 	coordv1 "cairn/api/coord/v1"
 	rankv1 "cairn/api/rank/v1"
@@ -99,7 +100,19 @@ type endpoint struct {
 	// replies answers a checkpoint or event sent again after its
 	// connection closed (a quiesce) without carrying it out twice.
 	replies rankv1.Replies
+
+	// toCoord paces the rank's requests that reach the coordinator
+	// (info, checkpoint, event): past its burst a request waits its turn,
+	// so that no rank makes the coordinator work as fast as it can ask.
+	toCoord *rate.Limiter
 }
+
+// Requests to the coordinator a rank may make: rankCoordRate a second,
+// rankCoordBurst at once.
+const (
+	rankCoordRate  = 20
+	rankCoordBurst = 40
+)
 
 // watcher is a connection of a rank that asked to be told before
 // checkpoints.
@@ -128,7 +141,7 @@ func (e *endpoints) open(name string) error {
 	ep := e.byName[name]
 	if ep == nil {
 		ep = &endpoint{name: name, path: filepath.Join(e.dir(name), filepath.Base(rankv1.SocketPath)),
-			conns: map[net.Conn]bool{}, watchers: map[*watcher]bool{}}
+			conns: map[net.Conn]bool{}, watchers: map[*watcher]bool{}, toCoord: rate.NewLimiter(rankCoordRate, rankCoordBurst)}
 		e.byName[name] = ep
 	}
 	e.mu.Unlock()
@@ -380,6 +393,13 @@ func (e *endpoints) serve(ep *endpoint, c net.Conn) {
 	if !rankv1.ValidID(req.ID) {
 		writeReply(c, rankFail(rankv1.CodeBadRequest, fmt.Sprintf("a request id is 1 to %d letters, digits, '-' or '_'", rankv1.MaxID)))
 		return
+	}
+	switch req.Op {
+	case rankv1.OpInfo, rankv1.OpCheckpoint, rankv1.OpEvent:
+		if err := ep.toCoord.Wait(ctx); err != nil {
+			writeReply(c, rankFail(rankv1.CodeUnavailable, "too many requests from this rank: try again in a moment"))
+			return
+		}
 	}
 	switch req.Op {
 	case rankv1.OpWatch:

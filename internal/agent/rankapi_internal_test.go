@@ -32,6 +32,7 @@ type fakeRankCoord struct {
 	ckpt   chan error
 	evErr  error
 	evGate chan struct{} // if set, RankEvent returns once it is closed
+	infos  int
 }
 
 func (f *fakeRankCoord) RankCheckpoint(ctx context.Context, req coordv1.RankRequest) (coordv1.Ckpt, error) {
@@ -50,6 +51,7 @@ func (f *fakeRankCoord) RankCheckpoint(ctx context.Context, req coordv1.RankRequ
 func (f *fakeRankCoord) RankInfo(ctx context.Context, req coordv1.RankRequest) (coordv1.RankInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.infos++
 	return coordv1.RankInfo{Ckpt: f.last, Mode: coordv1.ModeTransparent}, nil
 }
 
@@ -665,5 +667,30 @@ func TestRankAPIDeepDir(t *testing.T) {
 	var r rankv1.Reply
 	if err != nil || json.Unmarshal(line, &r) != nil || !r.OK {
 		t.Fatalf("info in a deep dir: %q, %v", line, err)
+	}
+}
+
+// TestRankAPIPaced: a rank's requests that reach the coordinator are
+// paced: past the burst each waits its turn, none is refused, and the
+// coordinator sees them no faster than the rate.
+func TestRankAPIPaced(t *testing.T) {
+	e := newRankAPIEnv(t)
+	const n = rankCoordBurst + rankCoordRate // a second's worth past the burst
+	start := time.Now()
+	for range n {
+		if r := e.ask(`{"op":"info"}`); !r.OK {
+			t.Fatalf("info: %+v", r)
+		}
+	}
+	took := time.Since(start)
+	e.co.mu.Lock()
+	infos := e.co.infos
+	e.co.mu.Unlock()
+	if infos != n {
+		t.Errorf("the coordinator was asked %d times, want %d", infos, n)
+	}
+	// The pace is a floor: n asks cannot take less than the rate allows.
+	if floor := time.Duration(n-rankCoordBurst) * time.Second / rankCoordRate; took < floor*9/10 {
+		t.Errorf("%d asks took %s, less than the pace allows (%s)", n, took, floor)
 	}
 }

@@ -62,6 +62,28 @@ func (m *Manager) register() error {
 	return nil
 }
 
+// Unregister drops this instance's record from the registry: its data
+// dir is about to go for good (`cairn down`), and other instances need
+// not hide it any longer.
+func (m *Manager) Unregister() error {
+	err := os.Remove(filepath.Join(InstancesDir, m.instance+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Registered reports whether the registry holds a record of an instance
+// whose data dir is dataDir.
+func Registered(dataDir string) bool {
+	for _, in := range instances("") {
+		if in.dirs[0] == filepath.Clean(dataDir) {
+			return true
+		}
+	}
+	return false
+}
+
 // instance is another instance's record in the registry.
 type instance struct {
 	file string

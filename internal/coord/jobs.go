@@ -226,6 +226,9 @@ func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Sign
 	if sig == 0 {
 		sig = syscall.SIGKILL
 	}
+	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
+		c.dropRankRound(name, "the job was killed")
+	}
 	defer c.lockJob(name)()
 	j, err := c.job(ctx, name)
 	if err != nil {
@@ -266,6 +269,7 @@ func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Sign
 // its gc). Without force, a job with checkpoints or running ranks is
 // refused and nothing is touched.
 func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*coordv1.Removed, error) {
+	c.dropRankRound(name, "the job was removed")
 	defer c.lockJob(name)()
 	j, err := c.job(ctx, name)
 	if err != nil {

@@ -61,13 +61,29 @@ type rankRound struct {
 	done chan struct{}
 	ck   *coordv1.Ckpt
 	err  error
+	// dropped, set under c.mu, says why the round must not start: the
+	// job was killed or removed while it waited.
+	dropped string
+}
+
+// dropRankRound makes the round ranks of job asked for, if one waits to
+// start, end without running, for why: a kill or rm of the job does not
+// wait for it.
+func (c *Coordinator) dropRankRound(job, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.rankRounds[job]; r != nil {
+		r.dropped = why
+		delete(c.rankRounds, job) // a later ask starts a round of its own
+	}
 }
 
 // rankCheckpoint takes a round of job that a rank asked for. While one
 // such round waits to start, later asks join it: however often its ranks
 // ask, a job has at most one round waiting behind the one that runs (which
-// began before the ask, and does not count for it), and a kill waits for
-// no more. The round is not cancelled with the first asker's request.
+// began before the ask, and does not count for it). A kill or rm drops a
+// round that waits (dropRankRound): it waits only for the one that runs.
+// The round is not cancelled with the first asker's request.
 func (c *Coordinator) rankCheckpoint(ctx context.Context, job string) (*coordv1.Ckpt, error) {
 	c.mu.Lock()
 	r := c.rankRounds[job]
@@ -85,9 +101,16 @@ func (c *Coordinator) rankCheckpoint(ctx context.Context, job string) (*coordv1.
 	c.mu.Unlock()
 	unlock := c.lockJob(job)
 	c.mu.Lock()
-	delete(c.rankRounds, job) // started: a later ask waits for the next one
+	if c.rankRounds[job] == r {
+		delete(c.rankRounds, job) // started: a later ask waits for the next one
+	}
+	dropped := r.dropped
 	c.mu.Unlock()
-	r.ck, r.err = c.checkpointLocked(context.WithoutCancel(ctx), job, false)
+	if dropped != "" {
+		r.err = apiErr(coordv1.CodeConflict, "the checkpoint of job %s that its ranks asked for did not start: %s", job, dropped)
+	} else {
+		r.ck, r.err = c.checkpointLocked(context.WithoutCancel(ctx), job, false)
+	}
 	unlock()
 	close(r.done)
 	return r.ck, r.err

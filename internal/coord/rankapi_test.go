@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,5 +109,42 @@ func TestRankAsksManyTimes(t *testing.T) {
 	}
 	if len(cks) < 1 || len(cks) > 2 {
 		t.Fatalf("40 asks at once made %d rounds, want 1 or 2", len(cks))
+	}
+}
+
+// TestKillDropsAskedRound: a kill waits for the round that runs, not for
+// one its ranks asked for that waits behind it: that one never starts,
+// and its askers are told why.
+func TestKillDropsAskedRound(t *testing.T) {
+	e := newMemEnv(t, 2, memagent.Options{Delay: 100 * time.Millisecond}, coord.Options{})
+	c := e.start()
+	ctx := context.Background()
+	j := c.runJob(t, "ring", 2, 0, "n0", "n1")
+	ask := func() chan error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.RankCheckpoint(ctx, j.Placement[0], coordv1.RankRequest{Job: "ring", Rank: 0})
+			errc <- err
+		}()
+		return errc
+	}
+	first := ask()
+	waitFor(t, 10*time.Second, "the first round to start", func() bool {
+		cks, _ := c.Checkpoints(ctx, "ring")
+		return len(cks) == 1
+	})
+	second := ask()
+	time.Sleep(50 * time.Millisecond) // the second ask waits behind the first round
+	if _, err := c.KillJob(ctx, "ring", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("the round that ran: %v", err)
+	}
+	if err := <-second; !isCode(err, coordv1.CodeConflict) || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("the ask that waited: %v, want it dropped by the kill", err)
+	}
+	if cks, _ := c.Checkpoints(ctx, "ring"); len(cks) != 1 {
+		t.Errorf("%d rounds, want only the one that ran before the kill", len(cks))
 	}
 }

@@ -48,6 +48,9 @@ func (c *Cluster) Down(ctx context.Context, rt Runtime) error {
 			}
 		}
 		_ = os.RemoveAll(n.Staging)
+		if err := m.Unregister(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	stop(c.CoordPID)
 	if err := netw.Cleanup(ctx, c.Prefix); err != nil {

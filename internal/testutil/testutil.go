@@ -150,7 +150,9 @@ func (e *Env) Teardown(t testing.TB) {
 		t.Errorf("teardown: %v", err)
 	}
 	os.RemoveAll(e.StagingDir)
-	os.Remove(filepath.Join(container.InstancesDir, e.Manager.Instance()+".json"))
+	if err := e.Manager.Unregister(); err != nil {
+		t.Errorf("teardown: %v", err)
+	}
 }
 
 // CheckNoLeaks fails t if anything made for the data dir dataDir or the
@@ -202,6 +204,9 @@ func CheckNoLeaks(t testing.TB, dataDir, inst string) {
 			strings.Contains(string(env), container.ShimEnv+"=") && strings.Contains(string(env), dataDir) {
 			leaks = append(leaks, "shim process: "+p)
 		}
+	}
+	if container.Registered(dataDir) {
+		leaks = append(leaks, "instance record in "+container.InstancesDir)
 	}
 	for _, l := range leaks {
 		t.Errorf("leaked %s", l)
