@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 
+	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/container"
 	"cairn/internal/launch"
@@ -174,7 +175,23 @@ func (a *Agent) join(ctx context.Context, h *Health) {
 			a.log.Info("health probes pass")
 		}
 	})
-	go keepJoined(ctx, rpc.NewCoordClient(a.cfg.Coordinator, a.creds), j, h.Warnings, a.quarantined, a.log)
+	beat := func() coordv1.Heartbeat {
+		return coordv1.Heartbeat{Name: j.Name, Health: h.Warnings(), Quarantined: a.quarantined(), Ended: a.endedRanks()}
+	}
+	go keepJoined(ctx, rpc.NewCoordClient(a.cfg.Coordinator, a.creds), j, beat, a.log)
+}
+
+// endedRanks lists the node's rank containers whose processes have ended,
+// reported with every heartbeat: the coordinator then looks at how their
+// jobs stand (ended, failed).
+func (a *Agent) endedRanks() []string {
+	var out []string
+	for _, name := range a.m.Ended() {
+		if _, _, ok := agentv1.ParseRankName(name); ok {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // quarantined lists the damaged packs of the store's quarantine, reported

@@ -13,10 +13,10 @@ import (
 	"cairn/internal/rpc"
 )
 
-// keepJoined joins the cluster and sends heartbeats, with the failing
-// health probes and the store's quarantine, until ctx ends; it joins again
-// whenever the coordinator no longer knows the node.
-func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, health, quarantined func() []string, log *slog.Logger) {
+// keepJoined joins the cluster and sends heartbeats, each what beat
+// reports then, until ctx ends; it joins again whenever the coordinator
+// no longer knows the node.
+func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, beat func() coordv1.Heartbeat, log *slog.Logger) {
 	defer cl.Close()
 	every := time.Second
 	joined := false
@@ -34,7 +34,7 @@ func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, health
 			}
 		} else {
 			hctx, cancel := context.WithTimeout(ctx, every*2)
-			err = cl.Heartbeat(hctx, coordv1.Heartbeat{Name: j.Name, Health: health(), Quarantined: quarantined()})
+			err = cl.Heartbeat(hctx, beat())
 			cancel()
 			var we *agentv1.Error
 			if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {

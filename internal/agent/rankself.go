@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	agentv1 "cairn/api/agent/v1"
 	rankv1 "cairn/api/rank/v1"
 )
 
@@ -43,14 +44,7 @@ func (s *Server) rankSelf(ctx context.Context, name string) (rankSelf, error) {
 
 // rankOf splits a rank's container name (agentv1.RankName) into its job
 // and rank.
-func rankOf(name string) (job string, rank int, ok bool) {
-	i := strings.LastIndexByte(name, '.')
-	if i <= 0 {
-		return "", 0, false
-	}
-	rank, err := strconv.Atoi(name[i+1:])
-	return name[:i], rank, err == nil && rank >= 0
-}
+func rankOf(name string) (job string, rank int, ok bool) { return agentv1.ParseRankName(name) }
 
 // rankMode is the checkpoint mode a rank's job gave it in its environment
 // (CAIRN_MODE), transparent if none.

@@ -125,6 +125,30 @@ func (m *Manager) List(ctx context.Context) ([]*Info, error) {
 	return out, nil
 }
 
+// Ended lists the containers whose init has ended (exit.json written by
+// their shim) and that a checkpoint did not stop: a cheap read of the data
+// dir, with no runc call and no recovery, which an agent reports with
+// every heartbeat so that the coordinator learns that a job's ranks have
+// ended. Get tells how each ended.
+func (m *Manager) Ended() []string {
+	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "containers"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		dir := m.dir(e.Name())
+		if _, err := os.Stat(filepath.Join(dir, "exit.json")); err != nil {
+			continue
+		}
+		if st, err := m.loadState(e.Name()); err != nil || st.Checkpointed {
+			continue
+		}
+		out = append(out, e.Name())
+	}
+	return out
+}
+
 // Wait blocks until the container has ended (is no longer active) and
 // returns how it ended.
 func (m *Manager) Wait(ctx context.Context, name string) (*Info, error) {

@@ -427,39 +427,9 @@ func (c *Coordinator) periodic(ctx context.Context) {
 				defer c.wg.Done()
 				if _, err := c.Checkpoint(ctx, j.Name, true); err != nil {
 					c.log.Info("periodic checkpoint", "job", j.Name, "result", err)
-					c.noteExited(ctx, j.Name)
+					c.settle(ctx, j.Name) // its ranks may have ended
 				}
 			}()
 		}
-	}
-}
-
-// noteExited marks a running job exited once every rank has exited, so
-// that its periodic rounds stop.
-func (c *Coordinator) noteExited(ctx context.Context, name string) {
-	st, err := c.Status(ctx, name)
-	if err != nil || st.State != coordv1.JobRunning {
-		return
-	}
-	for _, r := range st.RankStates {
-		// Only ranks seen to exit: a rank on a dead node is for the
-		// failure handling, not an end.
-		if r.Status != string(agentv1.StatusExited) || !r.Alive {
-			return
-		}
-	}
-	unlock, ok := c.tryLockJob(name)
-	if !ok {
-		return // something else runs on the job: the next round looks again
-	}
-	defer unlock()
-	_, err = c.updateJob(ctx, name, func(j *coordv1.Job) error {
-		if j.State == coordv1.JobRunning {
-			j.State = coordv1.JobExited
-		}
-		return nil
-	})
-	if err == nil {
-		c.log.Info("every rank of the job has exited; no more periodic checkpoints", "job", name, "failed", st.Failed)
 	}
 }

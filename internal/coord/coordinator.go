@@ -96,6 +96,9 @@ type Coordinator struct {
 	health     map[string][]string // failing health probes by node, as last heard
 	// quarantined: damaged packs in each node's store, as last heard
 	quarantined map[string][]string
+	// ended: the rank containers each node reported ended, as last heard
+	// (lifecycle.go)
+	ended map[string]map[string]bool
 
 	wg     sync.WaitGroup
 	runCtx context.Context // Start's; background work ends with it

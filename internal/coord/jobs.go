@@ -234,8 +234,22 @@ func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Sign
 	if err != nil {
 		return nil, err
 	}
+	if err := c.signalRanks(ctx, j, sig); err != nil {
+		return nil, err
+	}
+	c.log.Info("job signalled", "job", name, "signal", unix.SignalName(sig))
+	if sig != syscall.SIGKILL {
+		return c.job(ctx, name)
+	}
+	return c.updateJob(ctx, name, func(j *coordv1.Job) error { j.State = coordv1.JobKilled; return nil })
+}
+
+// signalRanks sends sig to the processes of every rank of j on a live
+// node; a rank that has already ended is signalled enough. The caller
+// holds the job's lock.
+func (c *Coordinator) signalRanks(ctx context.Context, j *coordv1.Job, sig syscall.Signal) error {
 	live, _ := c.liveNodes(ctx)
-	err = c.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
+	return c.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
 		if _, ok := live[j.Placement[r]]; !ok {
 			return nil
 		}
@@ -254,14 +268,6 @@ func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Sign
 		}
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	c.log.Info("job signalled", "job", name, "signal", unix.SignalName(sig))
-	if sig != syscall.SIGKILL {
-		return c.job(ctx, name)
-	}
-	return c.updateJob(ctx, name, func(j *coordv1.Job) error { j.State = coordv1.JobKilled; return nil })
 }
 
 // RemoveJob removes a job: its ranks, its network, its catalog records and

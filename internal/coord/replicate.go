@@ -372,10 +372,11 @@ func (c *Coordinator) recoverJob(ctx context.Context, name string) {
 	// Nodes that die together are seen dead one lease apart: a restart
 	// that picked a node dying too fails, and is tried again once that
 	// node is known dead.
-	_ = c.retry(ctx, name, "automatic restart failed", func() error {
+	err = c.retry(ctx, name, "automatic restart failed", func() error {
 		_, err := c.restart(ctx, name, coordv1.Restart{}, restartIfLost)
 		return err
 	})
+	c.restartGaveUp(ctx, name, err)
 }
 
 // retry runs fn for job until it succeeds: five attempts, a node lease

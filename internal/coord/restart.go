@@ -259,7 +259,7 @@ func (c *Coordinator) recoverRestarts(ctx context.Context) {
 			continue
 		}
 		c.log.Info("finishing a restart an earlier coordinator left", "job", j.Name, "ckpt", j.RestartFrom, "phase", j.RestartPhase, "placement", j.Placement)
-		_ = c.retry(ctx, j.Name, "finishing a restart failed", func() error {
+		err := c.retry(ctx, j.Name, "finishing a restart failed", func() error {
 			req := coordv1.Restart{From: j.RestartFrom}
 			if live, err := c.liveNodes(ctx); err == nil && allIn(j.Placement, live) {
 				req.Placement = j.Placement
@@ -267,6 +267,7 @@ func (c *Coordinator) recoverRestarts(ctx context.Context) {
 			_, err := c.restart(ctx, j.Name, req, restartRecovered)
 			return err
 		})
+		c.restartGaveUp(ctx, j.Name, err)
 	}
 }
 

@@ -272,6 +272,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, hb coordv1.Heartbeat) error
 	}
 	c.noteHealth(ctx, hb.Name, hb.Health)
 	c.noteQuarantine(ctx, hb.Name, hb.Quarantined)
+	c.noteEnded(hb.Name, hb.Ended)
 	return nil
 }
 

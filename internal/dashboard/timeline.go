@@ -161,6 +161,10 @@ func eventEntry(ev evv1.Event) (Entry, bool) {
 		e.Kind, e.State, e.Title = KindRestart, "failed", "restart failed"
 	case evv1.JobLost:
 		e.Kind, e.State, e.Title = KindFailure, "lost", "job lost"
+	case evv1.JobFailed:
+		e.Kind, e.State, e.Title = KindFailure, "failed", "job failed"
+	case evv1.JobExited:
+		e.Kind, e.State, e.Title = KindStart, "done", "job exited"
 	case evv1.NodeLost:
 		e.Kind, e.State, e.Title = KindFailure, "dead", fmt.Sprintf("node %s lost", ev.Node)
 	case evv1.ReplicaFailed:

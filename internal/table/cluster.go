@@ -22,7 +22,11 @@ func Jobs(w io.Writer, jobs []coordv1.Job) error {
 		if j.LastCkpt > 0 {
 			last = strconv.Itoa(j.LastCkpt)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", j.Name, j.Ranks, j.State, nodeSet(j.Placement),
+		state := j.State
+		if j.Reason != "" && (j.State == coordv1.JobFailed || j.State == coordv1.JobLost) {
+			state += " (" + truncate(j.Reason, 40) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", j.Name, j.Ranks, state, nodeSet(j.Placement),
 			last, j.Restarts, human.Ago(j.Created), truncate(strings.Join(j.Args, " "), 30))
 	}
 	return tw.Flush()

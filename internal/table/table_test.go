@@ -21,12 +21,15 @@ func lines(s string) string { return strings.TrimRight(s, "\n") }
 func TestJobs(t *testing.T) {
 	var b strings.Builder
 	jobs := []coordv1.Job{{RunJob: coordv1.RunJob{Name: "ring", Ranks: 4, Args: []string{"/usr/bin/a-rather-long-solver", "--with", "flags"}},
-		Placement: []string{"n1", "n2", "n1", "n3"}, State: "running", LastCkpt: 3, Restarts: 1}}
+		Placement: []string{"n1", "n2", "n1", "n3"}, State: "running", LastCkpt: 3, Restarts: 1},
+		{RunJob: coordv1.RunJob{Name: "bad", Ranks: 2, Args: []string{"./bad"}}, Placement: []string{"n1", "n2"},
+			State: "failed", Reason: "rank 1 exited 7"}}
 	if err := table.Jobs(&b, jobs); err != nil {
 		t.Fatal(err)
 	}
-	want := `JOB   RANKS  STATE    NODES     LAST CKPT  RESTARTS  CREATED  COMMAND
-ring  4      running  n1,n2,n3  3          1         -        /usr/bin/a-rather-long-solver…`
+	want := `JOB   RANKS  STATE                     NODES     LAST CKPT  RESTARTS  CREATED  COMMAND
+ring  4      running                   n1,n2,n3  3          1         -        /usr/bin/a-rather-long-solver…
+bad   2      failed (rank 1 exited 7)  n1,n2     -          0         -        ./bad`
 	if got := lines(b.String()); got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
 	}

@@ -2,6 +2,8 @@ package v1
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -82,6 +84,17 @@ func (r Rank) Name() string { return RankName(r.Job, r.Rank) }
 
 // RankName is the name of rank rank of job's container on its node.
 func RankName(job string, rank int) string { return fmt.Sprintf("%s.%d", job, rank) }
+
+// ParseRankName is RankName's inverse; ok is false for a name that is no
+// rank's.
+func ParseRankName(name string) (job string, rank int, ok bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 {
+		return "", 0, false
+	}
+	rank, err := strconv.Atoi(name[i+1:])
+	return name[:i], rank, err == nil && rank >= 0 && strconv.Itoa(rank) == name[i+1:]
+}
 
 // RankRun starts a rank.
 type RankRun struct {

@@ -96,6 +96,10 @@ type Heartbeat struct {
 	// Quarantined describes each damaged pack the node's store has set
 	// aside in its quarantine/ (one line each, the pack's id first).
 	Quarantined []string `json:"quarantined,omitempty"`
+	// Ended names the node's rank containers ("JOB.RANK") whose processes
+	// have ended, by themselves or killed, and that no checkpoint
+	// stopped: the coordinator then looks at how their jobs stand.
+	Ended []string `json:"ended,omitempty"`
 }
 
 // Node is a cluster node as the catalog records it.
@@ -173,6 +177,11 @@ type RunJob struct {
 	// (docs/lazy.md). Ranks on nodes that hold their image restore from
 	// it as usual.
 	LazyRestore bool `json:"lazy_restore,omitempty"`
+	// KillOnBadExit ends the job as soon as one of its ranks ends other
+	// than by exiting 0 (srun --kill-on-bad-exit): its other ranks are
+	// killed and the job is failed. Without it the job is failed once
+	// every rank has ended.
+	KillOnBadExit bool `json:"kill_on_bad_exit,omitempty"`
 }
 
 // Health warning policies of a job.
@@ -194,9 +203,12 @@ const (
 	JobRunning    = "running" // started or restarted; its ranks may have exited since
 	JobKilled     = "killed"  // cairn kill: processes gone, job and checkpoints kept
 	JobRestarting = "restarting"
-	JobFailed     = "failed" // a start or restart failed; restart it again
-	JobLost       = "lost"   // a node of it died and its policy is stop, or restarts ran out
-	JobExited     = "exited" // every rank has exited (seen by a periodic round); no more rounds
+	// JobFailed: a rank ended other than by exiting 0 (Reason says how
+	// each did), a start or restart failed, or an automatic restart gave
+	// up (Reason says why); cairn restart may bring it back.
+	JobFailed = "failed"
+	JobLost   = "lost"   // a node of it died and its policy is stop, or restarts ran out
+	JobExited = "exited" // every rank exited 0; no more rounds
 )
 
 // Job is a job as the catalog records it.

@@ -49,6 +49,10 @@ const (
 	JobRestarted     = "job.restarted"
 	JobRestartFailed = "job.restart_failed"
 	JobLost          = "job.lost" // a node died and the policy is stop
+	// JobExited: every rank of the job exited 0. JobFailed: a rank ended
+	// otherwise (Message says how each did), and the job with it.
+	JobExited = "job.exited"
+	JobFailed = "job.failed"
 	// JobInterval: the coordinator chose a new checkpoint interval for a
 	// job with an automatic one; Duration is the interval, Message why.
 	JobInterval = "job.interval"

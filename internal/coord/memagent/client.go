@@ -356,14 +356,17 @@ func (cl *Client) DropImages(ctx context.Context, req agentv1.DropImages) (agent
 }
 
 // Kill ends a container's processes.
-func (cl *Client) Kill(ctx context.Context, name string, _ int) error {
+func (cl *Client) Kill(ctx context.Context, name string, sig int) error {
 	return cl.call(ctx, "kill", name, func(n *Node) error {
 		ct := n.ctrs[name]
 		if ct == nil {
 			return notFound(name)
 		}
 		ct.stopHold()
-		ct.Status, ct.Locked = agentv1.StatusExited, false
+		if sig == 0 {
+			sig = 9
+		}
+		ct.Status, ct.Locked, ct.ExitCode = agentv1.StatusExited, false, 128+sig
 		return nil
 	})
 }
@@ -388,8 +391,8 @@ func wire(ct *Container) agentv1.Container {
 		out.RestoredFrom = ct.Name + ":" + strconv.Itoa(ct.RestoredFrom)
 	}
 	if ct.Status == agentv1.StatusExited {
-		zero := 0
-		out.ExitCode = &zero
+		code := ct.ExitCode
+		out.ExitCode = &code
 	}
 	return out
 }

@@ -379,7 +379,7 @@ func (c *Cluster) heartbeats(ctx context.Context, n *Node, every time.Duration, 
 		j := c.joiner
 		c.mu.Unlock()
 		hctx, cancel := context.WithTimeout(ctx, every*2)
-		err := j.Heartbeat(hctx, coordv1.Heartbeat{Name: n.name})
+		err := j.Heartbeat(hctx, coordv1.Heartbeat{Name: n.name, Ended: n.ended()})
 		var we *agentv1.Error
 		if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {
 			_, _ = j.Join(hctx, coordv1.Join{Name: n.name, Addr: n.addr, Underlay: n.underlay})

@@ -3,6 +3,7 @@ package memagent
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -34,6 +35,35 @@ func (n *Node) alive() bool {
 // Name returns the node's name.
 func (n *Node) Name() string { return n.name }
 
+// Exit ends a rank's processes by themselves, with exit status code, as a
+// program that returns does; false if the node holds no such container.
+func (n *Node) Exit(name string, code int) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ct := n.ctrs[name]
+	if ct == nil {
+		return false
+	}
+	ct.stopHold()
+	ct.Status, ct.Locked, ct.ExitCode = agentv1.StatusExited, false, code
+	return true
+}
+
+// ended lists the rank containers whose processes have ended, as the
+// real agent reports them with its heartbeats.
+func (n *Node) ended() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for name, ct := range n.ctrs {
+		if ct.Status == agentv1.StatusExited {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Underlay returns the node's underlay address, as it joins.
 func (n *Node) Underlay() string { return n.underlay }
 
@@ -49,8 +79,11 @@ type Container struct {
 	Rank   int
 	Addr   string
 	Status agentv1.Status // running, paused (frozen), stopped or exited
-	Locked bool           // its network drops everything
-	Held   bool           // stalled or moved in: a hold runs
+	// ExitCode is how an exited container ended: its exit status, or
+	// 128 and the signal that killed it.
+	ExitCode int
+	Locked   bool // its network drops everything
+	Held     bool // stalled or moved in: a hold runs
 	// RestoredFrom is the checkpoint it was restored from (0: it was
 	// started, or moved in).
 	RestoredFrom int

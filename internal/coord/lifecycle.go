@@ -1,0 +1,153 @@
+// How a job ends: its agents report rank containers that have ended with
+// their heartbeats, and the coordinator then settles the job's state:
+// exited when every rank exited 0, failed when one ended otherwise (at
+// once with --kill-on-bad-exit, whose other ranks it kills).
+
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
+)
+
+// noteEnded takes node's list of ended rank containers from a heartbeat;
+// the jobs of those that were not in its last list are settled. A
+// coordinator that starts anew settles every job its nodes report.
+func (c *Coordinator) noteEnded(node string, names []string) {
+	cur := make(map[string]bool, len(names))
+	jobs := map[string]bool{}
+	c.mu.Lock()
+	if c.ended == nil {
+		c.ended = map[string]map[string]bool{}
+	}
+	prev := c.ended[node]
+	for _, n := range names {
+		cur[n] = true
+		if job, _, ok := agentv1.ParseRankName(n); ok && !prev[n] {
+			jobs[job] = true
+		}
+	}
+	c.ended[node] = cur
+	c.mu.Unlock()
+	for job := range jobs {
+		c.background(func(ctx context.Context) { c.settle(ctx, job) })
+	}
+}
+
+// settle sets a running job's state by how its ranks stand: exited once
+// every rank exited 0; failed once every rank has ended and one did not
+// exit 0, or, with KillOnBadExit, as soon as one did not (the others are
+// killed). A rank on a dead node, or missing, is for the failure
+// handling, and settles nothing. It waits for whatever holds the job.
+func (c *Coordinator) settle(ctx context.Context, name string) {
+	defer c.lockJob(name)()
+	j, err := c.job(ctx, name)
+	if err != nil || j.State != coordv1.JobRunning {
+		return
+	}
+	st, err := c.Status(ctx, name)
+	if err != nil {
+		return
+	}
+	var bad []string
+	running := 0
+	for _, rs := range st.RankStates {
+		switch agentv1.Status(rs.Status) {
+		case agentv1.StatusExited:
+			if rs.ExitCode == nil || *rs.ExitCode != 0 {
+				bad = append(bad, rankEnd(rs))
+			}
+		case agentv1.StatusCheckpointed, agentv1.StatusStopped:
+			return // stopped by cairn, not ended: not the job's end
+		default:
+			if !rs.Alive || rs.Status == "missing" || rs.Status == "unknown" {
+				return
+			}
+			running++
+		}
+	}
+	switch {
+	case running == 0 && len(bad) == 0:
+		c.endJob(ctx, name, coordv1.JobExited, "every rank exited 0")
+	case len(bad) > 0 && running == 0:
+		c.endJob(ctx, name, coordv1.JobFailed, strings.Join(bad, "; "))
+	case len(bad) > 0 && j.KillOnBadExit:
+		reason := strings.Join(bad, "; ") + fmt.Sprintf("; the other %d ranks killed (--kill-on-bad-exit)", running)
+		if err := c.signalRanks(ctx, j, syscall.SIGKILL); err != nil {
+			c.log.Warn("kill on bad exit", "job", name, "err", err)
+			reason += ": " + err.Error()
+		}
+		c.endJob(ctx, name, coordv1.JobFailed, reason)
+	}
+}
+
+// rankEnd says how a rank ended.
+func rankEnd(rs coordv1.Rank) string {
+	switch {
+	case rs.ExitCode == nil:
+		return fmt.Sprintf("rank %d ended without an exit status", rs.Rank)
+	case *rs.ExitCode > 128:
+		sig := syscall.Signal(*rs.ExitCode - 128)
+		return fmt.Sprintf("rank %d was killed by %s (exit %d)", rs.Rank, unix.SignalName(sig), *rs.ExitCode)
+	}
+	return fmt.Sprintf("rank %d exited %d", rs.Rank, *rs.ExitCode)
+}
+
+// endJob records that job ended in state (exited or failed) for reason,
+// and publishes it. The caller holds the job's lock.
+func (c *Coordinator) endJob(ctx context.Context, name, state, reason string) {
+	_, err := c.updateJob(ctx, name, func(j *coordv1.Job) error {
+		j.State, j.Reason = state, reason
+		return nil
+	})
+	if err != nil {
+		c.log.Warn("the job ended, but its state could not be recorded", "job", name, "state", state, "err", err)
+		return
+	}
+	typ := evv1.JobExited
+	if state == coordv1.JobFailed {
+		typ = evv1.JobFailed
+	}
+	c.log.Info("job ended", "job", name, "state", state, "reason", reason)
+	c.publish(evv1.Event{Type: typ, Job: name, Message: reason})
+}
+
+// restartGaveUp records that the automatic restart of job gave up after
+// its attempts, with err the last one's error (nil: it did not give up):
+// the job is failed for that reason, and job.restart_failed says so (and
+// counts it), so that an operator, a hook and the job-down alert learn
+// of it. A coordinator that is stopping gives up nothing.
+func (c *Coordinator) restartGaveUp(ctx context.Context, name string, err error) {
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	reason := "automatic restart gave up: " + err.Error()
+	defer c.lockJob(name)()
+	_, uerr := c.updateJob(ctx, name, func(j *coordv1.Job) error {
+		switch j.State {
+		case coordv1.JobRunning, coordv1.JobRestarting, coordv1.JobFailed:
+			j.State, j.Reason = coordv1.JobFailed, reason
+			j.RestartFrom, j.RestartPhase = 0, ""
+			return nil
+		}
+		return errSettled
+	})
+	if uerr != nil {
+		return // ended otherwise meanwhile (killed, removed)
+	}
+	c.log.Warn("automatic restart gave up", "job", name, "err", err)
+	c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Message: reason})
+}
+
+// errSettled stops an update of a job that is no longer in a state it
+// applies to.
+var errSettled = errors.New("job settled otherwise")
