@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	"cairn/internal/catalog"
 	"cairn/internal/coord"
@@ -64,7 +65,7 @@ func BenchmarkRoundScale(b *testing.B) {
 			// coordinator and etcd, kept to one a node every 15 s.
 			co := coord.New(cat, nil, nil, coord.Options{
 				Deadline: 2 * time.Minute, NodeTTL: time.Minute,
-				Dial: func(n coordv1.Node) coord.Agent { return mc.Client("c", n.Name) },
+				Dial: func(n coordv1.Node, term agentv1.Term) coord.Agent { return mc.Client("c", n.Name).WithTerm(term) },
 			})
 			wait := co.Start(ctx)
 			defer wait()

@@ -74,6 +74,9 @@ func (s *Server) init() {
 	s.once.Do(func() {
 		s.eps = newEndpoints(s.apiDir, s.rankSelf, func() RankCoordinator { return s.Coord }, s.log())
 		s.api = newAPI(s.routes())
+		if s.Manager != nil {
+			s.api.fence = newFence(s.Manager.DataDir())
+		}
 		s.part = newParticipant(managerRanks{m: s.Manager, eps: s.eps}, s.log())
 		if s.Metrics != nil {
 			s.scrape = metrics.Handler(s.Metrics)
@@ -167,10 +170,11 @@ func (s *Server) routes() []route {
 type api struct {
 	mux    *http.ServeMux
 	agents map[string]bool // paths other agents may call
+	fence  *fence          // admits coordinators by their term
 }
 
 func newAPI(routes []route) *api {
-	a := &api{mux: http.NewServeMux(), agents: map[string]bool{}}
+	a := &api{mux: http.NewServeMux(), agents: map[string]bool{}, fence: newFence("")}
 	for i := range routes {
 		rt := &routes[i]
 		a.mux.Handle(rt.method+" "+rt.path, rt)
@@ -192,6 +196,24 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id.Role != pki.Coordinator && id.Role != pki.Client && !(id.Role == pki.Agent && a.agents[r.URL.Path]) {
 		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("%s %s may not call %s on an agent", id.Role, id.Name, r.URL.Path))
 		return
+	}
+	if id.Role == pki.Coordinator {
+		var term agentv1.Term
+		if h := r.Header.Get(agentv1.TermHeader); h != "" {
+			t, err := agentv1.ParseTerm(h)
+			if err != nil {
+				fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, agentv1.TermHeader+": "+err.Error())
+				return
+			}
+			term = t
+		}
+		if err := a.fence.admit(term); errors.Is(err, errStaleTerm) {
+			fail(w, http.StatusConflict, agentv1.CodeStaleTerm, err.Error())
+			return
+		} else if err != nil {
+			fail(w, http.StatusInternalServerError, agentv1.CodeInternal, err.Error())
+			return
+		}
 	}
 	r = asSent(r)
 	// What ServeMux answers itself (405 for another method, a redirect to

@@ -43,11 +43,14 @@ var _ Agent = (*rpc.AgentClient)(nil)
 
 // Dialer returns an Agent for a node as the catalog records it (its name
 // and the address its agent serves on).
-type Dialer func(n coordv1.Node) Agent
+type Dialer func(n coordv1.Node, term agentv1.Term) Agent
 
-// rpcDialer dials agents over the wire with creds.
+// rpcDialer dials agents over the wire with creds, every call carrying
+// the coordinator's term.
 func rpcDialer(creds *pki.Credentials) Dialer {
-	return func(n coordv1.Node) Agent { return rpc.NewAgentClient(n.Addr, n.Name, creds) }
+	return func(n coordv1.Node, term agentv1.Term) Agent {
+		return rpc.NewTermAgentClient(n.Addr, n.Name, creds, term)
+	}
 }
 
 // fanOut calls fn for every item at once and joins the errors, each

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
@@ -102,6 +103,9 @@ type Coordinator struct {
 
 	wg     sync.WaitGroup
 	runCtx context.Context // Start's; background work ends with it
+	// term is this coordinator's, from the catalog at Start (fence.go):
+	// every call to an agent carries it.
+	term agentv1.Term
 
 	httpOnce sync.Once
 	http     http.Handler // the API, made at the first request
@@ -168,6 +172,7 @@ func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 // agents' clients.
 func (c *Coordinator) Start(ctx context.Context) (wait func()) {
 	c.runCtx = ctx
+	c.takeTerm(ctx)
 	works := []func(context.Context){
 		c.recoverStarts, c.recoverRounds, c.recoverMigrations, c.recoverRestarts, c.periodic, c.watchNodes, c.watchFailures,
 	}
@@ -285,7 +290,7 @@ func (c *Coordinator) client(ctx context.Context, node string) (Agent, error) {
 		if cl := c.clients[node]; cl != nil {
 			return cl, nil
 		}
-		cl := c.opts.Dial(n)
+		cl := c.opts.Dial(n, c.term)
 		c.clients[node] = cl
 		return cl, nil
 	})

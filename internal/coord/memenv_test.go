@@ -97,7 +97,7 @@ func (e *memEnv) start() *memCoord {
 	if opts.NodeTTL == 0 {
 		opts.NodeTTL = memTTL
 	}
-	opts.Dial = func(n coordv1.Node) coord.Agent { return e.mc.Client(name, n.Name) }
+	opts.Dial = func(n coordv1.Node, term agentv1.Term) coord.Agent { return e.mc.Client(name, n.Name).WithTerm(term) }
 	opts.Trace = func(job, step string) { e.note(name, step) }
 	log := slog.New(slog.NewTextHandler(e.t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})).With("coordinator", name)
 	co := coord.New(cat, nil, log, opts)

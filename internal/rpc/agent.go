@@ -23,6 +23,14 @@ func NewAgentClient(addr, serverName string, creds *pki.Credentials) *AgentClien
 	return &AgentClient{New(addr, serverName, creds, 10*time.Minute)}
 }
 
+// NewTermAgentClient is NewAgentClient for a coordinator of the given
+// term, which every call carries (agentv1.TermHeader).
+func NewTermAgentClient(addr, serverName string, creds *pki.Credentials, term agentv1.Term) *AgentClient {
+	c := NewAgentClient(addr, serverName, creds)
+	c.rpc.term = term
+	return c
+}
+
 // Close releases idle connections.
 func (c *AgentClient) Close() { c.rpc.Close() }
 

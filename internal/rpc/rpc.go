@@ -27,6 +27,7 @@ type Client struct {
 	base    string
 	http    *http.Client
 	streams *http.Client // no overall timeout: a stream lasts as long as it lasts
+	term    agentv1.Term // sent as agentv1.TermHeader when set
 }
 
 // New returns a client for the server at addr (host:port) whose
@@ -58,6 +59,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	c.setTerm(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
@@ -93,6 +95,7 @@ func (c *Client) StreamHeader(ctx context.Context, path string, body any) (io.Re
 	if err != nil {
 		return nil, nil, err
 	}
+	c.setTerm(req)
 	resp, err := c.streams.Do(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
@@ -102,6 +105,12 @@ func (c *Client) StreamHeader(ctx context.Context, path string, body any) (io.Re
 		return nil, nil, err
 	}
 	return resp.Body, resp.Header, nil
+}
+
+func (c *Client) setTerm(req *http.Request) {
+	if c.term.N != 0 {
+		req.Header.Set(agentv1.TermHeader, c.term.String())
+	}
 }
 
 func replyError(method, path string, resp *http.Response) error {

@@ -2,6 +2,9 @@ package v1
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,7 +32,46 @@ const (
 	CodeDamaged      = "damaged" // a dump died half-way and left the container's processes unusable
 	CodeInternal     = "internal"
 	CodeUnauthorized = "unauthenticated"
+	// CodeStaleTerm: the calling coordinator's term is older than one
+	// that has already called this agent: a newer coordinator leads, and
+	// the old one may no longer act (see TermHeader).
+	CodeStaleTerm = "stale_term"
 )
+
+// TermHeader carries the term of the coordinator that makes a call
+// (Term.String). An agent refuses a coordinator's call whose term is
+// older than the newest it has seen from the same catalog
+// (CodeStaleTerm, HTTP 409), so a coordinator that was replaced but still
+// runs (paused, cut off, started twice by mistake) can never act on a
+// job again.
+const TermHeader = "X-Cairn-Term"
+
+// Term is a coordinator's term: a number its catalog gives each
+// coordinator as it starts, larger than every earlier one's, and the
+// catalog's own random id, made with its first term. A term of another
+// catalog (one made anew after the old one was lost) is not older: it
+// starts the count again.
+type Term struct {
+	N       uint64
+	Catalog string
+}
+
+// String is the term as TermHeader carries it: N/CATALOG.
+func (t Term) String() string { return strconv.FormatUint(t.N, 10) + "/" + t.Catalog }
+
+// ParseTerm reads a Term's String.
+func ParseTerm(s string) (Term, error) {
+	n, cat, ok := strings.Cut(s, "/")
+	v, err := strconv.ParseUint(n, 10, 64)
+	if !ok || err != nil || cat == "" || len(cat) > 64 {
+		return Term{}, fmt.Errorf("%q is not a coordinator term (N/CATALOG)", s)
+	}
+	return Term{N: v, Catalog: cat}, nil
+}
+
+// Older reports whether t is older than u: of the same catalog, with a
+// smaller number.
+func (t Term) Older(u Term) bool { return t.Catalog == u.Catalog && t.N < u.N }
 
 // Error is the body of every non-2xx reply.
 type Error struct {

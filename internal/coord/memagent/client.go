@@ -18,10 +18,25 @@ type Client struct {
 	c      *Cluster
 	caller string
 	node   string
+	term   agentv1.Term
+}
+
+// WithTerm returns the client of a coordinator of the given term, which
+// the node checks as the real agent does (agentv1.TermHeader).
+func (cl *Client) WithTerm(term agentv1.Term) *Client {
+	out := *cl
+	out.term = term
+	return &out
 }
 
 func (cl *Client) call(ctx context.Context, op, what string, fn func(n *Node) error) error {
-	return cl.c.call(ctx, cl.caller, cl.node, op, what, fn)
+	return cl.c.call(ctx, cl.caller, cl.node, op, what, func(n *Node) error {
+		if cl.term.Older(n.term) {
+			return &agentv1.Error{Code: agentv1.CodeStaleTerm, Message: fmt.Sprintf("coordinator term %s, but term %s has called node %s", cl.term, n.term, n.name)}
+		}
+		n.term = cl.term
+		return fn(n)
+	})
 }
 
 func rankWhat(r agentv1.Rank) string { return "r" + strconv.Itoa(r.Rank) }

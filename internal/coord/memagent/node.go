@@ -24,6 +24,7 @@ type Node struct {
 	damaged map[imageKey]bool     // images whose copy here is damaged
 	pending map[imageKey]*prepared
 	nets    map[uint32]agentv1.JobNet
+	term    agentv1.Term // the newest coordinator term that called (TermHeader)
 }
 
 func (n *Node) alive() bool {

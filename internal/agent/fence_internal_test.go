@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"errors"
+	"testing"
+
+	agentv1 "cairn/api/agent/v1"
+)
+
+// TestFence: a newer term is let through and remembered, across a
+// restart of the agent (a new fence on the same dir); an older one of the
+// same catalog is refused, the same one goes on; a term of a catalog made
+// anew counts again.
+func TestFence(t *testing.T) {
+	term := func(n uint64) agentv1.Term { return agentv1.Term{N: n, Catalog: "c0ffee"} }
+	dir := t.TempDir()
+	f := newFence(dir)
+	for _, n := range []uint64{1, 1, 3} {
+		if err := f.admit(term(n)); err != nil {
+			t.Fatalf("term %d: %v", n, err)
+		}
+	}
+	if err := f.admit(term(2)); !errors.Is(err, errStaleTerm) {
+		t.Fatalf("term 2 after 3: %v, want refused", err)
+	}
+	again := newFence(dir)
+	if err := again.admit(term(2)); !errors.Is(err, errStaleTerm) {
+		t.Fatalf("term 2 after a restart that saw 3: %v, want refused", err)
+	}
+	if err := again.admit(term(3)); err != nil {
+		t.Fatalf("term 3 after a restart: %v", err)
+	}
+	fresh := agentv1.Term{N: 1, Catalog: "5eed"}
+	if err := again.admit(fresh); err != nil {
+		t.Fatalf("term 1 of a new catalog: %v", err)
+	}
+	if err := again.admit(agentv1.Term{N: 1, Catalog: "5eed"}); err != nil {
+		t.Fatalf("the new catalog's term again: %v", err)
+	}
+	if got, err := agentv1.ParseTerm(fresh.String()); err != nil || got != fresh {
+		t.Errorf("ParseTerm(%q) = %v, %v", fresh.String(), got, err)
+	}
+	for _, bad := range []string{"", "3", "x/c0ffee", "3/"} {
+		if _, err := agentv1.ParseTerm(bad); err == nil {
+			t.Errorf("ParseTerm(%q) took it", bad)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+// Terms fence coordinators: each takes a number from the catalog as it
+// starts, larger than every earlier coordinator's, and every call it
+// makes to an agent carries it (agentv1.TermHeader). An agent refuses a
+// call from an older term than the newest it has seen, so a coordinator
+// that another replaced, but that still runs (paused, cut off from the
+// catalog, or simply started twice by mistake), can never act on a job
+// once its successor has. The catalog's random id goes with the number:
+// a catalog made anew (its etcd lost) counts again from 1, and its terms
+// are not older than the lost one's.
+
+package coord
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+
+	agentv1 "cairn/api/agent/v1"
+	"cairn/internal/catalog"
+)
+
+// termKey holds the newest coordinator term given out.
+const termKey = "counters/term"
+
+// termRecord is what termKey holds.
+type termRecord struct {
+	N       uint64 `json:"n"`
+	Catalog string `json:"catalog"` // random, made with the first term
+}
+
+// takeTerm gives the coordinator the next term. Without the catalog it
+// keeps none, which agents that have seen a term of the catalog do not
+// take for newer: such a coordinator can do nothing anyway.
+func (c *Coordinator) takeTerm(ctx context.Context) {
+	var rec termRecord
+	err := c.cat.Update(ctx, termKey, &rec, func() error { rec.N++; return nil })
+	if errors.Is(err, catalog.ErrNotFound) {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		rec = termRecord{N: 1, Catalog: hex.EncodeToString(b)}
+		if err = c.cat.Create(ctx, termKey, &rec); errors.Is(err, catalog.ErrExists) {
+			c.takeTerm(ctx)
+			return
+		}
+	}
+	if err != nil {
+		c.log.Error("no coordinator term from the catalog: agents will refuse this coordinator", "err", err)
+		return
+	}
+	c.term = agentv1.Term{N: rec.N, Catalog: rec.Catalog}
+	c.log.Info("coordinator term", "term", c.term.String())
+}
+
+// Term is the coordinator's term (zero until Start has taken one).
+func (c *Coordinator) Term() agentv1.Term { return c.term }
