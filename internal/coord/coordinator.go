@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
@@ -106,6 +107,10 @@ type Coordinator struct {
 	// term is this coordinator's, from the catalog at Start (fence.go):
 	// every call to an agent carries it.
 	term agentv1.Term
+	// replaced, once a newer coordinator has taken a term, holds it: this
+	// one then stops its own work (watchTerm).
+	replaced atomic.Pointer[agentv1.Term]
+	depose   context.CancelFunc // ends Start's work
 
 	httpOnce sync.Once
 	http     http.Handler // the API, made at the first request
@@ -171,10 +176,12 @@ func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 // the nodes. wait returns once all of it has ended, and closes the
 // agents' clients.
 func (c *Coordinator) Start(ctx context.Context) (wait func()) {
+	ctx, c.depose = context.WithCancel(ctx)
 	c.runCtx = ctx
 	c.takeTerm(ctx)
 	works := []func(context.Context){
 		c.recoverStarts, c.recoverRounds, c.recoverMigrations, c.recoverRestarts, c.periodic, c.watchNodes, c.watchFailures,
+		c.watchTerm,
 	}
 	if c.opts.Metrics != nil {
 		// What was published before this coordinator started is history.

@@ -15,6 +15,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"time"
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/catalog"
@@ -54,3 +55,43 @@ func (c *Coordinator) takeTerm(ctx context.Context) {
 
 // Term is the coordinator's term (zero until Start has taken one).
 func (c *Coordinator) Term() agentv1.Term { return c.term }
+
+// watchTerm looks at the catalog's newest term every half node lease:
+// once a newer coordinator has taken one, this one has been replaced, and
+// it ends its own work (periodic rounds, recoveries, failure handling),
+// which the agents would refuse anyway, and which would clutter the
+// catalog with rounds that abort. It goes on answering: a request sent to
+// it is refused by the agents (stale_term), and joins and heartbeats keep
+// the nodes' leases alive for its successor.
+func (c *Coordinator) watchTerm(ctx context.Context) {
+	t := time.NewTicker(c.opts.NodeTTL / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var rec termRecord
+		if _, err := c.cat.Get(ctx, termKey, &rec); err != nil {
+			continue
+		}
+		newer := agentv1.Term{N: rec.N, Catalog: rec.Catalog}
+		if c.term.N == 0 || !c.term.Older(newer) {
+			continue
+		}
+		c.replaced.Store(&newer)
+		c.log.Error("a newer coordinator has started: this one stops its own work; the agents refuse its calls", "term", c.term.String(), "newer", newer.String())
+		c.depose()
+		return
+	}
+}
+
+// Replaced returns the newer term that replaced this coordinator, if one
+// has (watchTerm).
+func (c *Coordinator) Replaced() (agentv1.Term, bool) {
+	if t := c.replaced.Load(); t != nil {
+		return *t, true
+	}
+	return agentv1.Term{}, false
+}

@@ -3,6 +3,7 @@ package coord_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
@@ -27,6 +28,10 @@ func TestStaleCoordinatorFenced(t *testing.T) {
 		t.Fatalf("terms: new %s, old %s; want the old one older", cur.Term(), old.Term())
 	}
 	seq := cur.checkpoint(t, "ring", 0)
+	waitFor(t, 5*time.Second, "the old coordinator to see it was replaced", func() bool {
+		newer, ok := old.Replaced()
+		return ok && newer == cur.Term()
+	})
 
 	_, err := old.Checkpoint(ctx, "ring", false)
 	if err == nil {
