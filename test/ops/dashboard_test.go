@@ -67,7 +67,9 @@ func TestDashboard(t *testing.T) {
 		return tr && tr.querySelector('.badge.alive');
 	})`, c.Nodes)
 	waitDOM("the ring job", `return !!document.querySelector('#jobs tr[data-job="ring"]')`)
-	b.Click(`#jobs tr[data-job="ring"] a`)
+	// Clicked from within the page: the table is drawn again at every
+	// event, and an element found by the driver may be gone by its click.
+	b.Eval(nil, `document.querySelector('#jobs tr[data-job="ring"] a').click()`)
 	waitDOM("the ring's ranks on their nodes", `
 		if (document.querySelector('#job-name').textContent !== 'ring') return false;
 		const rows = [...document.querySelectorAll('#ranks tbody tr')];
@@ -102,6 +104,14 @@ func TestDashboard(t *testing.T) {
 		return !!li && li.dataset.state === 'done' && li.textContent.includes(arguments[1]) &&
 			!!document.querySelector('#chart [data-kind=migration]') &&
 			document.querySelector('#ranks tbody tr[data-rank="1"]').children[1].textContent === arguments[1];`, m.Seq, free)
+
+	// A job whose rank fails: its badge turns failed, with the reason,
+	// and its node no longer counts it.
+	c.OK("run", "--job", "bad", "--ranks", "1", "--nodes", free, "--", "sh", "-c", "sleep 1; exit 7")
+	waitDOM("the bad job failed", `
+		const td = document.querySelector('#jobs tr[data-job="bad"] td:nth-child(2)');
+		return !!td && !!td.querySelector('.badge.failed') && td.title === 'rank 0 exited 7' &&
+			!document.querySelector('#nodes tr[data-node="' + arguments[0] + '"]').textContent.includes('bad');`, free)
 
 	var mark string
 	b.Eval(&mark, "return window.cairnTestMark || ''")

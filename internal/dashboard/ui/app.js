@@ -125,7 +125,7 @@ function renderCluster() {
 
   const jobs = c.jobs.map((j) => el('tr', { 'data-job': j.name, class: j.name === state.selected ? 'selected' : null },
     el('td', {}, el('a', { href: '#job=' + encodeURIComponent(j.name) }, j.name)),
-    el('td', {}, badge(j.state)),
+    el('td', { title: j.reason || '' }, badge(j.state)),
     el('td', {}, j.ranks),
     el('td', {}, [...new Set(j.placement)].join(', ')),
     el('td', {}, j.last_ckpt ? j.last_ckpt : '-'),
