@@ -62,15 +62,7 @@ func TestOwnSessionKeyring(t *testing.T) {
 	if _, err := m.Checkpoint(ctx, "k1", container.CheckpointOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Kill(ctx, "k1", 9); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Wait(ctx, "k1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Restore(ctx, "k1", container.RestoreOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	killAndRestore(t, m, "k1")
 	if k := session("k1"); k == fmt.Sprint(host) || k == k2 || k == "-1" {
 		t.Errorf("restored k1's session keyring %s: host %d, k2 %s; want its own", k, host, k2)
 	}
@@ -97,15 +89,7 @@ func TestSecretEnvNotRecorded(t *testing.T) {
 	if cfg := string(rec.Config); strings.Contains(cfg, secret) || !strings.Contains(cfg, "PLAIN=visible") {
 		t.Fatalf("recorded config %s: want PLAIN and not the secret", cfg)
 	}
-	if err := m.Kill(ctx, "s", 9); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Wait(ctx, "s"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Restore(ctx, "s", container.RestoreOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	killAndRestore(t, m, "s")
 	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) {
 		in, err := m.Get(ctx, "s")
 		if err != nil {
@@ -114,4 +98,20 @@ func TestSecretEnvNotRecorded(t *testing.T) {
 		b, _ := os.ReadFile(in.Log)
 		return strings.Contains(string(b), "key="+secret), fmt.Sprintf("restored container printed %q", b)
 	})
+}
+
+// killAndRestore kills a checkpointed container and restores it from its
+// newest image.
+func killAndRestore(t *testing.T, m *container.Manager, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := m.Kill(ctx, name, 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Wait(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Restore(ctx, name, container.RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
