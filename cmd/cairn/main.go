@@ -140,13 +140,23 @@ func envOr(key, def string) string {
 	return def
 }
 
-// manager opens the data dir with the global flags.
+// manager opens the data dir with the global flags, releasing first the
+// containers an interrupted checkpoint left frozen (Manager.Recover).
 func manager() (*container.Manager, error) {
 	opts, err := containerOptions()
 	if err != nil {
 		return nil, err
 	}
-	return container.New(opts)
+	m, err := container.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.Recover(ctx); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return m, nil
 }
 
 // containerOptions are the global flags' options of a Manager.

@@ -208,10 +208,13 @@ func (a *Agent) quarantined() []string {
 	return out
 }
 
-// unlockRanks unlocks the network of every rank on this node: an agent
-// that died in the middle of a round may have left some locked, and a new
-// agent holds no round.
+// unlockRanks releases what an agent that died in the middle of a round
+// may have left: ranks frozen (Manager.Recover) and rank networks locked.
+// A new agent holds no round.
 func unlockRanks(ctx context.Context, m *container.Manager, log *slog.Logger) {
+	if err := m.Recover(ctx); err != nil {
+		log.Warn("release containers an interrupted checkpoint left frozen", "err", err)
+	}
 	list, err := m.List(ctx)
 	if err != nil {
 		log.Warn("list containers", "err", err)

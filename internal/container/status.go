@@ -69,7 +69,9 @@ func (m *Manager) info(name string, st *State) *Info {
 	return &Info{State: *st, Name: name, Dir: dir, RootFS: m.rootPath(st), Log: filepath.Join(dir, logName)}
 }
 
-// Get returns a container's current state.
+// Get returns a container's current state. It only reads: a container
+// an interrupted checkpoint left frozen shows paused until Recover (or
+// its shim's watchdog) releases it.
 func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
 	st, err := m.loadState(name)
 	if err != nil {
@@ -78,10 +80,6 @@ func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
 	dir := m.dir(name)
 	in := m.info(name, st)
 	rs, err := m.runc.state(ctx, m.runcID(name))
-	if err == nil && rs.Status == StatusPaused {
-		m.recoverFreeze(ctx, st, rs.Pid)
-		rs, err = m.runc.state(ctx, m.runcID(name))
-	}
 	switch {
 	case err == nil && rs.Status != StatusStopped:
 		in.Status, in.Pid = rs.Status, rs.Pid

@@ -217,6 +217,29 @@ func tracerPID(pid int) int {
 	return 0
 }
 
+// Recover releases every container that a checkpoint froze and never
+// thawed because the process running it died (recoverFreeze): what an
+// agent does as it starts, and the CLI before it works on the data dir,
+// so that the next cairn command after an interrupted checkpoint finds
+// its containers running. A container this process keeps frozen on
+// purpose is left alone.
+func (m *Manager) Recover(ctx context.Context) error {
+	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "containers"))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		st, err := m.loadState(e.Name())
+		if err != nil {
+			continue // being created or removed
+		}
+		if rs, err := m.runc.state(ctx, m.runcID(e.Name())); err == nil && rs.Status == StatusPaused {
+			m.recoverFreeze(ctx, st, rs.Pid)
+		}
+	}
+	return nil
+}
+
 // recoverFreeze releases a container that a checkpoint froze and never
 // thawed because the process running it died (see watchdog.go), unless
 // this process keeps it frozen on purpose.
