@@ -432,8 +432,7 @@ func (c *Coordinator) rankDamaged(name, reason string) {
 		}
 		c.log.Warn("a rank of the job is damaged; restarting the job from its newest checkpoint", "job", name, "reason", reason)
 		if _, err := c.restart(ctx, name, coordv1.Restart{}, restartAsked); err != nil {
-			c.log.Warn("restart of a damaged job failed", "job", name, "err", err)
-			c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Message: err.Error()})
+			c.restartGaveUp(ctx, name, fmt.Errorf("a rank is damaged (%s), and its restart failed: %w", reason, err))
 		}
 	}()
 }

@@ -109,10 +109,9 @@ func (c *Coordinator) recoverStarts(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			_, _ = c.updateJob(ctx, j.Name, func(j *coordv1.Job) error {
-				j.State, j.Reason = coordv1.JobFailed, "its start was cut short and could not be finished: "+err.Error()
-				return nil
-			})
+			unlock := c.lockJob(j.Name)
+			c.endJob(ctx, j.Name, coordv1.JobFailed, "its start was cut short and could not be finished: "+err.Error())
+			unlock()
 		}
 	}
 }
