@@ -82,14 +82,20 @@ func Guard(ctx context.Context, netnsPath, bridge string, allowPorts []uint16) e
 
 // Unguard removes Guard's table. A missing table is not an error.
 func Unguard(ctx context.Context, netnsPath, bridge string) error {
+	if err := dropTable(ctx, netnsPath, nftables.TableFamilyINet, GuardTable(bridge)); err != nil {
+		return fmt.Errorf("unguard bridge %s: %w", bridge, err)
+	}
+	return nil
+}
+
+// dropTable deletes an nftables table in the namespace at netnsPath ("" for
+// this process's). A missing table is not an error.
+func dropTable(ctx context.Context, netnsPath string, family nftables.TableFamily, name string) error {
 	return withNftables(ctx, netnsPath, func(c *nftables.Conn) error {
-		t := &nftables.Table{Family: nftables.TableFamilyINet, Name: GuardTable(bridge)}
-		c.AddTable(t)
+		t := &nftables.Table{Family: family, Name: name}
+		c.AddTable(t) // so that the delete cannot fail
 		c.DelTable(t)
-		if err := c.Flush(); err != nil {
-			return fmt.Errorf("unguard bridge %s: %w", bridge, err)
-		}
-		return nil
+		return c.Flush()
 	})
 }
 

@@ -228,19 +228,17 @@ func (n NodeJobNet) Ensure(ctx context.Context) error {
 	return n.ensureVXLANGuard(ctx)
 }
 
-// ensureVXLANGuard gives the job its VXLAN filter if it has none: peers
-// are the nodes the vxlan device already sends to, none for new devices,
-// so that nothing is taken before SetRemotes names the job's nodes.
+// ensureVXLANGuard gives the job a VXLAN filter that takes nothing if it
+// has none, so that nothing is taken before the job's nodes are named:
+// every change of the forwarding entries (syncRemotes) sets its peers to
+// all the nodes the vxlan device sends to.
 func (n NodeJobNet) ensureVXLANGuard(ctx context.Context) error {
-	_, ok, err := vxlanPeers(ctx, netnsPathOf(n.Netns), n.VNI)
+	path := netnsPathOf(n.Netns)
+	_, ok, err := vxlanPeers(ctx, path, n.VNI)
 	if err != nil || ok {
 		return err
 	}
-	have, err := n.remotes(ctx)
-	if err != nil {
-		return err
-	}
-	return n.guardVXLAN(ctx, have.dst)
+	return guardVXLAN(ctx, path, n.VNI, n.port(), nil)
 }
 
 // guardVXLAN takes the job's VXLAN only from the nodes in dst, the

@@ -178,6 +178,10 @@ func (n NodeJobNet) syncRemotes(ctx context.Context, want map[netip.Addr]netip.A
 	if err := n.batch(ctx, "ip", ipCmds); err != nil {
 		return err
 	}
+	before := len(dst)
 	maps.DeleteFunc(dst, func(a, _ netip.Addr) bool { return stale(a) })
+	if len(dst) == before {
+		return nil // no entry went: the filter is already right
+	}
 	return n.guardVXLAN(ctx, dst)
 }

@@ -90,15 +90,10 @@ func guardVXLAN(ctx context.Context, netnsPath string, vni uint32, port uint16, 
 
 // unguardVXLAN removes guardVXLAN's table. A missing table is not an error.
 func unguardVXLAN(ctx context.Context, netnsPath string, vni uint32) error {
-	return withNftables(ctx, netnsPath, func(c *nftables.Conn) error {
-		t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: VXLANGuardTable(vni)}
-		c.AddTable(t)
-		c.DelTable(t)
-		if err := c.Flush(); err != nil {
-			return fmt.Errorf("unguard VXLAN %d: %w", vni, err)
-		}
-		return nil
-	})
+	if err := dropTable(ctx, netnsPath, nftables.TableFamilyIPv4, VXLANGuardTable(vni)); err != nil {
+		return fmt.Errorf("unguard VXLAN %d: %w", vni, err)
+	}
+	return nil
 }
 
 // vxlanPeers reads the addresses the job's VXLAN is taken from in the
