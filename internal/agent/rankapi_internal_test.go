@@ -568,20 +568,6 @@ func TestRankAPIWatchHalfALine(t *testing.T) {
 	quiet.Close()
 }
 
-// TestRankOf: a rank's identity is read from its container's name.
-func TestRankOf(t *testing.T) {
-	for name, want := range map[string]struct {
-		job  string
-		rank int
-		ok   bool
-	}{"ring.3": {"ring", 3, true}, "a.b.12": {"a.b", 12, true}, "ring": {"", 0, false}, ".1": {"", 0, false}, "ring.x": {"ring", 0, false}, "ring.-1": {"ring", -1, false}} {
-		job, rank, ok := rankOf(name)
-		if ok != want.ok || ok && (job != want.job || rank != want.rank) {
-			t.Errorf("rankOf(%q) = %q %d %v, want %+v", name, job, rank, ok, want)
-		}
-	}
-}
-
 // FuzzRankAPI sends what a hostile rank could on its socket, then hangs
 // up: the agent answers with nothing but whole JSON replies, one a line,
 // each about the rank's own job if about any, and never more replies than

@@ -26,7 +26,7 @@ func (s *Server) rankSelf(ctx context.Context, name string) (rankSelf, error) {
 	env := envMap(in.Config.Env)
 	// Who the rank is comes from its container's name (JOB.RANK), which
 	// this agent gave it, and must agree with what its environment says.
-	job, rank, ok := rankOf(name)
+	job, rank, ok := agentv1.ParseRankName(name)
 	if !ok || env["CAIRN_JOB"] != job || env["CAIRN_RANK"] != strconv.Itoa(rank) {
 		return rankSelf{}, fmt.Errorf("container %s is no rank of a job", name)
 	}
@@ -41,10 +41,6 @@ func (s *Server) rankSelf(ctx context.Context, name string) (rankSelf, error) {
 	}
 	return self, nil
 }
-
-// rankOf splits a rank's container name (agentv1.RankName) into its job
-// and rank.
-func rankOf(name string) (job string, rank int, ok bool) { return agentv1.ParseRankName(name) }
 
 // rankMode is the checkpoint mode a rank's job gave it in its environment
 // (CAIRN_MODE), transparent if none.

@@ -398,7 +398,7 @@ func (c *Coordinator) load(ctx context.Context) (map[string]int, error) {
 	}
 	load := map[string]int{}
 	for _, j := range jobs {
-		if j.State == coordv1.JobKilled || j.State == coordv1.JobFailed || j.State == coordv1.JobExited {
+		if j.Ended() {
 			continue
 		}
 		for _, n := range j.Placement {

@@ -14,11 +14,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/catalog"
 )
 
 // termKey holds the newest coordinator term given out.
@@ -35,17 +33,12 @@ type termRecord struct {
 // take for newer: such a coordinator can do nothing anyway.
 func (c *Coordinator) takeTerm(ctx context.Context) {
 	var rec termRecord
-	err := c.cat.Update(ctx, termKey, &rec, func() error { rec.N++; return nil })
-	if errors.Is(err, catalog.ErrNotFound) {
+	first := func() {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		rec = termRecord{N: 1, Catalog: hex.EncodeToString(b)}
-		if err = c.cat.Create(ctx, termKey, &rec); errors.Is(err, catalog.ErrExists) {
-			c.takeTerm(ctx)
-			return
-		}
 	}
-	if err != nil {
+	if err := c.advance(ctx, termKey, &rec, func() { rec.N++ }, first); err != nil {
 		c.log.Error("no coordinator term from the catalog: agents will refuse this coordinator", "err", err)
 		return
 	}

@@ -118,14 +118,7 @@ const MaxRanks = 10000
 // its size) for a job of more than 253 ranks.
 func (c *Coordinator) allocNet(ctx context.Context, ranks int) (uint32, netip.Prefix, error) {
 	var vni uint32
-	err := c.cat.Update(ctx, "counters/vni", &vni, func() error { vni++; return nil })
-	if errors.Is(err, catalog.ErrNotFound) {
-		vni = 1
-		if err = c.cat.Create(ctx, "counters/vni", &vni); errors.Is(err, catalog.ErrExists) {
-			return c.allocNet(ctx, ranks)
-		}
-	}
-	if err != nil {
+	if err := c.advance(ctx, "counters/vni", &vni, func() { vni++ }, func() { vni = 1 }); err != nil {
 		return 0, netip.Prefix{}, err
 	}
 	bits := 24
@@ -141,20 +134,11 @@ func (c *Coordinator) allocNet(ctx context.Context, ranks int) (uint32, netip.Pr
 	// the next multiple of its size. Clusters from before jobs could be
 	// larger than a /24 gave one /24 per VNI.
 	var used, start uint32
-	take := func() error {
+	take := func() {
 		start = (used + blocks - 1) / blocks * blocks
 		used = start + blocks
-		return nil
 	}
-	err = c.cat.Update(ctx, "counters/subnet", &used, take)
-	if errors.Is(err, catalog.ErrNotFound) {
-		used = vni - 1
-		_ = take()
-		if err = c.cat.Create(ctx, "counters/subnet", &used); errors.Is(err, catalog.ErrExists) {
-			err = c.cat.Update(ctx, "counters/subnet", &used, take)
-		}
-	}
-	if err != nil {
+	if err := c.advance(ctx, "counters/subnet", &used, take, func() { used = vni - 1; take() }); err != nil {
 		return 0, netip.Prefix{}, err
 	}
 	idx := start % (uint32(1) << (24 - base.Bits()))
@@ -174,4 +158,20 @@ func jobNet(j *coordv1.Job, node string, underlays map[string]string) agentv1.Jo
 		}
 	}
 	return n
+}
+
+// advance moves the catalog's counter at key one step: next changes the
+// value read into v, and the result is written back atomically. A counter
+// that does not exist yet is made with first's value; one another
+// coordinator made meanwhile is advanced instead.
+func (c *Coordinator) advance(ctx context.Context, key string, v any, next, first func()) error {
+	err := c.cat.Update(ctx, key, v, func() error { next(); return nil })
+	if !errors.Is(err, catalog.ErrNotFound) {
+		return err
+	}
+	first()
+	if err = c.cat.Create(ctx, key, v); errors.Is(err, catalog.ErrExists) {
+		return c.advance(ctx, key, v, next, first)
+	}
+	return err
 }

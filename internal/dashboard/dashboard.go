@@ -188,7 +188,7 @@ func (d *Dashboard) serveCluster(w http.ResponseWriter, r *http.Request) {
 	for _, n := range nodes {
 		nv := NodeView{Node: n}
 		for _, j := range jobs {
-			if slices.Contains(j.Placement, n.Name) && !ended(j.State) {
+			if slices.Contains(j.Placement, n.Name) && !j.Ended() {
 				nv.Jobs = append(nv.Jobs, j.Name)
 			}
 		}
@@ -283,10 +283,4 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
-}
-
-// ended says whether a job in state has no ranks running any more, whose
-// load a node no longer carries.
-func ended(state string) bool {
-	return state == coordv1.JobKilled || state == coordv1.JobFailed || state == coordv1.JobExited
 }

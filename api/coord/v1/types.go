@@ -242,6 +242,12 @@ type Job struct {
 	Interval *Interval `json:"interval,omitempty"`
 }
 
+// Ended says whether the job has no ranks running any more (killed,
+// failed, exited), so that its nodes carry none of its load.
+func (j Job) Ended() bool {
+	return j.State == JobKilled || j.State == JobFailed || j.State == JobExited
+}
+
 // Rank is the live state of one rank.
 type Rank struct {
 	Rank     int    `json:"rank"`
