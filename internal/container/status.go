@@ -102,15 +102,28 @@ func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
 	return in, nil
 }
 
-// List returns every container of the data dir, by name.
-func (m *Manager) List(ctx context.Context) ([]*Info, error) {
+// names lists the containers' dirs of the data dir, by name.
+func (m *Manager) names() ([]string, error) {
 	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "containers"))
 	if err != nil {
 		return nil, err
 	}
+	out := make([]string, len(ents))
+	for i, e := range ents {
+		out[i] = e.Name()
+	}
+	return out, nil
+}
+
+// List returns every container of the data dir, by name.
+func (m *Manager) List(ctx context.Context) ([]*Info, error) {
+	names, err := m.names()
+	if err != nil {
+		return nil, err
+	}
 	var out []*Info
-	for _, e := range ents {
-		in, err := m.Get(ctx, e.Name())
+	for _, name := range names {
+		in, err := m.Get(ctx, name)
 		if errors.Is(err, ErrNotFound) {
 			continue // being created or removed
 		}
@@ -129,20 +142,16 @@ func (m *Manager) List(ctx context.Context) ([]*Info, error) {
 // every heartbeat so that the coordinator learns that a job's ranks have
 // ended. Get tells how each ended.
 func (m *Manager) Ended() []string {
-	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "containers"))
-	if err != nil {
-		return nil
-	}
+	names, _ := m.names()
 	var out []string
-	for _, e := range ents {
-		dir := m.dir(e.Name())
-		if _, err := os.Stat(filepath.Join(dir, "exit.json")); err != nil {
+	for _, name := range names {
+		if _, err := os.Stat(filepath.Join(m.dir(name), "exit.json")); err != nil {
 			continue
 		}
-		if st, err := m.loadState(e.Name()); err != nil || st.Checkpointed {
+		if st, err := m.loadState(name); err != nil || st.Checkpointed {
 			continue
 		}
-		out = append(out, e.Name())
+		out = append(out, name)
 	}
 	return out
 }

@@ -222,18 +222,22 @@ func tracerPID(pid int) int {
 // agent does as it starts, and the CLI before it works on the data dir,
 // so that the next cairn command after an interrupted checkpoint finds
 // its containers running. A container this process keeps frozen on
-// purpose is left alone.
+// purpose is left alone. Only containers with a freeze note are looked
+// at (a stat each): without one there is nothing to release.
 func (m *Manager) Recover(ctx context.Context) error {
-	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "containers"))
+	names, err := m.names()
 	if err != nil {
 		return err
 	}
-	for _, e := range ents {
-		st, err := m.loadState(e.Name())
+	for _, name := range names {
+		if _, err := os.Stat(filepath.Join(m.dir(name), freezeMarker)); err != nil {
+			continue
+		}
+		st, err := m.loadState(name)
 		if err != nil {
 			continue // being created or removed
 		}
-		if rs, err := m.runc.state(ctx, m.runcID(e.Name())); err == nil && rs.Status == StatusPaused {
+		if rs, err := m.runc.state(ctx, m.runcID(name)); err == nil && rs.Status == StatusPaused {
 			m.recoverFreeze(ctx, st, rs.Pid)
 		}
 	}
