@@ -252,6 +252,11 @@ func TestMetricsAfterCoordinatorRestart(t *testing.T) {
 	c1 := e.start()
 	c1.runJob(t, "ring", 2, 1, "n0", "n1")
 	seq := c1.checkpoint(t, "ring", 1)
+	// The catalog says protected a moment before the event is published:
+	// the history must hold it before c1 dies.
+	waitFor(t, 5*time.Second, "checkpoint.protected published", func() bool {
+		return len(x.History(events.Filter{Type: evv1.CkptProtected})) > 0
+	})
 	e.kill(c1)
 
 	m := metrics.NewCoord(metrics.CoordOptions{})
