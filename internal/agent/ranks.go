@@ -22,6 +22,10 @@ import (
 type Node struct {
 	Underlay netip.Addr // this node's address on the network between nodes
 	Dev      string     // underlay device; "" means eth0
+	// Netns is the node's network namespace under /run/netns, where its
+	// job networks' devices are made; "" means the agent's own (an agent
+	// runs in its node's). Tests serve several nodes from one process.
+	Netns string
 	// NetnsPrefix starts the names of the rank network namespaces this
 	// agent makes; it must be unique on the machine.
 	NetnsPrefix string
@@ -36,7 +40,7 @@ func (s *Server) jobNet(j agentv1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip
 	if err != nil {
 		return netw.NodeJobNet{}, nil, fmt.Errorf("job subnet: %w", err)
 	}
-	n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: j.VNI, Subnet: sub.Masked(), Prefix: s.Node.NetnsPrefix,
+	n := netw.NodeJobNet{Netns: s.Node.Netns, Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: j.VNI, Subnet: sub.Masked(), Prefix: s.Node.NetnsPrefix,
 		HostPorts: s.Node.HostPorts}
 	remotes := map[netip.Addr]netip.Addr{}
 	for r, at := range j.Remotes {
@@ -80,7 +84,7 @@ func (s *Server) deleteJobNet(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "?vni=N required")
 		return
 	}
-	n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: uint32(vni), Prefix: s.Node.NetnsPrefix}
+	n := netw.NodeJobNet{Netns: s.Node.Netns, Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: uint32(vni), Prefix: s.Node.NetnsPrefix}
 	if err := n.Delete(r.Context()); err != nil {
 		failErr(w, err)
 		return
@@ -164,7 +168,7 @@ func (s *Server) rankRemove(ctx context.Context, req agentv1.RankRemove) error {
 		if err != nil {
 			return badRequest(err)
 		}
-		n := netw.NodeJobNet{Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: req.VNI, Prefix: s.Node.NetnsPrefix}
+		n := netw.NodeJobNet{Netns: s.Node.Netns, Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: req.VNI, Prefix: s.Node.NetnsPrefix}
 		errs = append(errs, n.DetachRank(ctx, addr))
 	}
 	return errors.Join(errs...)

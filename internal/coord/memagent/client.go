@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,12 +61,20 @@ func (cl *Client) Close() {}
 // JobNet sets the job's network on the node.
 func (cl *Client) JobNet(ctx context.Context, req agentv1.JobNet) error {
 	return cl.call(ctx, "jobnet", remotesWhat(req), func(n *Node) error {
-		// As the real agent (netw), a rank whose container is here is
-		// attached to the node, and cannot be remote.
+		// As the real agent (netw): no remote rank at this node's own
+		// address (this model used to take it), and a rank whose address
+		// is attached here cannot be remote. Both are the agent's answer,
+		// internal (this model's refusal used to be no answer at all,
+		// which the coordinator takes for an unreachable agent).
+		for _, a := range slices.Sorted(maps.Keys(req.Remotes)) {
+			if req.Remotes[a] == n.underlay {
+				return apiErr(agentv1.CodeInternal, "rank %s listed as remote at this node's own address %s", a, n.underlay)
+			}
+		}
 		for _, ct := range n.ctrs {
-			if ct.Job == req.Job {
+			if ct.attached && ct.vni == req.VNI {
 				if _, ok := req.Remotes[ct.Addr]; ok {
-					return fmt.Errorf("rank %s is attached to this node (its container %s), not remote", ct.Addr, ct.Name)
+					return apiErr(agentv1.CodeInternal, "rank %s is attached to this node (its container %s), not remote", ct.Addr, ct.Name)
 				}
 			}
 		}
@@ -74,7 +83,9 @@ func (cl *Client) JobNet(ctx context.Context, req agentv1.JobNet) error {
 	})
 }
 
-// DeleteJobNet removes the job's network from the node.
+// DeleteJobNet removes the job's network from the node; the addresses
+// of ranks still on it stay taken, as the real agent's rank network
+// namespaces stay.
 func (cl *Client) DeleteJobNet(ctx context.Context, vni uint32) error {
 	return cl.call(ctx, "drop-jobnet", "", func(n *Node) error {
 		delete(n.nets, vni)
@@ -87,11 +98,21 @@ func (cl *Client) RankRun(ctx context.Context, req agentv1.RankRun) (agentv1.Con
 	var out agentv1.Container
 	err := cl.call(ctx, "run", rankWhat(req.Rank), func(n *Node) error {
 		name := agentv1.RankName(req.Job, req.Rank.Rank)
+		// As the real agent, which takes the rank's address on the node
+		// (its network namespace) before it makes the container: a rank
+		// started again is refused for its address, internal (this model
+		// used to answer exists).
+		for _, ct := range n.ctrs {
+			if ct.attached && ct.vni == req.Net.VNI && ct.Addr == req.Addr {
+				return apiErr(agentv1.CodeInternal, "netns of rank %s of job network %d already exists", req.Addr, req.Net.VNI)
+			}
+		}
 		if ct := n.ctrs[name]; ct != nil {
 			return apiErr(agentv1.CodeExists, "container %s exists", name)
 		}
 		n.nets[req.Net.VNI] = req.Net
-		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusRunning, Incarnation: 1}
+		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusRunning, Incarnation: 1,
+			vni: req.Net.VNI, attached: true}
 		n.ctrs[name] = ct
 		out = wire(ct)
 		return nil
@@ -130,7 +151,7 @@ func (cl *Client) RankRestore(ctx context.Context, req agentv1.RankRestore) (age
 		}
 		n.nets[req.Net.VNI] = req.Net
 		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusPaused, Locked: true,
-			RestoredFrom: req.Seq, Incarnation: inc}
+			RestoredFrom: req.Seq, Incarnation: inc, vni: req.Net.VNI, attached: true}
 		n.ctrs[name] = ct
 		out = wire(ct)
 		return nil
@@ -156,7 +177,8 @@ func (cl *Client) RankResume(ctx context.Context, req agentv1.RankResume) error 
 }
 
 // RankRemove removes a rank's container (Keep: stops it, keeping its
-// dir); a missing one is not an error.
+// dir), and frees its address on the node (the coordinator always names
+// it); a missing one is not an error.
 func (cl *Client) RankRemove(ctx context.Context, req agentv1.RankRemove) error {
 	return cl.call(ctx, "remove", removeWhat(req), func(n *Node) error {
 		n.remove(req.Name(), req.Keep)
@@ -172,7 +194,16 @@ func (n *Node) remove(name string, keep bool) {
 	}
 	ct.stopHold()
 	if keep {
-		ct.Status, ct.Locked = agentv1.StatusStopped, false
+		// As the real agent, whose stop kills the rank: it has exited by
+		// SIGKILL, unless it had ended before (this model used to call it
+		// stopped).
+		switch {
+		case ct.frozenEnded != "":
+			ct.Status, ct.frozenEnded = ct.frozenEnded, ""
+		case ct.Status.Live():
+			ct.Status, ct.ExitCode = agentv1.StatusExited, 128+9
+		}
+		ct.Locked, ct.attached = false, false
 		return
 	}
 	delete(n.ctrs, name)
@@ -189,6 +220,12 @@ func (cl *Client) RankStall(ctx context.Context, req agentv1.RankStall) error {
 		for _, r := range req.Ranks {
 			ct := n.ctrs[r.Name()]
 			ct.stopHold()
+			// As the real agent, which freezes what is left of a rank that
+			// has ended (it reads paused) until the resume, after which it
+			// has ended again (this model used to resume it running).
+			if !ct.Status.Live() {
+				ct.frozenEnded = ct.Status
+			}
 			ct.Status, ct.Locked, ct.Held = agentv1.StatusPaused, true, true
 			ct.hold = n.later(n.hold(req.Hold), func() {
 				if n.ctrs[ct.Name] == ct && ct.Held {
@@ -218,11 +255,26 @@ func (cl *Client) Prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Pre
 		if n.pending[key] != nil {
 			return apiErr(agentv1.CodeExists, "%s:%d is already prepared", name, req.Seq)
 		}
+		// As the real agent: an abort that came first gives the rank up
+		// (this model used to forget such aborts, and held the rank
+		// frozen until the end of its hold).
+		if _, ok := n.aborted[key]; ok {
+			delete(n.aborted, key)
+			return apiErr(agentv1.CodeNoSuchRound, "%s:%d was aborted while it prepared", name, req.Seq)
+		}
 		ct.Status, ct.Locked = agentv1.StatusPaused, true
 		p := &prepared{}
-		p.thaw = n.later(n.hold(req.Hold), func() {
+		hold := n.hold(req.Hold)
+		p.thaw = n.later(hold, func() {
 			if n.pending[key] == p {
 				n.thaw(ct)
+			}
+		})
+		// As the real agent, the image of a prepare nobody decided goes
+		// PendingTTL after the hold (this model used to keep it for good).
+		p.expire = n.later(hold+n.c.opts.PendingTTL, func() {
+			if n.pending[key] == p {
+				delete(n.pending, key)
 			}
 		})
 		n.pending[key] = p
@@ -233,7 +285,7 @@ func (cl *Client) Prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Pre
 }
 
 // Commit stores a prepared rank's image and thaws the rank; a commit sent
-// again for an image already stored succeeds.
+// again for an image already stored answers the stored checkpoint.
 func (cl *Client) Commit(ctx context.Context, req agentv1.Finish) (agentv1.Committed, error) {
 	var out agentv1.Committed
 	err := cl.call(ctx, "commit", ckptWhat(req.Rank, req.Seq), func(n *Node) error {
@@ -242,6 +294,8 @@ func (cl *Client) Commit(ctx context.Context, req agentv1.Finish) (agentv1.Commi
 		p := n.pending[key]
 		if p == nil {
 			if n.images[key] {
+				// As the real agent (this model used to answer nothing).
+				out.Checkpoint = checkpoint(key)
 				return nil
 			}
 			return apiErr(agentv1.CodeNoSuchRound, "%s:%d is not prepared on this node", name, req.Seq)
@@ -252,23 +306,32 @@ func (cl *Client) Commit(ctx context.Context, req agentv1.Finish) (agentv1.Commi
 		if ct := n.ctrs[name]; ct != nil {
 			n.thaw(ct)
 		}
-		out.Checkpoint = agentv1.Checkpoint{Container: name, Seq: req.Seq, Size: 1 << 20}
+		out.Checkpoint = checkpoint(key)
 		return nil
 	})
 	return out, err
 }
 
+// checkpoint is what a node says of its stored image key.
+func checkpoint(key imageKey) agentv1.Checkpoint {
+	return agentv1.Checkpoint{Container: key.name, Seq: key.seq, Size: 1 << 20}
+}
+
 // Abort drops a prepare and thaws its rank; an unknown one is not an
-// error.
+// error, but is remembered for PendingTTL: a prepare of it yet to come
+// gives its rank up.
 func (cl *Client) Abort(ctx context.Context, req agentv1.Finish) error {
 	return cl.call(ctx, "abort", ckptWhat(req.Rank, req.Seq), func(n *Node) error {
 		key := imageKey{req.Name(), req.Seq}
-		if p := n.pending[key]; p != nil {
-			p.stop()
-			delete(n.pending, key)
-			if ct := n.ctrs[key.name]; ct != nil {
-				n.thaw(ct)
-			}
+		p := n.pending[key]
+		if p == nil {
+			n.rememberAbort(key)
+			return nil
+		}
+		p.stop()
+		delete(n.pending, key)
+		if ct := n.ctrs[key.name]; ct != nil {
+			n.thaw(ct)
 		}
 		return nil
 	})
@@ -280,6 +343,9 @@ func (cl *Client) Fetch(ctx context.Context, req agentv1.Fetch) (agentv1.Image, 
 	var out agentv1.Image
 	err := cl.call(ctx, "fetch", req.Container+":"+strconv.Itoa(req.Seq), func(n *Node) error {
 		key := imageKey{req.Container, req.Seq}
+		// As the real agent, the answer names the image, and says whether
+		// it was copied (this model used to answer neither).
+		out.Checkpoint = checkpoint(key)
 		if n.images[key] && !n.damaged[key] {
 			return nil
 		}
@@ -296,7 +362,7 @@ func (cl *Client) Fetch(ctx context.Context, req agentv1.Fetch) (agentv1.Image, 
 			out.Repaired = 1
 		}
 		n.images[key] = true
-		out.Bytes = 1 << 20
+		out.Fetched, out.Bytes = true, 1<<20
 		out.Holders = []agentv1.HolderShare{{Node: src.name, Bytes: out.Bytes}}
 		return nil
 	})
@@ -310,13 +376,17 @@ func (cl *Client) MigrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1
 	err := cl.call(ctx, "move-in", ckptWhat(req.Rank, req.Seq)+" from="+req.FromNode, func(n *Node) error {
 		name := req.Name()
 		key := imageKey{name, req.Seq}
+		// As the real agent, a source that does not answer makes the
+		// target's answer internal (this model's used to be no answer,
+		// which the coordinator takes for an unreachable target).
 		src, ok := n.c.reachable(n.name, req.FromNode)
-		if !ok {
-			return fmt.Errorf("migrate %s from %s: %w", name, req.FromNode, ErrUnreachable)
+		var staged bool
+		if ok {
+			n.peek(src, func() { ok, staged = src.up, src.pending[key] != nil })
 		}
-		src.mu.Lock()
-		staged := src.up && src.pending[key] != nil
-		src.mu.Unlock()
+		if !ok {
+			return apiErr(agentv1.CodeInternal, "migrate %s from %s: %v", name, req.FromNode, ErrUnreachable)
+		}
 		if !staged {
 			return apiErr(agentv1.CodeNotFound, "no prepared image %s:%d on %s", name, req.Seq, req.FromNode)
 		}
@@ -324,7 +394,8 @@ func (cl *Client) MigrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1
 			old.stopHold()
 		}
 		n.nets[req.Net.VNI] = req.Net
-		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusPaused, Locked: true, Held: true, Incarnation: 1}
+		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusPaused, Locked: true, Held: true, Incarnation: 1,
+			vni: req.Net.VNI, attached: true}
 		ct.hold = n.later(n.hold(req.Hold), func() {
 			if n.ctrs[name] == ct && ct.Held {
 				delete(n.ctrs, name) // it must never run beside the source
@@ -370,18 +441,25 @@ func (cl *Client) DropImages(ctx context.Context, req agentv1.DropImages) (agent
 	return out, err
 }
 
-// Kill ends a container's processes.
+// Kill ends a container's processes with signal sig.
 func (cl *Client) Kill(ctx context.Context, name string, sig int) error {
 	return cl.call(ctx, "kill", name, func(n *Node) error {
+		// As the real agent: a signal must be one (this model used to
+		// take 0 for SIGKILL), and only a live container can be killed
+		// (this model used to kill an ended one again). The kill leaves
+		// the rank's network and its hold as they are (this model used to
+		// unlock it and drop its hold).
+		if sig <= 0 || sig > 64 {
+			return apiErr(agentv1.CodeBadRequest, "kill needs a container name and ?signal=N")
+		}
 		ct := n.ctrs[name]
 		if ct == nil {
 			return notFound(name)
 		}
-		ct.stopHold()
-		if sig == 0 {
-			sig = 9
+		if !ct.Status.Live() {
+			return apiErr(agentv1.CodeNotRunning, "container is not running: %s is %s", name, ct.Status)
 		}
-		ct.Status, ct.Locked, ct.ExitCode = agentv1.StatusExited, false, 128+sig
+		ct.Status, ct.ExitCode, ct.frozenEnded = agentv1.StatusExited, 128+sig, ""
 		return nil
 	})
 }
@@ -405,7 +483,7 @@ func wire(ct *Container) agentv1.Container {
 	if ct.RestoredFrom != 0 {
 		out.RestoredFrom = ct.Name + ":" + strconv.Itoa(ct.RestoredFrom)
 	}
-	if ct.Status == agentv1.StatusExited {
+	if ct.Status == agentv1.StatusExited || ct.frozenEnded == agentv1.StatusExited {
 		code := ct.ExitCode
 		out.ExitCode = &code
 	}

@@ -4,6 +4,10 @@
 // model of its rank containers (running, frozen, network locked, held),
 // its prepared and stored rank images and its job networks, as the real
 // agent (internal/agent) does, without containers, CRIU or a network.
+// The agent's conformance suite (coord/agenttest) holds both to one
+// contract: it runs against these nodes here and against real agents in
+// test/conform, and where this model answered otherwise, it was made to
+// answer as the real agent does (each such place says what it did).
 //
 // A Cluster also plays the network and the nodes' fates, as a test
 // transport does (etcd-io/raft's rafttest network, hashicorp/raft's
@@ -53,6 +57,11 @@ type Options struct {
 	// Hold is how long a node keeps a rank stalled, prepared or moved in
 	// when the request names no hold (the real agent's default is 30 s).
 	Hold time.Duration
+	// PendingTTL is how long, once its hold has ended, a node keeps the
+	// image of a prepare nobody decided, and remembers an abort that found
+	// nothing prepared (the real agent's agent.PendingTTL, 10 min, the
+	// default).
+	PendingTTL time.Duration
 	// Record, if set, is told of every call a node carries out, as "OP
 	// NODE WHAT" and ": ERROR" if it failed, while the node holds its
 	// lock (tests print traces with it).
@@ -95,6 +104,9 @@ func New(opts Options) *Cluster {
 	if opts.Hold <= 0 {
 		opts.Hold = 30 * time.Second
 	}
+	if opts.PendingTTL <= 0 {
+		opts.PendingTTL = 10 * time.Minute
+	}
 	byOp := map[string]*atomic.Int64{}
 	for _, op := range ops {
 		byOp[op] = new(atomic.Int64)
@@ -112,7 +124,8 @@ func (c *Cluster) AddNode(name string) *Node {
 	defer c.mu.Unlock()
 	i := len(c.nodes) + 1
 	n := &Node{c: c, name: name, addr: fmt.Sprintf("mem-%s:7420", name), underlay: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), up: true,
-		ctrs: map[string]*Container{}, images: map[imageKey]bool{}, pending: map[imageKey]*prepared{}, nets: map[uint32]agentv1.JobNet{}}
+		ctrs: map[string]*Container{}, images: map[imageKey]bool{}, pending: map[imageKey]*prepared{}, aborted: map[imageKey]time.Time{},
+		nets: map[uint32]agentv1.JobNet{}}
 	c.nodes[name] = n
 	return n
 }
@@ -167,6 +180,7 @@ func (c *Cluster) Kill(name string) {
 		p.stop()
 	}
 	n.ctrs, n.images, n.pending, n.nets = map[string]*Container{}, map[imageKey]bool{}, map[imageKey]*prepared{}, map[uint32]agentv1.JobNet{}
+	n.aborted = map[imageKey]time.Time{}
 }
 
 // Partition cuts the network between a and b, which name nodes or

@@ -23,6 +23,9 @@ type Node struct {
 	images  map[imageKey]bool     // complete images in the node's store
 	damaged map[imageKey]bool     // images whose copy here is damaged
 	pending map[imageKey]*prepared
+	// aborted are the aborts that found nothing prepared, with when they
+	// came: a prepare of one yet to come gives its rank up.
+	aborted map[imageKey]time.Time
 	nets    map[uint32]agentv1.JobNet
 	term    agentv1.Term // the newest coordinator term that called (TermHeader)
 }
@@ -46,7 +49,7 @@ func (n *Node) Exit(name string, code int) bool {
 		return false
 	}
 	ct.stopHold()
-	ct.Status, ct.Locked, ct.ExitCode = agentv1.StatusExited, false, code
+	ct.Status, ct.Locked, ct.ExitCode, ct.frozenEnded = agentv1.StatusExited, false, code, ""
 	return true
 }
 
@@ -67,6 +70,20 @@ func (n *Node) ended() []string {
 
 // Underlay returns the node's underlay address, as it joins.
 func (n *Node) Underlay() string { return n.underlay }
+
+// Addr returns the address of the node's agent, as it joins.
+func (n *Node) Addr() string { return n.addr }
+
+// Container returns the node's container name, if it has one.
+func (n *Node) Container(name string) (Container, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ct := n.ctrs[name]
+	if ct == nil {
+		return Container{}, false
+	}
+	return *ct, true
+}
 
 type imageKey struct {
 	name string
@@ -92,6 +109,14 @@ type Container struct {
 	// restore, one more for each restore that replaced it.
 	Incarnation int
 	hold        *time.Timer
+	// frozenEnded is how a rank that had ended before a stall froze what
+	// was left of it (it reads paused) ended: a thaw leaves it so.
+	frozenEnded agentv1.Status
+	// vni is the job network its address is on; attached says the address
+	// is taken on this node (the real agent's rank network namespace):
+	// from its start, restore or move in until it is removed.
+	vni      uint32
+	attached bool
 }
 
 func (ct *Container) stopHold() {
@@ -103,15 +128,29 @@ func (ct *Container) stopHold() {
 }
 
 // prepared is a rank prepared for a checkpoint (or a move): frozen,
-// locked, its image staged.
+// locked, its image staged; thaw ends its hold, expire drops it.
 type prepared struct {
-	thaw *time.Timer
+	thaw, expire *time.Timer
 }
 
 func (p *prepared) stop() {
-	if p.thaw != nil {
-		p.thaw.Stop()
+	for _, t := range []*time.Timer{p.thaw, p.expire} {
+		if t != nil {
+			t.Stop()
+		}
 	}
+}
+
+// rememberAbort notes an abort that found nothing prepared, for
+// PendingTTL (the aborts older than that are forgotten now).
+func (n *Node) rememberAbort(key imageKey) {
+	now := time.Now()
+	for k, at := range n.aborted {
+		if now.Sub(at) > n.c.opts.PendingTTL {
+			delete(n.aborted, k)
+		}
+	}
+	n.aborted[key] = now
 }
 
 func apiErr(code, format string, args ...any) error {
@@ -139,7 +178,10 @@ func (n *Node) later(d time.Duration, fn func()) *time.Timer {
 }
 
 func (n *Node) thaw(ct *Container) {
-	if ct.Status == agentv1.StatusPaused {
+	switch {
+	case ct.frozenEnded != "":
+		ct.Status, ct.frozenEnded = ct.frozenEnded, ""
+	case ct.Status == agentv1.StatusPaused:
 		ct.Status = agentv1.StatusRunning
 	}
 	ct.Locked = false
@@ -158,10 +200,27 @@ func (n *Node) dropPending(name string) {
 	}
 }
 
+// peek calls f with src locked instead of n, whose lock the caller holds:
+// a node never holds another's lock with its own, or two calls between
+// the same nodes in opposite directions (a copy each way) would wait for
+// each other for good.
+func (n *Node) peek(src *Node, f func()) {
+	n.mu.Unlock()
+	defer n.mu.Lock()
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	f()
+}
+
 // holder returns a node of holders that n reaches and that has a sound
-// copy of key.
+// copy of key. Its error is n's answer (*agentv1.Error), as the real
+// agent's is: of the code the first holder that answered gave (not_found
+// for a copy it lacks, corrupt for a damaged one), internal if none did
+// (this model's used to be no answer at all, which the coordinator takes
+// for n unreachable).
 func (n *Node) holder(key imageKey, holders []string) (*Node, error) {
 	var errs []error
+	code := ""
 	for _, h := range holders {
 		if h == n.name {
 			continue
@@ -171,16 +230,25 @@ func (n *Node) holder(key imageKey, holders []string) (*Node, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", h, ErrUnreachable))
 			continue
 		}
-		src.mu.Lock()
-		has := src.up && src.images[key] && !src.damaged[key]
-		src.mu.Unlock()
-		if has {
+		var up, has, damaged bool
+		n.peek(src, func() { up, has, damaged = src.up, src.images[key], src.damaged[key] })
+		if up && has && !damaged {
 			return src, nil
 		}
 		errs = append(errs, fmt.Errorf("%s has no sound copy of %s:%d", h, key.name, key.seq))
+		switch {
+		case code != "" || !up:
+		case has:
+			code = agentv1.CodeCorrupt
+		default:
+			code = agentv1.CodeNotFound
+		}
+	}
+	if code == "" {
+		code = agentv1.CodeInternal
 	}
 	if len(errs) == 0 {
-		return nil, fmt.Errorf("no holder of %s:%d", key.name, key.seq)
+		return nil, apiErr(code, "no holder of %s:%d", key.name, key.seq)
 	}
-	return nil, errors.Join(errs...)
+	return nil, &agentv1.Error{Code: code, Message: errors.Join(errs...).Error()}
 }

@@ -1,0 +1,18 @@
+package conform_test
+
+import (
+	"testing"
+	"time"
+
+	"cairn/internal/agent"
+	"cairn/internal/testutil"
+)
+
+// pendingTTL is the agents' agent.PendingTTL here: set before any agent
+// serves, for the whole test binary.
+const pendingTTL = 2 * time.Second
+
+func TestMain(m *testing.M) {
+	agent.PendingTTL = pendingTTL
+	testutil.Main(m)
+}
