@@ -20,5 +20,10 @@
 //   - rankapi: the rank API from C and Python, callbacks, application-level
 //     checkpoints;
 //   - ops: what operators use: the CLI, logs, events and hooks, health
-//     probes, metrics, the dashboard, reports, rank isolation.
+//     probes, metrics, the dashboard, reports, rank isolation;
+//   - control: three coordinators, the leader killed, paused or cut off
+//     from etcd mid-protocol: a standby takes over, the old one is fenced;
+//   - conform: the agent's conformance suite against real agents, served
+//     in the test process rather than through the binary, each node a
+//     network namespace.
 package test

@@ -94,7 +94,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:7420", "address to serve on")
 	f.StringVar(&creds, "creds", "", "directory with the node's credentials (required)")
-	f.StringVar(&coordAddr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "join the cluster of the coordinator at ADDR ($CAIRN_COORDINATOR)")
+	f.StringVar(&coordAddr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "join the cluster of the coordinator at ADDR, or of several at ADDR,ADDR,... (the leader among them answers) ($CAIRN_COORDINATOR)")
 	f.StringVar(&underlay, "underlay", "", "this node's address between nodes (required with --coordinator)")
 	f.StringVar(&underlayDev, "underlay-dev", "", "device job networks' VXLAN goes out of (default: the one holding --underlay)")
 	f.StringVar(&advertise, "advertise", "", "agent API address the coordinator calls (default: --listen)")

@@ -24,12 +24,13 @@ import (
 
 func newCoordinatorCmd() *cobra.Command {
 	var listen, creds, dir, etcd, uiListen, uiToken, tokenFile string
+	var name, peers, advertise string
 	var deadline, ttl, mtbf time.Duration
 	var jobSubnets string
 	var hf hookFlags
 	var etcdTLS catalog.TLSFiles
 	cmd := &cobra.Command{
-		Use:   "coordinator --creds DIR --dir DIR [--listen ADDR] [--etcd URLS] [--hook TYPE=TARGET]...",
+		Use:   "coordinator --creds DIR --dir DIR [--listen ADDR] [--name NAME --peers NAME=URL,...] [--etcd URLS] [--hook TYPE=TARGET]...",
 		Short: "Run the cluster coordinator (catalog in etcd, checkpoint rounds, restarts)",
 		Long: `Run the coordinator in the foreground. It keeps the catalog (nodes, jobs,
 global checkpoints) in etcd: an embedded single-member etcd in DIR/etcd by
@@ -42,6 +43,17 @@ ranks, runs the two-phase commit of global checkpoints and whole-job
 restarts, and on start finishes any round a previous coordinator left.
 Credentials: 'cairn node cert coordinator --role coordinator -o DIR'. GET
 /metrics serves Prometheus metrics to clients (or --metrics-token-file's token).
+
+Several coordinators (an odd number) keep one cluster alive when one of
+them is lost: each runs with --name and the same --peers, every
+coordinator's name and etcd peer URL (https://IP:PORT, with the IP among
+its certificate's), and their embedded etcds form one cluster over mutual
+TLS (or all share an external --etcd). One leads, chosen by etcd's
+election; the others stand by and send clients to it, and one of them
+takes over when the leader stops, finishing what it left. Agents and the
+CLI take every coordinator's address (--coordinator A,B,C). A deposed
+leader that still runs can change nothing: its catalog writes and its
+calls to agents are refused (docs/protocols.md, "Leadership").
 
 Events (see 'cairn events') are kept in DIR/events.jsonl. Each --hook runs
 for the events of a type (or family: checkpoint.*, or *): exec:COMMAND gets
@@ -73,9 +85,18 @@ loopback address, after logging in once at /ui/login (docs/cluster.md).`,
 			if err != nil {
 				return err
 			}
-			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, UIListen: uiListen, UITokenFile: uiToken, Hooks: hooks, HookSecret: secret, HookRoots: roots, MetricsTokenFile: tokenFile,
+			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Name: name, Advertise: advertise,
+				UIListen: uiListen, UITokenFile: uiToken, Hooks: hooks, HookSecret: secret, HookRoots: roots, MetricsTokenFile: tokenFile,
 				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, MTBF: mtbf},
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+			if peers != "" {
+				if cfg.Peers, err = parsePeers(peers, name); err != nil {
+					return usageError{err}
+				}
+				if etcd != "" {
+					return usageError{errors.New("--peers are the members of an embedded etcd; an external --etcd has its own")}
+				}
+			}
 			if etcd != "" {
 				if cfg.Etcd, err = catalog.ExternalConfig(strings.Split(etcd, ","), etcdTLS); err != nil {
 					return usageError{fmt.Errorf("--etcd: %w", err)}
@@ -89,6 +110,9 @@ loopback address, after logging in once at /ui/login (docs/cluster.md).`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:7400", "address to serve on")
 	f.StringVar(&creds, "creds", "", "directory with the coordinator's credentials (required)")
+	f.StringVar(&name, "name", "", "this coordinator's name among several (default: the host's name)")
+	f.StringVar(&peers, "peers", "", "every coordinator's name and etcd peer URL, NAME=https://IP:PORT,... (this one's included): the embedded etcd is one member of their cluster")
+	f.StringVar(&advertise, "advertise", "", "address clients reach this coordinator at, told them by the others (default: --listen's)")
 	f.StringVar(&dir, "dir", "", "directory for the coordinator's state (the embedded etcd) (required)")
 	f.StringVar(&etcd, "etcd", "", "use this etcd cluster (comma-separated client URLs: https://, or http:// to a loopback address) instead of an embedded one")
 	f.StringVar(&etcdTLS.CA, "etcd-cacert", "", "CA certificate (PEM) that verifies the --etcd servers (default: the system's roots)")
@@ -105,6 +129,31 @@ loopback address, after logging in once at /ui/login (docs/cluster.md).`,
 	f.StringVar(&uiListen, "ui-listen", "127.0.0.1:7401", "loopback address the dashboard is served on with --ui-token-file")
 	f.StringVar(&tokenFile, "metrics-token-file", "", "a bearer token (at least 16 bytes) that lets a scraper without a client certificate GET /metrics, and nothing else")
 	return cmd
+}
+
+// parsePeers reads --peers: NAME=URL,... with name among the names.
+func parsePeers(s, name string) (map[string]string, error) {
+	peers := map[string]string{}
+	for part := range strings.SplitSeq(s, ",") {
+		n, u, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || n == "" || !strings.HasPrefix(u, "https://") {
+			return nil, fmt.Errorf("--peers %q: want NAME=https://IP:PORT,...", part)
+		}
+		if _, dup := peers[n]; dup {
+			return nil, fmt.Errorf("--peers: %s given twice", n)
+		}
+		peers[n] = u
+	}
+	if name == "" {
+		return nil, errors.New("--peers needs --name, this coordinator's among them")
+	}
+	if _, ok := peers[name]; !ok {
+		return nil, fmt.Errorf("--peers does not name this coordinator (--name %s)", name)
+	}
+	if len(peers)%2 == 0 {
+		return nil, fmt.Errorf("--peers names %d coordinators: want an odd number, so that a majority survives the loss of a minority", len(peers))
+	}
+	return peers, nil
 }
 
 // hookFlags are the coordinator's hook flags (cairn coordinator, cairn up).
@@ -178,15 +227,17 @@ func newUpCmd() *cobra.Command {
 	var underlay string
 	var cfg testbed.Config
 	cmd := &cobra.Command{
-		Use:   "up [--nodes N]",
+		Use:   "up [--nodes N] [--coordinators M]",
 		Short: "Start a local cluster: a coordinator and N agents, each node in its own network namespace",
 		Long: `Start a cluster on this machine: a coordinator (with an embedded etcd) on the
-host and N agents, each in a network namespace of its own (a "node", with its
+host, or M of them whose etcds form one cluster (one leads, the others stand
+by to take over), and N agents, each in a network namespace of its own (a "node", with its
 own data dir in DATA/cluster/nodes/NAME and its own bridges), joined by veths
 to a host bridge that plays the physical network. A fresh CA signs every
 credential. The CLI finds this cluster without flags; 'cairn down' removes
 all of it.`,
 		Example: `  cairn up --nodes 3
+  cairn up --nodes 3 --coordinators 3
   cairn run --job sim --ranks 4 -- /usr/bin/my-solver
   cairn down`,
 		Args: cobra.NoArgs,
@@ -196,6 +247,9 @@ all of it.`,
 			}
 			if cfg.MTBF < 0 {
 				return usageError{fmt.Errorf("--mtbf must not be negative")}
+			}
+			if cfg.Coordinators < 1 || cfg.Coordinators%2 == 0 || cfg.Coordinators > 9 {
+				return usageError{fmt.Errorf("--coordinators must be odd, 1..9")}
 			}
 			var err error
 			if cfg.Underlay, err = netip.ParsePrefix(underlay); err != nil {
@@ -235,6 +289,7 @@ all of it.`,
 	f.StringVar(&cfg.MetricsTokenFile, "metrics-token-file", "", "the coordinator's and every agent's --metrics-token-file")
 	f.DurationVar(&cfg.HealthEvery, "health-every", 0, "how often agents run their health probes (default: the agent's)")
 	f.IntVar(&cfg.Nodes, "nodes", 3, "number of nodes")
+	f.IntVar(&cfg.Coordinators, "coordinators", 1, "number of coordinators (odd): with several, one leads and the others stand by to take over")
 	f.StringVar(&cfg.Prefix, "prefix", "cl-", "name prefix of the cluster's namespaces, bridges and nodes")
 	f.StringVar(&underlay, "underlay", "10.212.0.0/24", "subnet of the network between nodes")
 	f.StringVar(&cfg.JobSubnets, "job-subnets", coord.DefaultJobSubnets.String(), "range the /24 subnets of jobs are taken from")

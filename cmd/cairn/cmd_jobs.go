@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"cairn/internal/human"
 	"cairn/internal/rpc"
 	"cairn/internal/table"
+	"cairn/internal/testbed"
 )
 
 // asJob returns a client of the cluster's coordinator when name is a job
@@ -234,4 +236,45 @@ func newNodeSpareCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&off, "off", false, "make the node an ordinary node again")
 	return cmd
+}
+
+func newCoordinatorsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "coordinators",
+		Short: "List the cluster's coordinators: which leads, with its term, and which stand by",
+		Long: `List the coordinators that run, as they announce themselves in the catalog:
+name, API address, host, pid, and for the leader its term and since when it
+leads. Any coordinator answers, the leader or not. Of a local cluster
+('cairn up'), a coordinator that does not run is listed as down.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withCoord(func(c *rpc.CoordClient) error {
+				list, err := c.Coordinators(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if coordFlags.addr == "" {
+					if lc, err := localCluster(); err == nil {
+						list = withDown(list, lc.Coordinators)
+					}
+				}
+				return printList(cmd.OutOrStdout(), asJSON, list, table.Coordinators)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// withDown adds to list the coordinators of a local cluster that are not
+// in it: they do not run.
+func withDown(list []coordv1.Coordinator, local []testbed.Coord) []coordv1.Coordinator {
+	for _, lc := range local {
+		if !slices.ContainsFunc(list, func(c coordv1.Coordinator) bool { return c.Name == lc.Name }) {
+			list = append(list, coordv1.Coordinator{Name: lc.Name, Addr: lc.Addr})
+		}
+	}
+	slices.SortFunc(list, func(a, b coordv1.Coordinator) int { return strings.Compare(a.Name, b.Name) })
+	return list
 }

@@ -83,7 +83,7 @@ or a new name.`,
 	pf.DurationVar(&global.dumpTimeout, "dump-timeout", container.DefaultDumpTimeout, "kill a checkpoint's CRIU dump that runs longer, and resume the container")
 	pf.StringSliceVar(&global.hide, "hide", envList("CAIRN_HIDE", ":"), "host path no container sees, besides cairn's own dirs and the host's secrets; repeatable ($CAIRN_HIDE, ':'-separated)")
 	pf.UintSliceVar(&hostPortFlags, "allow-host-port", nil, "TCP port of the host that containers may connect to (default none); repeatable ($CAIRN_ALLOW_HOST_PORTS)")
-	pf.StringVar(&coordFlags.addr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "coordinator of the cluster (default: the local cluster of 'cairn up') ($CAIRN_COORDINATOR)")
+	pf.StringVar(&coordFlags.addr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "coordinator of the cluster, or several separated by commas (default: the local cluster of 'cairn up') ($CAIRN_COORDINATOR)")
 	pf.StringVar(&coordFlags.creds, "creds", os.Getenv("CAIRN_CREDS"), "credentials directory ($CAIRN_CREDS)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
@@ -91,7 +91,7 @@ or a new name.`,
 		newCheckpointCmd(), newCheckpointsCmd(), newRestoreCmd(), newVerifyCmd(),
 		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(), newReportCmd(),
 		newInitCmd(), newNodeCmd(), newAgentCmd(), newCoordinatorCmd(), newUpCmd(), newDownCmd(),
-		newJobsCmd(), newNodesCmd(), newRestartCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
+		newJobsCmd(), newNodesCmd(), newCoordinatorsCmd(), newRestartCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
 		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(), newRankCmd(),
 	)
 	root.Version = version.Get().String()

@@ -33,8 +33,9 @@ type Config struct {
 	// Listen is the address the agent API is served on.
 	Listen string
 	// Coordinator, when set, is the address of the coordinator the agent
-	// joins as the node its certificate names, and keeps its membership
-	// alive with heartbeats. Underlay is then required: the address other
+	// joins as the node its certificate names (or the addresses of
+	// several, separated by commas: the leader among them answers), and
+	// keeps its membership alive with heartbeats. Underlay is then required: the address other
 	// nodes reach this one at, over which job networks run.
 	Coordinator string
 	Underlay    netip.Addr
@@ -151,7 +152,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	s.Metrics = newMetrics(c.Name, a.m, h)
 	if a.cfg.Coordinator != "" {
 		s.Node.Underlay, s.Node.Dev = a.cfg.Underlay, a.cfg.UnderlayDev
-		a.join(ctx, h)
+		a.join(ctx, h, s.sawTerm)
 		// The ranks' requests go to the coordinator as this node's.
 		co := rpc.NewCoordClient(a.cfg.Coordinator, a.creds)
 		defer co.Close()
@@ -161,8 +162,8 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // join starts the health probes h and the membership of the cluster,
-// both until ctx is done.
-func (a *Agent) join(ctx context.Context, h *Health) {
+// both until ctx is done; saw is told the leading coordinator's term.
+func (a *Agent) join(ctx context.Context, h *Health, saw func(string)) {
 	advertise := a.cfg.Advertise
 	if advertise == "" {
 		advertise = a.ln.Addr().String()
@@ -178,7 +179,7 @@ func (a *Agent) join(ctx context.Context, h *Health) {
 	beat := func() coordv1.Heartbeat {
 		return coordv1.Heartbeat{Name: j.Name, Health: h.Warnings(), Quarantined: a.quarantined(), Ended: a.endedRanks()}
 	}
-	go keepJoined(ctx, rpc.NewCoordClient(a.cfg.Coordinator, a.creds), j, beat, a.log)
+	go keepJoined(ctx, rpc.NewCoordClient(a.cfg.Coordinator, a.creds), j, beat, saw, a.log)
 }
 
 // endedRanks lists the node's rank containers whose processes have ended,

@@ -43,11 +43,17 @@ var errStaleTerm = errors.New("stale coordinator term")
 
 // admit lets a call of term through unless a newer term of the same
 // catalog has called; any other term becomes the newest, and is written
-// down before the call is let through.
+// down before the call is let through. A call without a term is let
+// through only while no term has been seen (an agent of no cluster),
+// and never becomes the newest.
 func (f *fence) admit(term agentv1.Term) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
+	case term.N == 0 && f.newest.N != 0:
+		return fmt.Errorf("%w: a coordinator without a term calls, but one of term %s has called this node", errStaleTerm, f.newest)
+	case term.N == 0:
+		return nil
 	case term.Older(f.newest):
 		return fmt.Errorf("%w: a coordinator of term %s calls, but one of term %s has called this node since: a newer coordinator leads", errStaleTerm, term, f.newest)
 	case term == f.newest:
@@ -64,4 +70,32 @@ func (f *fence) admit(term agentv1.Term) error {
 	}
 	f.newest = term
 	return nil
+}
+
+// raise takes term, which the leading coordinator has told in a reply to
+// this node's join or heartbeat, as the newest if it is newer, as admit
+// would: a deposed coordinator that has not called since is refused from
+// its first call on.
+func (f *fence) raise(term agentv1.Term) error {
+	if err := f.admit(term); err != nil && !errors.Is(err, errStaleTerm) {
+		return err
+	}
+	return nil
+}
+
+// sawTerm raises the fence to the term the leading coordinator told in a
+// reply ("": none).
+func (s *Server) sawTerm(term string) {
+	if term == "" {
+		return
+	}
+	t, err := agentv1.ParseTerm(term)
+	if err != nil {
+		s.log().Warn("coordinator told a term that is not one", "term", term)
+		return
+	}
+	s.init()
+	if err := s.api.fence.raise(t); err != nil {
+		s.log().Error("record coordinator term", "err", err)
+	}
 }

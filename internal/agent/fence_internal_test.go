@@ -37,6 +37,24 @@ func TestFence(t *testing.T) {
 	if err := again.admit(agentv1.Term{N: 1, Catalog: "5eed"}); err != nil {
 		t.Fatalf("the new catalog's term again: %v", err)
 	}
+	if err := again.admit(agentv1.Term{}); !errors.Is(err, errStaleTerm) {
+		t.Fatalf("no term after term 1 of 5eed: %v, want refused", err)
+	}
+	if err := newFence("").admit(agentv1.Term{}); err != nil {
+		t.Fatalf("no term on an agent no coordinator has called: %v", err)
+	}
+	if err := again.raise(term(7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.admit(fresh); err != nil {
+		t.Fatalf("term 1 of 5eed after term 7 of c0ffee was raised (another catalog): %v", err)
+	}
+	if err := again.raise(agentv1.Term{N: 5, Catalog: "5eed"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.admit(agentv1.Term{N: 4, Catalog: "5eed"}); !errors.Is(err, errStaleTerm) {
+		t.Fatalf("term 4 after term 5 was told in a heartbeat reply: %v, want refused", err)
+	}
 	if got, err := agentv1.ParseTerm(fresh.String()); err != nil || got != fresh {
 		t.Errorf("ParseTerm(%q) = %v, %v", fresh.String(), got, err)
 	}

@@ -15,8 +15,8 @@ import (
 
 // keepJoined joins the cluster and sends heartbeats, each what beat
 // reports then, until ctx ends; it joins again whenever the coordinator
-// no longer knows the node.
-func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, beat func() coordv1.Heartbeat, log *slog.Logger) {
+// no longer knows the node. saw is told the term of every reply.
+func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, beat func() coordv1.Heartbeat, saw func(term string), log *slog.Logger) {
 	defer cl.Close()
 	every := time.Second
 	joined := false
@@ -26,6 +26,7 @@ func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, beat f
 			var reply coordv1.JoinReply
 			reply, err = cl.Join(ctx, j)
 			if err == nil {
+				saw(reply.Term)
 				joined = true
 				if reply.Heartbeat > 0 {
 					every = reply.Heartbeat
@@ -34,8 +35,12 @@ func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, beat f
 			}
 		} else {
 			hctx, cancel := context.WithTimeout(ctx, every*2)
-			err = cl.Heartbeat(hctx, beat())
+			var reply coordv1.HeartbeatReply
+			reply, err = cl.Heartbeat(hctx, beat())
 			cancel()
+			if err == nil {
+				saw(reply.Term)
+			}
 			var we *agentv1.Error
 			if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {
 				joined = false

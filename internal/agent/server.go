@@ -73,7 +73,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) init() {
 	s.once.Do(func() {
 		s.eps = newEndpoints(s.apiDir, s.rankSelf, func() RankCoordinator { return s.Coord }, s.log())
-		s.api = newAPI(s.routes())
+		s.api = newAPI(s.routes(), s.log())
 		if s.Manager != nil {
 			s.api.fence = newFence(s.Manager.DataDir())
 		}
@@ -171,10 +171,11 @@ type api struct {
 	mux    *http.ServeMux
 	agents map[string]bool // paths other agents may call
 	fence  *fence          // admits coordinators by their term
+	log    *slog.Logger
 }
 
-func newAPI(routes []route) *api {
-	a := &api{mux: http.NewServeMux(), agents: map[string]bool{}, fence: newFence("")}
+func newAPI(routes []route, log *slog.Logger) *api {
+	a := &api{mux: http.NewServeMux(), agents: map[string]bool{}, fence: newFence(""), log: log}
 	for i := range routes {
 		rt := &routes[i]
 		a.mux.Handle(rt.method+" "+rt.path, rt)
@@ -208,6 +209,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			term = t
 		}
 		if err := a.fence.admit(term); errors.Is(err, errStaleTerm) {
+			a.log.Warn("refused a call of a replaced coordinator", "call", r.Method+" "+r.URL.Path, "term", term.String(), "err", err)
 			fail(w, http.StatusConflict, agentv1.CodeStaleTerm, err.Error())
 			return
 		} else if err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -83,7 +84,7 @@ func routed() *api {
 			w.WriteHeader(http.StatusOK)
 		}
 	}
-	return newAPI(routes)
+	return newAPI(routes, slog.New(slog.DiscardHandler))
 }
 
 type answer struct {

@@ -55,6 +55,7 @@ type Catalog struct {
 	writes    atomic.Int64  // puts that took effect
 	written   atomic.Int64  // bytes of their keys and values
 	done      chan struct{} // closed by Close; ends Watch goroutines
+	fence     atomic.Pointer[fence]
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -193,8 +194,8 @@ func (c *Catalog) Put(ctx context.Context, key string, v any) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.cli.Put(ctx, Root+key, val); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+	if _, err := c.guarded(ctx, "put "+key, clientv3.OpPut(Root+key, val)); err != nil {
+		return err
 	}
 	c.wrote(Root+key, val)
 	return nil
@@ -247,11 +248,11 @@ func (c *Catalog) Delete(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	resp, err := c.cli.Delete(ctx, Root+key)
+	resp, err := c.guarded(ctx, "delete "+key, clientv3.OpDelete(Root+key))
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", key, err)
+		return err
 	}
-	if resp.Deleted == 0 {
+	if resp.Responses[0].GetResponseDeleteRange().Deleted == 0 {
 		return fmt.Errorf("delete %s: %w", key, ErrNotFound)
 	}
 	return nil
@@ -267,11 +268,11 @@ func (c *Catalog) DeletePrefix(ctx context.Context, prefix string) (int64, error
 	if err := checkPrefix(prefix); err != nil {
 		return 0, err
 	}
-	resp, err := c.cli.Delete(ctx, Root+prefix, clientv3.WithPrefix())
+	resp, err := c.guarded(ctx, "delete prefix "+prefix, clientv3.OpDelete(Root+prefix, clientv3.WithPrefix()))
 	if err != nil {
-		return 0, fmt.Errorf("delete prefix %s: %w", prefix, err)
+		return 0, err
 	}
-	return resp.Deleted, nil
+	return resp.Responses[0].GetResponseDeleteRange().Deleted, nil
 }
 
 // listPage is how many keys List asks etcd for at a time.

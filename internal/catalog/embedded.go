@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -29,6 +33,15 @@ const (
 	defaultQuotaBytes   = 256 << 20
 	embeddedLogMaxBytes = 16 << 20
 	embeddedMemberName  = "cairn"
+
+	// A member of several talks to its peers over the network: a
+	// heartbeat every 100 ms, as etcd's default, which suits round trips of
+	// a data centre; an election after 500 ms without one (etcd's default
+	// is 1 s), so that etcd has a new raft leader well within a
+	// coordinator's election session (at least 2 s) and the sessions of
+	// the coordinators that live on do not run out with the raft leader's.
+	memberTick     = 100 * time.Millisecond
+	memberElection = 500 * time.Millisecond
 
 	// socketName is the unix socket in the data directory where clients
 	// connect; maxSocketPath is the longest path a unix socket may have
@@ -58,9 +71,57 @@ type EmbeddedOptions struct {
 	// etcd logs at Info and above to the file etcd.log in Dir (moved aside
 	// to etcd.log.1 when it passes 16 MiB). etcd never logs to stderr.
 	Logger *slog.Logger
+
+	// Member, if set, makes the server one member of an etcd cluster of
+	// several (an odd number): it talks to the others over mutual TLS on
+	// its peer URL. Without it the server is a cluster of its own.
+	Member *Member
 }
 
-// Embedded is a single-member etcd server running in this process.
+// Member is what a member of a cluster of several needs: its name, every
+// member's peer URL, and the credentials peers prove themselves with.
+type Member struct {
+	// Name is this member's name, a key of Peers.
+	Name string
+	// Peers maps every member's name to its peer URL, https://IP:PORT,
+	// the same on every member; this member listens on its own.
+	Peers map[string]string
+	// Token tells this cluster from others started with the same peers
+	// (etcd's initial-cluster-token).
+	Token string
+	// TLS are the files of this member's certificate, key and CA. A peer
+	// must present a certificate of the same CA, with PeerCN as its
+	// common name and the address it connects from among its IP SANs.
+	TLS    TLSFiles
+	PeerCN string
+}
+
+// initialCluster is etcd's --initial-cluster of m: name=url,...
+func (m *Member) initialCluster() (string, []url.URL, error) {
+	names := slices.Sorted(maps.Keys(m.Peers))
+	var parts []string
+	var own []url.URL
+	for _, n := range names {
+		u, err := url.Parse(m.Peers[n])
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return "", nil, fmt.Errorf("peer URL of member %s is %q: want https://IP:PORT", n, m.Peers[n])
+		}
+		parts = append(parts, n+"="+u.String())
+		if n == m.Name {
+			own = []url.URL{*u}
+		}
+	}
+	if own == nil {
+		return "", nil, fmt.Errorf("member %s is not among the peers %s", m.Name, strings.Join(names, ", "))
+	}
+	if len(names)%2 == 0 {
+		return "", nil, fmt.Errorf("%d members: want an odd number, so that a majority survives the loss of a minority", len(names))
+	}
+	return strings.Join(parts, ","), own, nil
+}
+
+// Embedded is an etcd server running in this process: a cluster of its
+// own, or a member of one (EmbeddedOptions.Member).
 type Embedded struct {
 	etcd      *embed.Etcd
 	lock      *os.File
@@ -176,6 +237,21 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (_ *Embedded, err 
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.TickMs = uint(embeddedTick / time.Millisecond)
 	cfg.ElectionMs = uint(embeddedElection / time.Millisecond)
+	if m := opts.Member; m != nil {
+		ic, own, err := m.initialCluster()
+		if err != nil {
+			return nil, fmt.Errorf("start embedded etcd: %w", err)
+		}
+		if m.TLS.CA == "" || m.TLS.Cert == "" || m.TLS.Key == "" || m.PeerCN == "" {
+			return nil, errors.New("start embedded etcd: a member of several needs peer TLS files and the peers' common name")
+		}
+		cfg.Name, cfg.InitialCluster, cfg.InitialClusterToken = m.Name, ic, m.Token
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = own, own
+		cfg.PeerTLSInfo = transport.TLSInfo{CertFile: m.TLS.Cert, KeyFile: m.TLS.Key, TrustedCAFile: m.TLS.CA,
+			ClientCertAuth: true, AllowedCNs: []string{m.PeerCN}}
+		cfg.TickMs = uint(memberTick / time.Millisecond)
+		cfg.ElectionMs = uint(memberElection / time.Millisecond)
+	}
 	cfg.SnapshotCount = embeddedSnapCount
 	cfg.MaxSnapFiles = 2
 	cfg.MaxWalFiles = 2

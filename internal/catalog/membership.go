@@ -46,11 +46,11 @@ func (c *Catalog) Register(ctx context.Context, name string, ttl time.Duration) 
 	if err != nil {
 		return nil, fmt.Errorf("register %s: grant lease: %w", name, err)
 	}
-	if _, err := c.cli.Put(ctx, Root+AlivePrefix+name, "", clientv3.WithLease(g.ID)); err != nil {
+	if _, err := c.guarded(ctx, "register "+name, clientv3.OpPut(Root+AlivePrefix+name, "", clientv3.WithLease(g.ID))); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_, _ = c.cli.Revoke(rctx, g.ID)
-		return nil, fmt.Errorf("register %s: %w", name, err)
+		return nil, err
 	}
 	c.wrote(Root+AlivePrefix+name, "")
 	return &Membership{c: c, name: name, lease: g.ID, ttl: time.Duration(g.TTL) * time.Second}, nil

@@ -67,11 +67,13 @@ func (c *Catalog) Txn(ctx context.Context, conds []Cond, ops ...Op) (rev int64, 
 		then = append(then, clientv3.OpPut(Root+op.key, val))
 		puts = append(puts, [2]string{Root + op.key, val})
 	}
-	resp, err := c.cli.Txn(ctx).If(cmps...).Then(then...).Commit()
+	// The conditions nest inside the fence's transaction, so that a
+	// failed condition (a conflict) is told from a lost fence (deposed).
+	resp, err := c.guarded(ctx, "txn on "+txnKeys(conds, ops), clientv3.OpTxn(cmps, then, nil))
 	if err != nil {
-		return 0, fmt.Errorf("txn on %s: %w", txnKeys(conds, ops), err)
+		return 0, err
 	}
-	if !resp.Succeeded {
+	if !resp.Responses[0].GetResponseTxn().Succeeded {
 		return 0, fmt.Errorf("txn on %s: %w", txnKeys(conds, ops), ErrConflict)
 	}
 	for _, p := range puts {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -54,10 +55,34 @@ type Config struct {
 	Coord coord.Options
 	// Logger: nil logs nothing.
 	Logger *slog.Logger
+
+	// Name is this coordinator's among the cluster's (default: the
+	// host's name).
+	Name string
+	// Peers, for an embedded etcd of several members, maps every
+	// coordinator's name to its etcd peer URL (https://IP:PORT), this
+	// one's included: the same on each. nil: a single member.
+	Peers map[string]string
+	// Advertise is the address clients reach this coordinator's API at,
+	// told them by the others (default: Listen's).
+	Advertise string
+
+	clusterID string // the credentials', set by Run
 }
 
-// Run runs the coordinator until ctx is done: on start it finishes any
-// protocol a previous coordinator left.
+func (cfg Config) name() string {
+	if cfg.Name != "" {
+		return cfg.Name
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+// Run runs the coordinator until ctx is done. It stands for leadership
+// among the coordinators of the catalog: while another leads it stands by
+// (clients it answers are sent to the leader), and once it leads it
+// finishes any protocol a previous coordinator left, then does the
+// coordinator's work until it stops leading or ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	c, err := pki.LoadCredentials(cfg.Creds)
 	if err != nil {
@@ -65,6 +90,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if c.Role != pki.Coordinator {
 		return fmt.Errorf("credentials in %s are for a %s, not the coordinator", cfg.Creds, c.Role)
+	}
+	cfg.clusterID = c.ClusterID
+	if cfg.Peers != nil && len(cfg.Etcd.Endpoints) > 0 {
+		return errors.New("peers are for an embedded etcd of several members; an external etcd has its own")
 	}
 	token, err := metrics.LoadToken(cfg.MetricsTokenFile)
 	if err != nil {
@@ -95,12 +124,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	catCfg, desc := cfg.Etcd, strings.Join(cfg.Etcd.Endpoints, ",")
 	if len(catCfg.Endpoints) == 0 {
-		e, err := startEmbedded(ctx, filepath.Join(cfg.Dir, "etcd"))
+		e, err := startEmbedded(ctx, cfg)
 		if err != nil {
 			return err
 		}
 		defer e.Close()
 		catCfg, desc = catalog.Config{Endpoints: e.Endpoints()}, "embedded"
+		if cfg.Peers != nil {
+			desc = fmt.Sprintf("embedded, member %s of %d", cfg.name(), len(cfg.Peers))
+		}
 	}
 	cat, err := catalog.Open(ctx, catCfg)
 	if err != nil {
@@ -111,17 +143,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	log.Info("coordinator serving", "addr", ln.Addr().String(), "cluster", c.ClusterID, "etcd", desc)
-	var uiLn net.Listener
-	if uiToken != nil {
-		if uiLn, err = net.Listen("tcp", cfg.UIListen); err != nil {
-			ln.Close()
-			return err
-		}
-		defer uiLn.Close()
-	}
+	log.Info("coordinator serving", "name", cfg.name(), "addr", ln.Addr().String(), "cluster", c.ClusterID, "etcd", desc)
 	ev, err := events.New(events.Options{File: filepath.Join(cfg.Dir, "events.jsonl"), Logger: log})
 	if err != nil {
+		ln.Close()
 		return err
 	}
 	defer ev.Close()
@@ -135,34 +160,38 @@ func Run(ctx context.Context, cfg Config) error {
 	opts := cfg.Coord
 	opts.EtcdDesc, opts.Events, opts.MetricsToken = desc, ev, token
 	opts.Metrics = metrics.NewCoord(metrics.CoordOptions{Also: prometheus.DefaultGatherer})
-	co := coord.New(cat, c, log, opts)
-	if uiLn != nil {
-		ui := dashboard.New(dashboard.Config{Source: co, Events: ev, Cluster: c.ClusterID, WriteTimeout: opts.WriteTimeout, Logger: log})
-		uctx, stopUI := context.WithCancel(ctx)
-		hs, err := dashboard.Server(uctx, uiLn, ui.Token(uiToken), log)
-		if err != nil {
-			stopUI()
-			return err
-		}
-		uiDone := make(chan error, 1)
-		go func() { uiDone <- rpc.Run(uctx, hs, uiLn) }()
-		defer func() {
-			stopUI()
-			if err := <-uiDone; err != nil {
-				log.Error("dashboard", "err", err)
-			}
-		}()
-		log.Info("dashboard serving", "url", "http://"+uiLn.Addr().String()+dashboard.Prefix)
+	l := &leadership{cfg: cfg, catCfg: catCfg, cat: cat, creds: c, opts: opts, uiToken: uiToken, log: log,
+		addr: ln.Addr().String()}
+	conf := pki.ServerConfig(c)
+	if len(token) > 0 {
+		conf = pki.ServerConfigOptionalCert(c) // the coordinator refuses all but a scrape with the token
 	}
-	return co.Run(ctx, ln)
+	sctx, stopServe := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- rpc.ServeTLS(sctx, ln, l, conf, log) }()
+	err = l.run(ctx)
+	stopServe()
+	if serr := <-served; err == nil {
+		err = serr
+	}
+	return err
 }
 
-// startEmbedded starts the embedded etcd in dir. A coordinator restarted
-// right after the old one died may find the old one still letting go of
-// it: that is waited for, up to 10 s.
-func startEmbedded(ctx context.Context, dir string) (*catalog.Embedded, error) {
+// startEmbedded starts the embedded etcd in cfg.Dir/etcd, a member of
+// several with cfg.Peers. A coordinator restarted right after the old one
+// died may find the old one still letting go of it: that is waited for,
+// up to 10 s.
+func startEmbedded(ctx context.Context, cfg Config) (*catalog.Embedded, error) {
+	opts := catalog.EmbeddedOptions{Dir: filepath.Join(cfg.Dir, "etcd")}
+	if cfg.Peers != nil {
+		opts.Member = &catalog.Member{Name: cfg.name(), Peers: cfg.Peers, Token: "cairn-" + cfg.clusterID,
+			PeerCN: rpc.CoordServerName, TLS: catalog.TLSFiles{
+				CA:   filepath.Join(cfg.Creds, pki.CACertFile),
+				Cert: filepath.Join(cfg.Creds, pki.CertFile),
+				Key:  filepath.Join(cfg.Creds, pki.KeyFile)}}
+	}
 	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
-		e, err := catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: dir})
+		e, err := catalog.StartEmbedded(ctx, opts)
 		if !errors.Is(err, catalog.ErrLocked) || time.Since(start) > 10*time.Second {
 			return e, err
 		}

@@ -21,6 +21,7 @@ import (
 type testCoord struct {
 	ca   *pki.CA
 	addr string
+	co   *coord.Coordinator
 }
 
 func issue(t *testing.T, ca *pki.CA, name string, role pki.Role) *pki.Credentials {
@@ -64,7 +65,7 @@ func startCoordinator(t *testing.T, opts coord.Options) *testCoord {
 		cat.Close()
 		e.Close()
 	})
-	return &testCoord{ca: ca, addr: ln.Addr().String()}
+	return &testCoord{ca: ca, addr: ln.Addr().String(), co: co}
 }
 
 func wantCode(t *testing.T, err error, code string) {
@@ -91,12 +92,15 @@ func TestSecurity(t *testing.T) {
 	if _, err := good.Join(ctx, join("n1")); err != nil {
 		t.Fatalf("agent n1 joining as itself: %v", err)
 	}
-	if err := good.Heartbeat(ctx, coordv1.Heartbeat{Name: "n1"}); err != nil {
+	if hb, err := good.Heartbeat(ctx, coordv1.Heartbeat{Name: "n1"}); err != nil {
 		t.Fatalf("heartbeat: %v", err)
+	} else if term, err := agentv1.ParseTerm(hb.Term); err != nil || term != tc.co.Term() {
+		t.Errorf("heartbeat reply tells term %q, want the coordinator's %s", hb.Term, tc.co.Term())
 	}
 	_, err := good.Join(ctx, join("n2"))
 	wantCode(t, err, agentv1.CodeForbidden)
-	wantCode(t, good.Heartbeat(ctx, coordv1.Heartbeat{Name: "n2"}), agentv1.CodeForbidden)
+	_, err = good.Heartbeat(ctx, coordv1.Heartbeat{Name: "n2"})
+	wantCode(t, err, agentv1.CodeForbidden)
 	_, err = good.Jobs(ctx)
 	wantCode(t, err, agentv1.CodeForbidden)
 	_, err = good.RunJob(ctx, coordv1.RunJob{Name: "x", Ranks: 1, Args: []string{"true"}})
@@ -164,7 +168,7 @@ func TestMembership(t *testing.T) {
 	// Heartbeats keep it alive well past the TTL.
 	for i := 0; i < 8; i++ {
 		time.Sleep(reply.Heartbeat)
-		if err := a.Heartbeat(ctx, coordv1.Heartbeat{Name: "n1"}); err != nil {
+		if _, err := a.Heartbeat(ctx, coordv1.Heartbeat{Name: "n1"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -179,7 +183,7 @@ func TestMembership(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("silent node dead after %s (TTL %s)", time.Since(start).Round(10*time.Millisecond), ttl)
-	if err := a.Heartbeat(ctx, coordv1.Heartbeat{Name: "n1"}); err != nil {
+	if _, err := a.Heartbeat(ctx, coordv1.Heartbeat{Name: "n1"}); err != nil {
 		t.Fatal(err)
 	}
 	if !alive() {

@@ -49,6 +49,14 @@ func (c *Coordinator) takeTerm(ctx context.Context) {
 // Term is the coordinator's term (zero until Start has taken one).
 func (c *Coordinator) Term() agentv1.Term { return c.term }
 
+// termString is the term as replies to agents tell it ("": none yet).
+func (c *Coordinator) termString() string {
+	if c.term.N == 0 {
+		return ""
+	}
+	return c.term.String()
+}
+
 // watchTerm looks at the catalog's newest term every half node lease:
 // once a newer coordinator has taken one, this one has been replaced, and
 // it ends its own work (periodic rounds, recoveries, failure handling),

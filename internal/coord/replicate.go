@@ -108,6 +108,7 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 	if ck.State != coordv1.CkptDurable && ck.State != coordv1.CkptProtected {
 		return nil
 	}
+	c.hold(ctx, "before-replication")
 	live, err := c.liveNodes(ctx)
 	if err != nil {
 		return err

@@ -233,7 +233,7 @@ func (c *Coordinator) serveHeartbeat(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("agent %s may not speak for node %s", id.Name, hb.Name))
 		return
 	}
-	reply(w, http.StatusNoContent, nil, c.Heartbeat(r.Context(), hb))
+	reply(w, http.StatusOK, coordv1.HeartbeatReply{Term: c.termString()}, c.Heartbeat(r.Context(), hb))
 }
 
 // Join records a node that joins the cluster (again) and registers it
@@ -260,7 +260,7 @@ func (c *Coordinator) Join(ctx context.Context, j coordv1.Join) (*coordv1.JoinRe
 	}
 	c.log.Info("node joined", "node", j.Name, "addr", j.Addr)
 	c.publish(evv1.Event{Type: evv1.NodeJoined, Node: j.Name, Message: j.Addr})
-	return &coordv1.JoinReply{Heartbeat: c.opts.NodeTTL / 4, TTL: c.opts.NodeTTL}, nil
+	return &coordv1.JoinReply{Heartbeat: c.opts.NodeTTL / 4, TTL: c.opts.NodeTTL, Term: c.termString()}, nil
 }
 
 // Heartbeat keeps a node alive and takes its health and quarantine
@@ -307,6 +307,10 @@ func failErr(w http.ResponseWriter, err error) {
 		fail(w, http.StatusNotFound, agentv1.CodeNotFound, err.Error())
 	case errors.Is(err, catalog.ErrExists):
 		fail(w, http.StatusConflict, agentv1.CodeExists, err.Error())
+	case errors.Is(err, catalog.ErrDeposed):
+		// Its writes were refused: another coordinator leads now, and
+		// finishes or undoes what this one began.
+		fail(w, http.StatusServiceUnavailable, coordv1.CodeDeposed, err.Error())
 	default:
 		fail(w, http.StatusInternalServerError, agentv1.CodeInternal, err.Error())
 	}

@@ -1,14 +1,17 @@
 // Package failpoint holds a request or a protocol step at a named point,
 // for end-to-end tests of a process dying there: with CAIRN_FAILPOINT=NAME
-// in its environment, a process that reaches Hold(ctx, NAME) stays there
-// until ctx ends (its request is cancelled, or the test kills it). With
-// CAIRN_FAILPOINT_ARMED=FILE as well, the point holds only while FILE
-// exists, so that a test can arm it at the moment it wants.
+// (or several names, separated by commas) in its environment, a process
+// that reaches Hold(ctx, NAME) stays there until ctx ends (its request is
+// cancelled, or the test kills it). With CAIRN_FAILPOINT_ARMED=FILE as
+// well, the point holds only while FILE exists and is empty or names it
+// (a name a line), so that a test can arm the point it wants at the
+// moment it wants, and let what it holds go on by removing FILE.
 //
 // The points: job-before-running (a job start, in the coordinator, once
 // every rank runs and before the job is recorded running);
 // before-decision and after-decision (a checkpoint round, in
-// the coordinator); migration-before-remove and migration-before-resume (a
+// the coordinator); before-replication (the copies of a durable
+// checkpoint, in the coordinator, before any is made); migration-before-remove and migration-before-resume (a
 // migration, in the coordinator, once the rank's new node is recorded,
 // before and after the source's copy is removed); restart-before-resume
 // (a restart, in the coordinator, once every rank is restored and before
@@ -22,6 +25,9 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
+	"time"
 )
 
 // Env and ArmedEnv name the environment variables.
@@ -30,8 +36,8 @@ const (
 	ArmedEnv = "CAIRN_FAILPOINT_ARMED"
 )
 
-// Hold waits for ctx to end if the failpoint name is set (and armed), and
-// says so in log first.
+// Hold waits, if the failpoint name is set (and armed), until ctx ends or
+// the failpoint is disarmed, and says so in log first.
 func Hold(ctx context.Context, name string, log *slog.Logger) {
 	if !Set(name) {
 		return
@@ -40,18 +46,31 @@ func Hold(ctx context.Context, name string, log *slog.Logger) {
 		log = slog.Default()
 	}
 	log.Warn("failpoint reached: held here", "failpoint", name)
-	<-ctx.Done()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for Set(name) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	log.Warn("failpoint disarmed: going on", "failpoint", name)
 }
 
 // Set tells whether the failpoint name is set and armed.
 func Set(name string) bool {
-	if os.Getenv(Env) != name {
+	if !slices.Contains(strings.Split(os.Getenv(Env), ","), name) {
 		return false
 	}
-	if armed := os.Getenv(ArmedEnv); armed != "" {
-		if _, err := os.Stat(armed); err != nil {
-			return false
-		}
+	armed := os.Getenv(ArmedEnv)
+	if armed == "" {
+		return true
 	}
-	return true
+	b, err := os.ReadFile(armed)
+	if err != nil {
+		return false
+	}
+	names := strings.Fields(string(b))
+	return len(names) == 0 || slices.Contains(names, name)
 }

@@ -70,9 +70,10 @@ var rules = []struct {
 	// The event stream knows nothing of what publishes to it.
 	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable", "cairn/internal/proc"}, []string{"cairn/"}},
 	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/dashboard", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/coord/machine", "cairn/internal/launch", "cairn/internal/metrics", "cairn/internal/model", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
-	// The coordinator process: the catalog's etcd, events and hooks
-	// around coord.
-	{"cairn/internal/control", []string{"cairn/internal/catalog", "cairn/internal/coord", "cairn/internal/dashboard", "cairn/internal/events", "cairn/internal/metrics", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	// The coordinator process: the catalog's etcd, the election, events
+	// and hooks around coord; it answers the coordinator API while it
+	// stands by.
+	{"cairn/internal/control", []string{"cairn/api/coord/v1", "cairn/internal/catalog", "cairn/internal/coord", "cairn/internal/dashboard", "cairn/internal/events", "cairn/internal/metrics", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
 	// The dashboard shows what the coordinator's read methods and the
 	// event stream tell it: the APIs' types, nothing of how they are had.
 	{"cairn/internal/dashboard", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/human", "cairn/internal/names"}, []string{"cairn/"}},

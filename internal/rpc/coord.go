@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	coordv1 "cairn/api/coord/v1"
@@ -15,15 +16,28 @@ import (
 // CoordServerName is the name in the coordinator's certificate.
 const CoordServerName = "coordinator"
 
-// CoordClient calls the coordinator. Errors it returns are *coordv1.Error.
+// CoordClient calls the leading coordinator among those it knows. Errors
+// it returns are *coordv1.Error.
 type CoordClient struct {
-	rpc   *Client
+	rpc   *failover
 	creds *pki.Credentials // also for the agents of a job's ranks
 }
 
-// NewCoordClient returns a client for the coordinator at addr.
-func NewCoordClient(addr string, creds *pki.Credentials) *CoordClient {
-	return &CoordClient{New(addr, CoordServerName, creds, time.Hour), creds}
+// NewCoordClient returns a client for the coordinators at addrs, one
+// host:port or several separated by commas: it calls the one that
+// answered last, and moves on to the next when one stands by or cannot be
+// reached (see failover).
+func NewCoordClient(addrs string, creds *pki.Credentials) *CoordClient {
+	var cs []*Client
+	for a := range strings.SplitSeq(addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			cs = append(cs, New(a, CoordServerName, creds, time.Hour))
+		}
+	}
+	if len(cs) == 0 {
+		cs = []*Client{New("", CoordServerName, creds, time.Hour)} // every call fails, saying so
+	}
+	return &CoordClient{&failover{clients: cs, wait: FailoverWait}, creds}
 }
 
 // Close releases idle connections.
@@ -44,8 +58,15 @@ func (c *CoordClient) Join(ctx context.Context, j coordv1.Join) (coordv1.JoinRep
 }
 
 // Heartbeat keeps the caller's node alive (agents only).
-func (c *CoordClient) Heartbeat(ctx context.Context, hb coordv1.Heartbeat) error {
-	return c.rpc.Do(ctx, http.MethodPost, coordv1.PathHeartbeat, hb, nil)
+func (c *CoordClient) Heartbeat(ctx context.Context, hb coordv1.Heartbeat) (coordv1.HeartbeatReply, error) {
+	var out coordv1.HeartbeatReply
+	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathHeartbeat, hb, &out)
+}
+
+// Coordinators lists the cluster's coordinators, the leader among them.
+func (c *CoordClient) Coordinators(ctx context.Context) ([]coordv1.Coordinator, error) {
+	var out []coordv1.Coordinator
+	return out, c.rpc.Do(ctx, http.MethodGet, coordv1.PathCoordinators, nil, &out)
 }
 
 // Nodes lists the cluster's nodes.

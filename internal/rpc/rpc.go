@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -30,11 +31,20 @@ type Client struct {
 	term    agentv1.Term // sent as agentv1.TermHeader when set
 }
 
+// dialTimeout bounds a connection's setup.
+const dialTimeout = 5 * time.Second
+
 // New returns a client for the server at addr (host:port) whose
 // certificate names serverName, authenticating with creds. timeout bounds
 // each call but streams.
 func New(addr, serverName string, creds *pki.Credentials, timeout time.Duration) *Client {
-	tr := &http.Transport{TLSClientConfig: pki.ClientConfig(creds, serverName), ForceAttemptHTTP2: true}
+	// A host that is down does not refuse: the dial gives up after
+	// dialTimeout rather than the kernel's minutes of retries. A process
+	// that is stopped has its connections accepted by the kernel, and
+	// never shakes hands.
+	tr := &http.Transport{TLSClientConfig: pki.ClientConfig(creds, serverName), ForceAttemptHTTP2: true,
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: dialTimeout}
 	return &Client{base: "https://" + addr, http: &http.Client{Transport: tr, Timeout: timeout}, streams: &http.Client{Transport: tr}}
 }
 

@@ -87,6 +87,8 @@ var statusOf = map[string]int{
 	agentv1.CodeCRIU:         http.StatusServiceUnavailable,
 	coordv1.CodeNoNodes:      http.StatusServiceUnavailable,
 	coordv1.CodeNodeDead:     http.StatusServiceUnavailable,
+	coordv1.CodeNotLeader:    http.StatusServiceUnavailable,
+	coordv1.CodeDeposed:      http.StatusServiceUnavailable,
 }
 
 // FailError answers with e, with the HTTP status of its code (500 for

@@ -154,3 +154,26 @@ func Event(e evv1.Event) string {
 	}
 	return Printable(b.String())
 }
+
+// Coordinators writes the cluster's coordinators (cairn coordinators):
+// ROLE is leader, standby, or down for one the caller knows of that does
+// not run.
+func Coordinators(w io.Writer, list []coordv1.Coordinator) error {
+	tw := New(w)
+	fmt.Fprintln(tw, "NAME\tROLE\tADDRESS\tHOST\tPID\tTERM\tSINCE")
+	for _, c := range list {
+		role, term, since := "standby", "-", human.Ago(c.Started)
+		switch {
+		case c.Leader:
+			role, term, since = "leader", c.Term, human.Ago(c.Since)
+		case c.Started.IsZero():
+			role, since = "down", "-"
+		}
+		pid := "-"
+		if c.PID > 0 {
+			pid = fmt.Sprint(c.PID)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, role, c.Addr, c.Host, pid, term, since)
+	}
+	return tw.Flush()
+}

@@ -13,10 +13,12 @@ import (
 // Cluster is what DIR/cluster.json records of a testbed: enough for the
 // CLI to find the coordinator and for Down to remove everything.
 type Cluster struct {
-	Prefix      string `json:"prefix"`   // of its namespaces, bridges and nodes
-	Underlay    string `json:"underlay"` // the subnet between nodes
-	Coordinator string `json:"coordinator"`
-	CoordPID    int    `json:"coordinator_pid"`
+	Prefix   string `json:"prefix"`   // of its namespaces, bridges and nodes
+	Underlay string `json:"underlay"` // the subnet between nodes
+	// Coordinator is every coordinator's API address, separated by
+	// commas: what agents and the CLI take.
+	Coordinator  string  `json:"coordinator"`
+	Coordinators []Coord `json:"coordinators"`
 	// UI is the URL of the coordinator's dashboard ("": none).
 	UI      string    `json:"ui,omitempty"`
 	Nodes   []Node    `json:"nodes"`
@@ -24,6 +26,18 @@ type Cluster struct {
 
 	dir string
 }
+
+// Coord is a coordinator of a testbed.
+type Coord struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"`           // its API's
+	Peer string `json:"peer,omitempty"` // its etcd's peer URL, with several
+	Dir  string `json:"dir"`            // its state, logs and credentials
+	PID  int    `json:"pid"`
+}
+
+// Log is the coordinator's output.
+func (c Coord) Log() string { return filepath.Join(c.Dir, "coordinator.log") }
 
 // Node is a node of a testbed.
 type Node struct {
@@ -72,9 +86,20 @@ func (c *Cluster) ClientCreds() string { return filepath.Join(c.dir, "client") }
 // UITokenFile holds the token browsers log in to the dashboard with.
 func (c *Cluster) UITokenFile() string { return filepath.Join(c.dir, "coordinator", "ui-token") }
 
-// CoordinatorLog is the coordinator's output.
+// CoordinatorLog is the first coordinator's output (the only one's, of
+// most testbeds).
 func (c *Cluster) CoordinatorLog() string {
 	return filepath.Join(c.dir, "coordinator", "coordinator.log")
+}
+
+// Coord returns the coordinator named name.
+func (c *Cluster) Coord(name string) (Coord, bool) {
+	for _, co := range c.Coordinators {
+		if co.Name == name {
+			return co, true
+		}
+	}
+	return Coord{}, false
 }
 
 // AgentLog is the output of a node's agent.
@@ -92,9 +117,12 @@ func (c *Cluster) Node(name string) (Node, bool) {
 	return Node{}, false
 }
 
-// PIDs are the testbed's processes: the coordinator, then every agent.
+// PIDs are the testbed's processes: the coordinators, then every agent.
 func (c *Cluster) PIDs() []int {
-	pids := []int{c.CoordPID}
+	var pids []int
+	for _, co := range c.Coordinators {
+		pids = append(pids, co.PID)
+	}
 	for _, n := range c.Nodes {
 		pids = append(pids, n.PID)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"cairn/internal/container"
 	"cairn/internal/netw"
@@ -52,7 +53,13 @@ func (c *Cluster) Down(ctx context.Context, rt Runtime) error {
 			errs = append(errs, err)
 		}
 	}
-	stop(c.CoordPID)
+	// All at once: a coordinator that waits for the others' etcd to
+	// answer would wait for nothing once they have gone.
+	var wg sync.WaitGroup
+	for _, co := range c.Coordinators {
+		wg.Go(func() { stop(co.PID) })
+	}
+	wg.Wait()
 	if err := netw.Cleanup(ctx, c.Prefix); err != nil {
 		errs = append(errs, err)
 	}

@@ -29,7 +29,7 @@ func TestLoad(t *testing.T) {
   "prefix": "cl-",
   "underlay": "10.212.0.0/24",
   "coordinator": "10.212.0.1:7400",
-  "coordinator_pid": 10,
+  "coordinators": [{"name": "c1", "addr": "10.212.0.1:7400", "dir": "/d/coordinator", "pid": 10}],
   "nodes": [
     {"name": "cl-n1", "addr": "10.212.0.2:7420", "data": "/d/n1", "staging": "/s/n1", "pid": 11},
     {"name": "cl-n2", "addr": "10.212.0.3:7420", "data": "/d/n2", "staging": "/s/n2", "pid": 12}
@@ -61,7 +61,7 @@ func TestLoad(t *testing.T) {
 	}
 
 	// Whoever restarts a process records it; the rest stays as it was.
-	c.Nodes[1].PID, c.CoordPID = 22, 20
+	c.Nodes[1].PID, c.Coordinators[0].PID = 22, 20
 	if err := c.Save(); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.CoordPID != 20 || again.Nodes[1].PID != 22 || again.Nodes[0].PID != 11 || again.Underlay != "10.212.0.0/24" || !again.Created.Equal(c.Created) {
+	if again.Coordinators[0].PID != 20 || again.Nodes[1].PID != 22 || again.Nodes[0].PID != 11 || again.Underlay != "10.212.0.0/24" || !again.Created.Equal(c.Created) {
 		t.Errorf("saved and loaded %+v", again)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cluster.json"), []byte("{"), 0o600); err != nil {

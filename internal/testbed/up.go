@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"cairn/internal/container"
@@ -23,7 +24,8 @@ import (
 
 // The testbed's service ports.
 const (
-	CoordPort = 7400
+	CoordPort = 7400 // the first coordinator's; the next one's is one more
+	PeerPort  = 7410 // the first coordinator's etcd's, with several
 	AgentPort = 7420
 )
 
@@ -48,6 +50,9 @@ type Config struct {
 	// executable); CRIU and Runc are the agents' binaries (default: their
 	// defaults).
 	Exe, CRIU, Runc string
+	// Coordinators is how many coordinators run (an odd number; 0: one).
+	// With several, each has an embedded etcd member of one cluster.
+	Coordinators int
 	// The coordinator's options, as `cairn coordinator` takes them (zero:
 	// its defaults).
 	JobSubnets        string
@@ -108,8 +113,27 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir, Prefix: cfg.Prefix, Underlay: cfg.Underlay.String(), Created: time.Now().UTC(),
-		Coordinator: netip.AddrPortFrom(cl.Underlay.Gateway(), CoordPort).String(), UI: ui}
+	if cfg.Coordinators == 0 {
+		cfg.Coordinators = 1
+	}
+	if cfg.Coordinators < 0 || cfg.Coordinators%2 == 0 || cfg.Coordinators > 9 {
+		return nil, configError{fmt.Errorf("%d coordinators: want an odd number up to 9", cfg.Coordinators)}
+	}
+	c := &Cluster{dir: dir, Prefix: cfg.Prefix, Underlay: cfg.Underlay.String(), Created: time.Now().UTC(), UI: ui}
+	var addrs []string
+	for i := range cfg.Coordinators {
+		co := Coord{Name: fmt.Sprintf("c%d", i+1), Dir: filepath.Join(dir, "coordinator"),
+			Addr: netip.AddrPortFrom(cl.Underlay.Gateway(), CoordPort+uint16(i)).String()}
+		if i > 0 {
+			co.Dir += "-" + co.Name
+		}
+		if cfg.Coordinators > 1 {
+			co.Peer = "https://" + netip.AddrPortFrom(cl.Underlay.Gateway(), PeerPort+uint16(i)).String()
+		}
+		c.Coordinators = append(c.Coordinators, co)
+		addrs = append(addrs, co.Addr)
+	}
+	c.Coordinator = strings.Join(addrs, ",")
 	// From here on, whatever fails takes everything down again.
 	if err := c.Save(); err != nil {
 		return nil, err
@@ -130,9 +154,10 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		return creds.Write(to)
 	}
-	coordDir := filepath.Join(dir, "coordinator")
-	if err := issue(rpc.CoordServerName, pki.Coordinator, filepath.Join(coordDir, "creds"), net.IP(cl.Underlay.Gateway().AsSlice())); err != nil {
-		return nil, err
+	for _, co := range c.Coordinators {
+		if err := issue(rpc.CoordServerName, pki.Coordinator, filepath.Join(co.Dir, "creds"), net.IP(cl.Underlay.Gateway().AsSlice())); err != nil {
+			return nil, err
+		}
 	}
 	if err := issue("client", pki.Client, c.ClientCreds()); err != nil {
 		return nil, err
@@ -145,14 +170,17 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := cl.Create(ctx); err != nil {
 		return nil, err
 	}
-	// The coordinator, on the host.
-	if c.CoordPID, err = Spawn(c.CoordinatorLog(), append([]string{cfg.Exe}, cfg.coordinatorArgs(c)...), nil); err != nil {
-		return nil, err
+	// The coordinators, on the host.
+	for i := range c.Coordinators {
+		co := &c.Coordinators[i]
+		if co.PID, err = Spawn(co.Log(), append([]string{cfg.Exe}, cfg.coordinatorArgs(c, *co)...), nil); err != nil {
+			return nil, err
+		}
+		if err := c.Save(); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(cfg.Out, "coordinator %s at %s (pid %d)\n", co.Name, co.Addr, co.PID)
 	}
-	if err := c.Save(); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(cfg.Out, "coordinator at %s (pid %d)\n", c.Coordinator, c.CoordPID)
 	if c.UI != "" {
 		fmt.Fprintf(cfg.Out, "dashboard at %s (read-only, from this machine): log in once at %slogin with the token in %s\n", c.UI, c.UI, c.UITokenFile())
 	}
@@ -183,12 +211,19 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
-// coordinatorArgs are the command line of the testbed's coordinator.
-func (cfg Config) coordinatorArgs(c *Cluster) []string {
-	dir := filepath.Join(c.dir, "coordinator")
-	args := []string{"--data", dir, "coordinator",
-		"--creds", filepath.Join(dir, "creds"), "--dir", dir,
-		"--listen", c.Coordinator}
+// coordinatorArgs are the command line of one of the testbed's
+// coordinators.
+func (cfg Config) coordinatorArgs(c *Cluster, co Coord) []string {
+	args := []string{"--data", co.Dir, "coordinator",
+		"--creds", filepath.Join(co.Dir, "creds"), "--dir", co.Dir,
+		"--listen", co.Addr, "--name", co.Name}
+	if co.Peer != "" {
+		var peers []string
+		for _, p := range c.Coordinators {
+			peers = append(peers, p.Name+"="+p.Peer)
+		}
+		args = append(args, "--peers", strings.Join(peers, ","))
+	}
 	if cfg.JobSubnets != "" {
 		args = append(args, "--job-subnets", cfg.JobSubnets)
 	}

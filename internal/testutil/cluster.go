@@ -163,11 +163,17 @@ func (c *Cluster) down() {
 	}
 }
 
-// dumpLogs shows the tail of the coordinator's and every agent's log in
+// dumpLogs shows the tail of the coordinators' and every agent's log in
 // the test's output, and with CAIRN_TEST_LOGS=DIR keeps them whole there:
 // what a failed end-to-end run needs to be understood afterwards.
 func (c *Cluster) dumpLogs(f *testbed.Cluster) {
 	logs := map[string]string{"coordinator": f.CoordinatorLog()}
+	if len(f.Coordinators) > 1 {
+		logs = map[string]string{}
+		for _, co := range f.Coordinators {
+			logs["coordinator "+co.Name] = co.Log()
+		}
+	}
 	for _, n := range f.Nodes {
 		logs[n.Name] = f.AgentLog(n.Name)
 	}

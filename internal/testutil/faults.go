@@ -65,22 +65,42 @@ func (c *Cluster) KillAgent(node string) (restart func(env ...string)) {
 // and waits until it has joined the cluster again.
 func (c *Cluster) RestartAgent(node string, env ...string) { c.KillAgent(node)(env...) }
 
-// KillCoordinator SIGKILLs the coordinator and returns what restarts it.
+// KillCoordinator SIGKILLs the (first) coordinator and returns what
+// restarts it.
 func (c *Cluster) KillCoordinator(env ...string) (restart func(env ...string)) {
 	c.t.Helper()
-	f := c.File()
-	argv := agentCmdline(c.t, f.CoordPID)
-	if err := syscall.Kill(f.CoordPID, syscall.SIGKILL); err != nil {
+	return c.KillCoordinatorNamed(c.File().Coordinators[0].Name)
+}
+
+// KillCoordinatorNamed SIGKILLs the coordinator named name and returns
+// what restarts it, with env added to its environment.
+func (c *Cluster) KillCoordinatorNamed(name string) (restart func(env ...string)) {
+	c.t.Helper()
+	co, i := c.coord(name)
+	argv := agentCmdline(c.t, co.PID)
+	if err := syscall.Kill(co.PID, syscall.SIGKILL); err != nil {
 		c.t.Fatal(err)
 	}
 	// Until it is gone it holds its port and the etcd dir's lock.
-	waitGone(c.t, f.CoordPID)
+	waitGone(c.t, co.PID)
 	return func(env ...string) {
 		c.t.Helper()
 		f := c.File()
-		f.CoordPID = c.spawn(f.CoordinatorLog(), argv, env)
+		f.Coordinators[i].PID = c.spawn(co.Log(), argv, env)
 		c.save(f)
 	}
+}
+
+// coord returns the coordinator named name and its index in cluster.json.
+func (c *Cluster) coord(name string) (testbed.Coord, int) {
+	c.t.Helper()
+	for i, co := range c.File().Coordinators {
+		if co.Name == name {
+			return co, i
+		}
+	}
+	c.t.Fatalf("no coordinator %s", name)
+	return testbed.Coord{}, 0
 }
 
 // spawn starts a process of the cluster again.

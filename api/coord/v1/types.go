@@ -10,8 +10,10 @@ import (
 const (
 	PathHealth    = "/v1/health"          // GET: Health
 	PathJoin      = "/v1/nodes/join"      // POST Join (agents): JoinReply
-	PathHeartbeat = "/v1/nodes/heartbeat" // POST Heartbeat (agents); 404 means join again
+	PathHeartbeat = "/v1/nodes/heartbeat" // POST Heartbeat (agents): HeartbeatReply; 404 means join again
 	PathNodes     = "/v1/nodes"           // GET: []Node
+	// GET: []Coordinator, answered by every coordinator, leader or not.
+	PathCoordinators = "/v1/coordinators"
 	// GET ?after=SEQ&since=RFC3339&job=J&type=PATTERN&follow=1: the
 	// events (api/events/v1) as JSON lines; with follow, then new ones
 	// as they come.
@@ -65,6 +67,13 @@ const (
 	CodeNodeDead = "node_dead" // a node the request needs is not alive
 	// CodeRateLimited: too many requests of a kind (a rank's events).
 	CodeRateLimited = "rate_limited"
+	// CodeNotLeader: this coordinator stands by and did nothing; ask the
+	// leader (its address is in the message), or another coordinator.
+	CodeNotLeader = "not_leader"
+	// CodeDeposed: this coordinator lost its leadership while it handled
+	// the request, which may be partly done: the new leader finishes or
+	// undoes it; look before sending it again.
+	CodeDeposed = "deposed"
 )
 
 // Health says who answers.
@@ -86,6 +95,14 @@ type Join struct {
 type JoinReply struct {
 	Heartbeat time.Duration `json:"heartbeat_ns"`
 	TTL       time.Duration `json:"ttl_ns"` // a node silent for that long is dead
+	// Term is the leading coordinator's term (agentv1.Term.String): the
+	// agent refuses calls of older terms from then on.
+	Term string `json:"term,omitempty"`
+}
+
+// HeartbeatReply is the answer to a heartbeat.
+type HeartbeatReply struct {
+	Term string `json:"term,omitempty"` // as JoinReply's
 }
 
 // Heartbeat keeps a node's membership alive.
@@ -424,4 +441,20 @@ const (
 type RankInfo struct {
 	Ckpt int    `json:"ckpt"` // the job's newest durable checkpoint; 0: none
 	Mode string `json:"mode"`
+}
+
+// Coordinator is one coordinator process of the cluster, as it announces
+// itself in the catalog while it runs.
+type Coordinator struct {
+	Name    string    `json:"name"`
+	Addr    string    `json:"addr"` // its API's host:port
+	PID     int       `json:"pid"`
+	Host    string    `json:"host"`
+	Started time.Time `json:"started"`
+	Leader  bool      `json:"leader"`
+	// Term is the leader's term (agentv1.Term.String); "" for a
+	// coordinator that stands by.
+	Term string `json:"term,omitempty"`
+	// Since is when the leader took over.
+	Since time.Time `json:"since,omitzero"`
 }
