@@ -32,9 +32,6 @@ func (c *Catalog) Fence(key string, rev int64) {
 	c.fence.Store(&fence{key: key, rev: rev})
 }
 
-// Fenced reports whether c's writes are fenced.
-func (c *Catalog) Fenced() bool { return c.fence.Load() != nil }
-
 // guarded commits then (one or more writes) under c's fence, if it has
 // one, and returns the responses of then. Without a fence it commits then
 // as a plain transaction.
