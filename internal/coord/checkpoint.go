@@ -14,6 +14,7 @@ import (
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
+	"cairn/internal/coord/policy"
 	"cairn/internal/coord/round"
 )
 
@@ -85,9 +86,7 @@ func (c *Coordinator) checkpointLocked(ctx context.Context, name string, periodi
 	if err := c.cat.Create(ctx, ckptKey(name, seq), ck); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.lastRun[name] = time.Now()
-	c.mu.Unlock()
+	c.sup.observe(policy.Started{Job: name})
 	return c.driveRound(ctx, ck, nil)
 }
 
@@ -124,7 +123,14 @@ func (c *Coordinator) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovere
 	if err != nil {
 		return nil, err
 	}
-	return rr.finish(context.WithoutCancel(ctx), end.(round.Done))
+	done := end.(round.Done)
+	final, err := rr.finish(context.WithoutCancel(ctx), done)
+	rr.mu.Lock()
+	damaged := rr.damaged
+	rr.mu.Unlock()
+	c.sup.observe(policy.RoundEnded{Job: ck.Job, Seq: ck.Seq, Periodic: ck.Periodic,
+		Durable: err == nil && done.State == round.StateDurable, Damaged: damaged})
+	return final, err
 }
 
 // roundActionKind says how the driver performs a round's action: the
@@ -180,6 +186,7 @@ type roundRun struct {
 	// before its dump.
 	memoryWait map[int]time.Duration
 	newBytes   map[int]int64 // each rank's bytes its node's store lacked
+	damaged    string        // why a dump left a rank unusable, if one did
 }
 
 func (rr *roundRun) finishReq(rank int) agentv1.Finish {
@@ -200,7 +207,9 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 		out, err := cl.Prepare(pctx, agentv1.Prepare{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq, Hold: c.opts.Hold, MemoryWait: c.memoryWait()})
 		if err != nil {
 			if isDamaged(err) {
-				c.rankDamaged(ck.Job, err.Error())
+				rr.mu.Lock()
+				rr.damaged = err.Error()
+				rr.mu.Unlock()
 			}
 			return agentEvent(a.Rank, err), true
 		}
@@ -276,8 +285,7 @@ func agentEvent(rank int, err error) round.Event {
 	return round.Lost{Rank: rank, Reason: err.Error()}
 }
 
-// finish records the outcome of the round with its statistics, and starts
-// the replication of a durable checkpoint.
+// finish records the outcome of the round with its statistics.
 func (rr *roundRun) finish(ctx context.Context, done round.Done) (*coordv1.Ckpt, error) {
 	c, ck := rr.c, rr.ck
 	var final coordv1.Ckpt
@@ -316,16 +324,15 @@ func (rr *roundRun) finish(ctx context.Context, done round.Done) (*coordv1.Ckpt,
 	}
 	c.publish(evv1.Event{Type: evv1.CkptDurable, Job: ck.Job, Ckpt: ck.Seq, Duration: done.Stats.Stall, Bytes: done.Stats.Bytes,
 		Message: fmt.Sprintf("ranks frozen %s, coordination %s", done.Stats.Stall.Round(time.Millisecond), done.Stats.Coord.Round(time.Millisecond))})
-	j, err := c.updateJob(ctx, ck.Job, func(j *coordv1.Job) error {
+	_, err = c.updateJob(ctx, ck.Job, func(j *coordv1.Job) error {
 		if ck.Seq > j.LastCkpt {
 			j.LastCkpt = ck.Seq
 		}
 		return nil
 	})
-	if err == nil && j.CheckpointAuto {
-		c.background(func(ctx context.Context) { c.reviewInterval(ctx, ck.Job) })
+	if err != nil {
+		rr.log.Warn("record the job's last checkpoint", "err", err)
 	}
-	c.replicateLater(ctx, ck.Job, ck.Seq)
 	return &final, nil
 }
 
@@ -370,7 +377,7 @@ func (c *Coordinator) recoverRounds(ctx context.Context) {
 			case ck.State == coordv1.CkptDurable:
 				// Durable but maybe not yet replicated when the last
 				// coordinator stopped.
-				c.replicateLater(ctx, j.Name, ck.Seq)
+				c.sup.observe(policy.Left{Job: j.Name, Seq: ck.Seq})
 				continue
 			case ck.State == coordv1.CkptAborted && ck.Finished.IsZero():
 				s = round.StateAborted
@@ -384,52 +391,6 @@ func (c *Coordinator) recoverRounds(ctx context.Context) {
 			if err != nil {
 				c.log.Info("recovered round", "job", j.Name, "ckpt", ck.Seq, "result", err)
 			}
-		}
-	}
-}
-
-// periodic starts the rounds of jobs with a checkpoint interval. A round
-// never overlaps another one of its job: a round that is due while one
-// still runs waits for the next tick.
-func (c *Coordinator) periodic(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		jobs, err := c.Jobs(ctx)
-		if err != nil {
-			continue
-		}
-		for _, j := range jobs {
-			if j.State != coordv1.JobRunning {
-				continue
-			}
-			every := c.every(ctx, j)
-			if every <= 0 {
-				continue
-			}
-			c.mu.Lock()
-			last, ok := c.lastRun[j.Name]
-			if !ok {
-				last = time.Now()
-				c.lastRun[j.Name] = last
-			}
-			c.mu.Unlock()
-			if time.Since(last) < every {
-				continue
-			}
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				if _, err := c.Checkpoint(ctx, j.Name, true); err != nil {
-					c.log.Info("periodic checkpoint", "job", j.Name, "result", err)
-					c.settle(ctx, j.Name) // its ranks may have ended
-				}
-			}()
 		}
 	}
 }

@@ -89,7 +89,7 @@ type Coordinator struct {
 	dialing singleflight.Group
 	members map[string]*catalog.Membership
 	jobMu   map[string]*jobMutex
-	lastRun map[string]time.Time // start of each job's last round
+	sup     *supervisor // the coordinator's own reactions
 	// rankEvents limits each job's rank events.
 	rankEvents map[string]*rate.Limiter
 	// rankRounds are the rounds ranks asked for that wait to start, by
@@ -146,8 +146,9 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 		cat: cat, creds: creds, log: log, opts: opts,
 		clients: map[string]Agent{},
 		members: map[string]*catalog.Membership{}, jobMu: map[string]*jobMutex{},
-		lastRun: map[string]time.Time{}, rankEvents: map[string]*rate.Limiter{}, rankRounds: map[string]*rankRound{},
+		rankEvents: map[string]*rate.Limiter{}, rankRounds: map[string]*rankRound{},
 	}
+	c.sup = newSupervisor(c)
 	if opts.Metrics != nil {
 		opts.Metrics.SetCatalog(c)
 	}
@@ -180,7 +181,7 @@ func (c *Coordinator) Start(ctx context.Context) (wait func()) {
 	c.runCtx = ctx
 	c.takeTerm(ctx)
 	works := []func(context.Context){
-		c.recoverStarts, c.recoverRounds, c.recoverMigrations, c.recoverRestarts, c.periodic, c.watchNodes, c.watchFailures,
+		c.recoverStarts, c.recoverRounds, c.recoverMigrations, c.recoverRestarts, c.sup.run, c.sup.watchNodes, c.watchFailures,
 		c.watchTerm,
 	}
 	if c.opts.Metrics != nil {

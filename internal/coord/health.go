@@ -7,6 +7,7 @@ import (
 
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
+	"cairn/internal/coord/policy"
 )
 
 // noteHealth records what a node's heartbeat says of its health probes:
@@ -42,50 +43,7 @@ func (c *Coordinator) noteHealth(ctx context.Context, node string, warnings []st
 	c.log.Warn("node unwell", "node", node, "probes", strings.Join(warnings, "; "))
 	c.publish(evv1.Event{Type: evv1.HealthWarning, Node: node, Message: strings.Join(warnings, "; ")})
 	if len(old) == 0 {
-		c.onHealthWarning(node)
-	}
-}
-
-// onHealthWarning acts, by each job's policy, on a node turning unwell:
-// migrate its ranks there away, or take a checkpoint now.
-func (c *Coordinator) onHealthWarning(node string) {
-	ctx := context.Background()
-	if c.runCtx != nil {
-		ctx = c.runCtx
-	}
-	jobs, err := c.Jobs(ctx)
-	if err != nil {
-		return
-	}
-	for _, j := range jobs {
-		if j.State != coordv1.JobRunning || !slices.Contains(j.Placement, node) {
-			continue
-		}
-		switch j.OnHealthWarning {
-		case coordv1.HealthMigrate:
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				for r, on := range j.Placement {
-					if on != node {
-						continue
-					}
-					c.log.Warn("moving a rank off an unwell node", "job", j.Name, "rank", r, "node", node)
-					if _, err := c.Migrate(ctx, j.Name, r, ""); err != nil {
-						c.log.Warn("migration off an unwell node failed", "job", j.Name, "rank", r, "err", err)
-					}
-				}
-			}()
-		case coordv1.HealthCheckpoint:
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				c.log.Warn("checkpointing a job on an unwell node", "job", j.Name, "node", node)
-				if _, err := c.Checkpoint(ctx, j.Name, false); err != nil {
-					c.log.Warn("checkpoint on a health warning failed", "job", j.Name, "err", err)
-				}
-			}()
-		}
+		c.sup.observe(policy.NodeUnwell{Node: node})
 	}
 }
 

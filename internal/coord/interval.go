@@ -39,21 +39,6 @@ func (c *Coordinator) checkAuto(ctx context.Context, req coordv1.RunJob) error {
 	return nil
 }
 
-// every is the interval of a job's periodic rounds (0: none). An
-// automatic one is chosen first if the job has none yet.
-func (c *Coordinator) every(ctx context.Context, j coordv1.Job) time.Duration {
-	if !j.CheckpointAuto {
-		return j.CheckpointEvery
-	}
-	if j.Interval == nil {
-		if iv := c.reviewInterval(ctx, j.Name); iv != nil {
-			return iv.Every
-		}
-		return 0
-	}
-	return j.Interval.Every
-}
-
 // reviewInterval chooses a job's automatic interval again, and records
 // and publishes it if it changed enough. It returns the interval in
 // force.

@@ -329,7 +329,6 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 	}
 	c.mu.Lock()
 	delete(c.rankEvents, name) // its ranks' event limiter
-	delete(c.lastRun, name)
 	c.mu.Unlock()
 	c.log.Info("job removed", "job", name, "ckpts", out.Ckpts, "images", out.Images)
 	return out, c.cat.Delete(ctx, jobKey(name))

@@ -7,7 +7,6 @@ package coord
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
+	"cairn/internal/coord/policy"
 )
 
 // noteEnded takes node's list of ended rank containers from a heartbeat;
@@ -39,7 +39,7 @@ func (c *Coordinator) noteEnded(node string, names []string) {
 	c.ended[node] = cur
 	c.mu.Unlock()
 	for job := range jobs {
-		c.background(func(ctx context.Context) { c.settle(ctx, job) })
+		c.sup.observe(policy.RanksEnded{Job: job})
 	}
 }
 
@@ -122,15 +122,14 @@ func (c *Coordinator) endJob(ctx context.Context, name, state, reason string) {
 }
 
 // restartGaveUp records that the automatic restart of job gave up after
-// its attempts, with err the last one's error (nil: it did not give up):
-// the job is failed for that reason, and job.restart_failed says so (and
-// counts it), so that an operator, a hook and the job-down alert learn
-// of it. A coordinator that is stopping gives up nothing.
-func (c *Coordinator) restartGaveUp(ctx context.Context, name string, err error) {
-	if err == nil || ctx.Err() != nil {
+// its attempts, for reason: the job is failed for that reason, and
+// job.restart_failed says so (and counts it), so that an operator, a
+// hook and the job-down alert learn of it. A coordinator that is
+// stopping gives up nothing.
+func (c *Coordinator) restartGaveUp(ctx context.Context, name, reason string) {
+	if ctx.Err() != nil {
 		return
 	}
-	reason := "automatic restart gave up: " + err.Error()
 	defer c.lockJob(name)()
 	_, uerr := c.updateJob(ctx, name, func(j *coordv1.Job) error {
 		switch j.State {
@@ -144,10 +143,6 @@ func (c *Coordinator) restartGaveUp(ctx context.Context, name string, err error)
 	if uerr != nil {
 		return // ended otherwise meanwhile (killed, removed)
 	}
-	c.log.Warn("automatic restart gave up", "job", name, "err", err)
+	c.log.Warn("automatic restart gave up", "job", name, "reason", reason)
 	c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Message: reason})
 }
-
-// errSettled stops an update of a job that is no longer in a state it
-// applies to.
-var errSettled = errors.New("job settled otherwise")

@@ -12,6 +12,7 @@ import (
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/catalog"
 	"cairn/internal/coord/machine"
+	"cairn/internal/coord/policy"
 )
 
 func migPrefix(job string) string       { return "migrations/" + job + "/" }
@@ -196,7 +197,7 @@ func (c *Coordinator) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 	if damaged != "" {
 		// The rank cannot run on where it was: the job restarts from its
 		// newest checkpoint (once this migration lets go of it).
-		c.rankDamaged(m.Job, damaged)
+		c.sup.observe(policy.MigrationEnded{Job: m.Job, Rank: m.Rank, Damaged: damaged})
 	}
 	return m, fmt.Errorf("migrate %s/%d from %s to %s: %w", m.Job, m.Rank, m.From, m.To, doneErr(done))
 }

@@ -11,6 +11,7 @@ import (
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/coord/machine"
+	"cairn/internal/coord/policy"
 )
 
 // restorable picks the checkpoint to restart from: number from, or the
@@ -154,9 +155,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Rest
 				return nil
 			})
 			if err == nil {
-				c.mu.Lock()
-				c.lastRun[name] = time.Now()
-				c.mu.Unlock()
+				c.sup.observe(policy.Started{Job: name})
 				log.Info("job restarted", "placement", cfg.Placement, "took", time.Since(start))
 				c.publish(evv1.Event{Type: evv1.JobRestarted, Job: name, Ckpt: ck.Seq, Duration: time.Since(start), Message: "on " + strings.Join(cfg.Placement, ",")})
 			}
@@ -242,12 +241,13 @@ func nodesOf(names []string) []string {
 	return slices.DeleteFunc(slices.Compact(out), func(n string) bool { return n == "" })
 }
 
-// recoverRestarts finishes the restarts an earlier coordinator left: a job
-// still restarting (its ranks maybe restored and frozen, maybe not all)
-// is resumed if every rank was restored and is still there, else
-// restarted again from the same checkpoint, onto the same nodes if they
-// are all alive. Its nodes may not have joined this coordinator yet, so a
-// failed attempt is tried again a node lease later, five times.
+// recoverRestarts hands the supervisor the restarts an earlier
+// coordinator left: a job still restarting (its ranks maybe restored and
+// frozen, maybe not all) is resumed if every rank was restored and is
+// still there, else restarted again from the same checkpoint, onto the
+// same nodes if they are all alive. Its nodes may not have joined this
+// coordinator yet: the policy tries a failed attempt again a node lease
+// later, five times.
 func (c *Coordinator) recoverRestarts(ctx context.Context) {
 	jobs, err := c.Jobs(ctx)
 	if err != nil {
@@ -255,19 +255,9 @@ func (c *Coordinator) recoverRestarts(ctx context.Context) {
 		return
 	}
 	for _, j := range jobs {
-		if j.State != coordv1.JobRestarting {
-			continue
+		if j.State == coordv1.JobRestarting {
+			c.sup.observe(policy.Left{Job: j.Name})
 		}
-		c.log.Info("finishing a restart an earlier coordinator left", "job", j.Name, "ckpt", j.RestartFrom, "phase", j.RestartPhase, "placement", j.Placement)
-		err := c.retry(ctx, j.Name, "finishing a restart failed", func() error {
-			req := coordv1.Restart{From: j.RestartFrom}
-			if live, err := c.liveNodes(ctx); err == nil && allIn(j.Placement, live) {
-				req.Placement = j.Placement
-			}
-			_, err := c.restart(ctx, j.Name, req, restartRecovered)
-			return err
-		})
-		c.restartGaveUp(ctx, j.Name, err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
 	"cairn/internal/coord/machine"
+	"cairn/internal/coord/policy"
 	"cairn/internal/launch"
 )
 
@@ -73,9 +74,7 @@ func (c *Coordinator) markStarted(ctx context.Context, j *coordv1.Job) error {
 	if _, err := c.updateJob(ctx, j.Name, func(j *coordv1.Job) error { j.State = coordv1.JobRunning; return nil }); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.lastRun[j.Name] = time.Now()
-	c.mu.Unlock()
+	c.sup.observe(policy.Started{Job: j.Name})
 	c.log.Info("job started", "job", j.Name, "ranks", j.Ranks, "placement", j.Placement)
 	c.publish(evv1.Event{Type: evv1.JobStarted, Job: j.Name, Message: fmt.Sprintf("%d ranks on %s", j.Ranks, strings.Join(j.Placement, ","))})
 	return nil
@@ -97,7 +96,9 @@ func (c *Coordinator) recoverStarts(ctx context.Context) {
 			continue
 		}
 		c.log.Info("finishing a job start an earlier coordinator left", "job", j.Name)
-		err := c.retry(ctx, j.Name, "finishing a job start failed", func() error {
+		err := retry(ctx, c.opts.NodeTTL, func(attempt int, err error) {
+			c.log.Warn("finishing a job start failed", "job", j.Name, "attempt", attempt, "err", err)
+		}, func() error {
 			defer c.lockJob(j.Name)()
 			done, err := c.startJob(ctx, &j, true)
 			if err == nil {
@@ -152,4 +153,25 @@ func userEnv(env, own []string) []string {
 		}
 	}
 	return out
+}
+
+// retry runs fn until it succeeds: five attempts, every apart (the nodes
+// of a new coordinator join it one by one). It tells failed of each
+// failure and returns the last error, or ctx's.
+func retry(ctx context.Context, every time.Duration, failed func(attempt int, err error), fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		failed(attempt, err)
+		if attempt == 5 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+	}
 }

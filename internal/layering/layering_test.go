@@ -44,6 +44,8 @@ var rules = []struct {
 	{"cairn/internal/coord/round", nil, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
 	// The coordinator's other protocols are pure machines too.
 	{"cairn/internal/coord/machine", nil, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
+	// So is the policy that chooses which protocol follows what happened.
+	{"cairn/internal/coord/policy", nil, []string{"cairn/", "net", "os", "os/exec", "go.etcd.io/"}},
 	// The scripted-trace harness serves the machines' tests and needs
 	// nothing of cairn itself.
 	{"cairn/internal/tracetest", nil, []string{"cairn/", "net", "os/exec"}},
@@ -69,7 +71,7 @@ var rules = []struct {
 	// containers, images or the store directly.
 	// The event stream knows nothing of what publishes to it.
 	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable", "cairn/internal/proc"}, []string{"cairn/"}},
-	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/dashboard", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/coord/machine", "cairn/internal/launch", "cairn/internal/metrics", "cairn/internal/model", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/dashboard", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/coord/machine", "cairn/internal/coord/policy", "cairn/internal/launch", "cairn/internal/metrics", "cairn/internal/model", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
 	// The coordinator process: the catalog's etcd, the election, events
 	// and hooks around coord; it answers the coordinator API while it
 	// stands by.
