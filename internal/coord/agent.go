@@ -8,8 +8,11 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
+	"cairn/internal/catalog"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // Agent is what the coordinator asks of a node's agent: the calls of
@@ -71,10 +74,77 @@ func fanOut[T any](items []T, fn func(T) error, what func(T) string) error {
 	return errors.Join(errs...)
 }
 
+// agents keeps a client for each node's agent, every call of which
+// carries the coordinator's term.
+type agents struct {
+	cat  *catalog.Catalog
+	dial Dialer
+	// term is the coordinator's, from the catalog at Start (fence.go):
+	// set before the first call, never changed after.
+	term agentv1.Term
+
+	mu      sync.Mutex
+	clients map[string]Agent // by node name
+	dialing singleflight.Group
+}
+
+// client returns a client for the named node's agent.
+func (g *agents) client(ctx context.Context, node string) (Agent, error) {
+	// Cached: every RPC of a round goes through here, and a node's address
+	// changes only when it joins again (which drops the cached client).
+	g.mu.Lock()
+	cl := g.clients[node]
+	g.mu.Unlock()
+	if cl != nil {
+		return cl, nil
+	}
+	// One catalog read per node, however many ranks ask at once (a round
+	// of 10,000 ranks on nodes not yet dialled).
+	v, err, _ := g.dialing.Do(node, func() (any, error) {
+		var n coordv1.Node
+		if _, err := g.cat.Get(ctx, nodeKey(node), &n); err != nil {
+			return nil, fmt.Errorf("node %s: %w", node, err)
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if cl := g.clients[node]; cl != nil {
+			return cl, nil
+		}
+		cl := g.dial(n, g.term)
+		g.clients[node] = cl
+		return cl, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(Agent), nil
+}
+
+// forget drops a node's cached client: the node joined again, maybe at
+// another address.
+func (g *agents) forget(node string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cl := g.clients[node]; cl != nil {
+		cl.Close()
+		delete(g.clients, node)
+	}
+}
+
+// closeAll closes every client.
+func (g *agents) closeAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, cl := range g.clients {
+		cl.Close()
+	}
+	g.clients = map[string]Agent{}
+}
+
 // onNodes calls fn with the Agent of every node at once.
-func (c *Coordinator) onNodes(ctx context.Context, nodes []string, fn func(node string, a Agent) error) error {
+func (g *agents) onNodes(ctx context.Context, nodes []string, fn func(node string, a Agent) error) error {
 	return fanOut(nodes, func(n string) error {
-		a, err := c.client(ctx, n)
+		a, err := g.client(ctx, n)
 		if err != nil {
 			return err
 		}
@@ -84,13 +154,13 @@ func (c *Coordinator) onNodes(ctx context.Context, nodes []string, fn func(node 
 
 // onRanks calls fn with the Agent of every rank's node of placement at
 // once.
-func (c *Coordinator) onRanks(ctx context.Context, placement []string, fn func(rank int, a Agent) error) error {
+func (g *agents) onRanks(ctx context.Context, placement []string, fn func(rank int, a Agent) error) error {
 	ranks := make([]int, len(placement))
 	for r := range ranks {
 		ranks[r] = r
 	}
 	return fanOut(ranks, func(r int) error {
-		a, err := c.client(ctx, placement[r])
+		a, err := g.client(ctx, placement[r])
 		if err != nil {
 			return err
 		}

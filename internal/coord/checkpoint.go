@@ -20,13 +20,14 @@ import (
 
 // Checkpoints lists a job's global checkpoints, oldest first.
 func (c *Coordinator) Checkpoints(ctx context.Context, job string) ([]coordv1.Ckpt, error) {
-	if _, err := c.job(ctx, job); err != nil {
+	if _, err := c.rec.job(ctx, job); err != nil {
 		return nil, err
 	}
-	return c.ckpts(ctx, job)
+	return c.rec.ckpts(ctx, job)
 }
 
-func (c *Coordinator) ckpts(ctx context.Context, job string) ([]coordv1.Ckpt, error) {
+func (rc *records) ckpts(ctx context.Context, job string) ([]coordv1.Ckpt, error) {
+	c := rc.c
 	return listBySeq(ctx, c, ckptPrefix(job), func(ck coordv1.Ckpt) int { return ck.Seq })
 }
 
@@ -52,18 +53,19 @@ func listBySeq[T any](ctx context.Context, c *Coordinator, prefix string, seq fu
 // the job.
 func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool) (*coordv1.Ckpt, error) {
 	if !periodic {
-		defer c.lockJob(name)()
-	} else if unlock, ok := c.tryLockJob(name); ok {
+		defer c.locks.lock(name)()
+	} else if unlock, ok := c.locks.tryLock(name); ok {
 		defer unlock()
 	} else {
 		return nil, apiErr(coordv1.CodeConflict, "job %s is busy", name)
 	}
-	return c.checkpointLocked(ctx, name, periodic)
+	return c.rounds.checkpointLocked(ctx, name, periodic)
 }
 
 // checkpointLocked is Checkpoint with the job's lock held.
-func (c *Coordinator) checkpointLocked(ctx context.Context, name string, periodic bool) (*coordv1.Ckpt, error) {
-	j, err := c.job(ctx, name)
+func (ro *rounds) checkpointLocked(ctx context.Context, name string, periodic bool) (*coordv1.Ckpt, error) {
+	c := ro.c
+	j, err := c.rec.job(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +73,7 @@ func (c *Coordinator) checkpointLocked(ctx context.Context, name string, periodi
 		return nil, apiErr(coordv1.CodeConflict, "job %s is %s: only a running job can be checkpointed", name, j.State)
 	}
 	seq := 0
-	j, err = c.updateJob(ctx, name, func(j *coordv1.Job) error {
+	j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 		seq = j.NextCkpt
 		j.NextCkpt++
 		return nil
@@ -87,13 +89,14 @@ func (c *Coordinator) checkpointLocked(ctx context.Context, name string, periodi
 		return nil, err
 	}
 	c.sup.observe(policy.Started{Job: name})
-	return c.driveRound(ctx, ck, nil)
+	return c.rounds.driveRound(ctx, ck, nil)
 }
 
 // driveRound runs a round to its end (package round decides, roundRun
 // performs) and records its outcome. recovered, if set, is the state the
 // catalog holds for a round an earlier coordinator left unfinished.
-func (c *Coordinator) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovered *round.State) (*coordv1.Ckpt, error) {
+func (ro *rounds) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovered *round.State) (*coordv1.Ckpt, error) {
+	c := ro.c
 	cfg := round.Config{Job: ck.Job, Ckpt: uint64(ck.Seq), Deadline: time.Now().Add(c.opts.Deadline)}
 	for _, r := range ck.Ranks {
 		cfg.Participants = append(cfg.Participants, round.Participant{Rank: r.Rank, Node: r.Node})
@@ -117,7 +120,7 @@ func (c *Coordinator) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovere
 		perform: rr.perform,
 		tick:    round.Tick{},
 		every:   100 * time.Millisecond,
-		inputs:  c.lostParticipants(wctx, cfg.Participants),
+		inputs:  c.rounds.lostParticipants(wctx, cfg.Participants),
 		log:     rr.log,
 	}, round.Event(round.Start{}))
 	if err != nil {
@@ -151,7 +154,8 @@ func roundActionKind(a round.Action) actionKind {
 
 // lostParticipants reports as Lost the participants whose node's lease
 // expires, until ctx ends.
-func (c *Coordinator) lostParticipants(ctx context.Context, ps []round.Participant) <-chan round.Event {
+func (ro *rounds) lostParticipants(ctx context.Context, ps []round.Participant) <-chan round.Event {
+	c := ro.c
 	out := make(chan round.Event)
 	go func() {
 		for ev := range c.cat.WatchAlive(ctx) {
@@ -198,13 +202,13 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 	c, ck := rr.c, rr.ck
 	switch a := a.(type) {
 	case round.SendPrepare:
-		cl, err := c.client(ctx, a.Node)
+		cl, err := c.agents.client(ctx, a.Node)
 		if err != nil {
 			return round.Lost{Rank: a.Rank, Reason: err.Error()}, true
 		}
 		pctx, cancel := context.WithTimeout(ctx, c.opts.Deadline)
 		defer cancel()
-		out, err := cl.Prepare(pctx, agentv1.Prepare{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq, Hold: c.opts.Hold, MemoryWait: c.memoryWait()})
+		out, err := cl.Prepare(pctx, agentv1.Prepare{Rank: agentv1.Rank{Job: ck.Job, Rank: a.Rank}, Seq: ck.Seq, Hold: c.opts.Hold, MemoryWait: c.migs.memoryWait()})
 		if err != nil {
 			if isDamaged(err) {
 				rr.mu.Lock()
@@ -218,7 +222,7 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 		rr.mu.Unlock()
 		return round.Prepared{Rank: a.Rank, ImageSize: out.Size, Dump: out.Dump}, true
 	case round.SendCommit:
-		cl, err := c.client(ctx, a.Node)
+		cl, err := c.agents.client(ctx, a.Node)
 		var out agentv1.Committed
 		if err == nil {
 			out, err = cl.Commit(ctx, rr.finishReq(a.Rank))
@@ -231,7 +235,7 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 		rr.mu.Unlock()
 		return round.Durable{Rank: a.Rank}, true
 	case round.SendAbort:
-		cl, err := c.client(ctx, a.Node)
+		cl, err := c.agents.client(ctx, a.Node)
 		if err == nil {
 			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err = cl.Abort(actx, rr.finishReq(a.Rank))
@@ -249,7 +253,7 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 		c.trace(ck.Job, a.String())
 		c.hold(ctx, "before-decision")
 		for {
-			err := c.setCkptState(ctx, ck, a.State, a.Reason, true)
+			err := c.rounds.setCkptState(ctx, ck, a.State, a.Reason, true)
 			if err == nil {
 				break
 			}
@@ -268,7 +272,7 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 		return round.DecisionPersisted{}, true
 	case round.PersistState:
 		c.trace(ck.Job, a.String())
-		if err := c.setCkptState(ctx, ck, a.State, a.Reason, false); err != nil {
+		if err := c.rounds.setCkptState(ctx, ck, a.State, a.Reason, false); err != nil {
 			rr.log.Warn("persist round state", "err", err)
 		}
 	}
@@ -324,7 +328,7 @@ func (rr *roundRun) finish(ctx context.Context, done round.Done) (*coordv1.Ckpt,
 	}
 	c.publish(evv1.Event{Type: evv1.CkptDurable, Job: ck.Job, Ckpt: ck.Seq, Duration: done.Stats.Stall, Bytes: done.Stats.Bytes,
 		Message: fmt.Sprintf("ranks frozen %s, coordination %s", done.Stats.Stall.Round(time.Millisecond), done.Stats.Coord.Round(time.Millisecond))})
-	_, err = c.updateJob(ctx, ck.Job, func(j *coordv1.Job) error {
+	_, err = c.rec.updateJob(ctx, ck.Job, func(j *coordv1.Job) error {
 		if ck.Seq > j.LastCkpt {
 			j.LastCkpt = ck.Seq
 		}
@@ -338,7 +342,8 @@ func (rr *roundRun) finish(ctx context.Context, done round.Done) (*coordv1.Ckpt,
 
 // setCkptState moves a checkpoint record to state s. A decision moves it
 // only from preparing, in one compare-and-swap: the commit point.
-func (c *Coordinator) setCkptState(ctx context.Context, ck *coordv1.Ckpt, s round.State, reason string, decision bool) error {
+func (ro *rounds) setCkptState(ctx context.Context, ck *coordv1.Ckpt, s round.State, reason string, decision bool) error {
+	c := ro.c
 	var cur coordv1.Ckpt
 	return c.cat.Update(ctx, ckptKey(ck.Job, ck.Seq), &cur, func() error {
 		if decision && cur.State != coordv1.CkptPreparing {
@@ -355,14 +360,15 @@ func (c *Coordinator) setCkptState(ctx context.Context, ck *coordv1.Ckpt, s roun
 // recoverRounds finishes the rounds an earlier coordinator left: preparing
 // ones abort, committed ones are committed again until durable, aborted
 // ones have their aborts sent again.
-func (c *Coordinator) recoverRounds(ctx context.Context) {
+func (ro *rounds) recoverRounds(ctx context.Context) {
+	c := ro.c
 	jobs, err := c.Jobs(ctx)
 	if err != nil {
 		c.log.Warn("recover rounds", "err", err)
 		return
 	}
 	for _, j := range jobs {
-		cks, err := c.ckpts(ctx, j.Name)
+		cks, err := c.rec.ckpts(ctx, j.Name)
 		if err != nil {
 			c.log.Warn("recover rounds", "job", j.Name, "err", err)
 			continue
@@ -385,8 +391,8 @@ func (c *Coordinator) recoverRounds(ctx context.Context) {
 				continue
 			}
 			c.log.Info("recovering an unfinished round", "job", j.Name, "ckpt", ck.Seq, "state", ck.State)
-			unlock := c.lockJob(j.Name)
-			_, err := c.driveRound(ctx, &ck, &s)
+			unlock := c.locks.lock(j.Name)
+			_, err := c.rounds.driveRound(ctx, &ck, &s)
 			unlock()
 			if err != nil {
 				c.log.Info("recovered round", "job", j.Name, "ckpt", ck.Seq, "result", err)

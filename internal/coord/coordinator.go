@@ -24,7 +24,6 @@ import (
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 
-	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 )
 
@@ -84,12 +83,26 @@ type Coordinator struct {
 	log   *slog.Logger
 	opts  Options
 
+	agents *agents      // the clients of the nodes' agents
+	locks  jobLocks     // serialize the work on each job
+	sup    *supervisor  // decides what the coordinator does on its own
+	rec    *records     // the catalog's records, read and written
+	nodes  *nodeReports // what the nodes' joins and heartbeats tell
+	// The protocols' drivers.
+	rounds *rounds
+	runs   *jobRuns // job start, restart
+	migs   *migrations
+	repl   *replicator
+	// The rest of the coordinator's work.
+	intervals *intervals
+	fence     *fence
+	life      *lifecycle
+	ranks     *rankAPI
+	feed      *metricsFeed
+	tally     *failureTally
+
 	mu      sync.Mutex
-	clients map[string]Agent // by node name
-	dialing singleflight.Group
 	members map[string]*catalog.Membership
-	jobMu   map[string]*jobMutex
-	sup     *supervisor // the coordinator's own reactions
 	// rankEvents limits each job's rank events.
 	rankEvents map[string]*rate.Limiter
 	// rankRounds are the rounds ranks asked for that wait to start, by
@@ -104,9 +117,6 @@ type Coordinator struct {
 
 	wg     sync.WaitGroup
 	runCtx context.Context // Start's; background work ends with it
-	// term is this coordinator's, from the catalog at Start (fence.go):
-	// every call to an agent carries it.
-	term agentv1.Term
 	// replaced, once a newer coordinator has taken a term, holds it: this
 	// one then stops its own work (watchTerm).
 	replaced atomic.Pointer[agentv1.Term]
@@ -144,11 +154,14 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 	}
 	c := &Coordinator{
 		cat: cat, creds: creds, log: log, opts: opts,
-		clients: map[string]Agent{},
-		members: map[string]*catalog.Membership{}, jobMu: map[string]*jobMutex{},
+		agents:     &agents{cat: cat, dial: opts.Dial, clients: map[string]Agent{}},
+		locks:      jobLocks{held: map[string]*jobMutex{}},
+		members:    map[string]*catalog.Membership{},
 		rankEvents: map[string]*rate.Limiter{}, rankRounds: map[string]*rankRound{},
 	}
 	c.sup = newSupervisor(c)
+	c.rec, c.nodes, c.repl, c.rounds, c.migs, c.runs = &records{c: c}, &nodeReports{c: c}, &replicator{c: c}, &rounds{c: c}, &migrations{c: c}, &jobRuns{c: c}
+	c.intervals, c.fence, c.life, c.ranks, c.feed, c.tally = &intervals{c: c}, &fence{c: c}, &lifecycle{c: c}, &rankAPI{c: c}, &metricsFeed{c: c}, &failureTally{c: c}
 	if opts.Metrics != nil {
 		opts.Metrics.SetCatalog(c)
 	}
@@ -179,15 +192,15 @@ func (c *Coordinator) Run(ctx context.Context, ln net.Listener) error {
 func (c *Coordinator) Start(ctx context.Context) (wait func()) {
 	ctx, c.depose = context.WithCancel(ctx)
 	c.runCtx = ctx
-	c.takeTerm(ctx)
+	c.fence.takeTerm(ctx)
 	works := []func(context.Context){
-		c.recoverStarts, c.recoverRounds, c.recoverMigrations, c.recoverRestarts, c.sup.run, c.sup.watchNodes, c.watchFailures,
-		c.watchTerm,
+		c.runs.recoverStarts, c.rounds.recoverRounds, c.migs.recoverMigrations, c.runs.recoverRestarts, c.sup.run, c.sup.watchNodes, c.tally.watchFailures,
+		c.fence.watchTerm,
 	}
 	if c.opts.Metrics != nil {
 		// What was published before this coordinator started is history.
 		past := c.opts.Events.History(events.Filter{})
-		works = append(works, func(ctx context.Context) { c.feedMetrics(ctx, past) })
+		works = append(works, func(ctx context.Context) { c.feed.feedMetrics(ctx, past) })
 	}
 	for _, work := range works {
 		c.wg.Add(1)
@@ -195,12 +208,7 @@ func (c *Coordinator) Start(ctx context.Context) (wait func()) {
 	}
 	return func() {
 		c.wg.Wait()
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for _, cl := range c.clients {
-			cl.Close()
-		}
-		c.clients = map[string]Agent{}
+		c.agents.closeAll()
 	}
 }
 
@@ -229,96 +237,6 @@ func (c *Coordinator) trace(job, step string) {
 	}
 }
 
-// lockJob takes the lock that serializes the work on a job (rounds,
-// restarts, migrations, kill and rm) and returns its unlock. An entry lives
-// only while its lock is held or awaited, so that names asked for in vain
-// leave nothing behind.
-func (c *Coordinator) lockJob(job string) (unlock func()) {
-	unlock, _ = c.jobLock(job, false)
-	return unlock
-}
-
-// tryLockJob is lockJob that gives up at once if the job is busy.
-func (c *Coordinator) tryLockJob(job string) (unlock func(), ok bool) {
-	return c.jobLock(job, true)
-}
-
-func (c *Coordinator) jobLock(job string, try bool) (func(), bool) {
-	c.mu.Lock()
-	l := c.jobMu[job]
-	if l == nil {
-		l = &jobMutex{}
-		c.jobMu[job] = l
-	}
-	l.refs++
-	c.mu.Unlock()
-	release := func() {
-		c.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(c.jobMu, job)
-		}
-		c.mu.Unlock()
-	}
-	if try {
-		if !l.TryLock() {
-			release()
-			return nil, false
-		}
-	} else {
-		l.Lock()
-	}
-	return func() { l.Unlock(); release() }, true
-}
-
-// jobMutex is a job's lock and how many hold or await it.
-type jobMutex struct {
-	sync.Mutex
-	refs int
-}
-
-// client returns a client for the named node's agent.
-func (c *Coordinator) client(ctx context.Context, node string) (Agent, error) {
-	// Cached: every RPC of a round goes through here, and a node's address
-	// changes only when it joins again (which drops the cached client).
-	c.mu.Lock()
-	cl := c.clients[node]
-	c.mu.Unlock()
-	if cl != nil {
-		return cl, nil
-	}
-	// One catalog read per node, however many ranks ask at once (a round
-	// of 10,000 ranks on nodes not yet dialled).
-	v, err, _ := c.dialing.Do(node, func() (any, error) {
-		var n coordv1.Node
-		if _, err := c.cat.Get(ctx, nodeKey(node), &n); err != nil {
-			return nil, fmt.Errorf("node %s: %w", node, err)
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if cl := c.clients[node]; cl != nil {
-			return cl, nil
-		}
-		cl := c.opts.Dial(n, c.term)
-		c.clients[node] = cl
-		return cl, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(Agent), nil
-}
-
-// forgetClient drops a node's cached client: the node joined again,
-// maybe at another address.
-func (c *Coordinator) forgetClient(node string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cl := c.clients[node]; cl != nil {
-		cl.Close()
-		delete(c.clients, node)
-	}
-}
-
 // publish puts an event on the cluster's stream.
 func (c *Coordinator) publish(e evv1.Event) { c.opts.Events.Publish(e) }
 
@@ -330,7 +248,8 @@ func jobKey(name string) string          { return "jobs/" + name }
 func ckptPrefix(job string) string       { return "ckpts/" + job + "/" }
 func ckptKey(job string, seq int) string { return fmt.Sprintf("ckpts/%s/%08d", job, seq) }
 
-func (c *Coordinator) register(ctx context.Context, name string) error {
+func (nr *nodeReports) register(ctx context.Context, name string) error {
+	c := nr.c
 	m, err := c.cat.Register(ctx, name, c.opts.NodeTTL)
 	if err != nil {
 		return err
@@ -346,7 +265,8 @@ func (c *Coordinator) register(ctx context.Context, name string) error {
 // heartbeat refreshes a node's lease. A node the catalog does not know
 // must join again; a known node whose lease this coordinator does not
 // hold (it restarted) gets a new one.
-func (c *Coordinator) heartbeat(ctx context.Context, name string) error {
+func (nr *nodeReports) heartbeat(ctx context.Context, name string) error {
+	c := nr.c
 	var n coordv1.Node
 	if _, err := c.cat.Get(ctx, nodeKey(name), &n); err != nil {
 		return err
@@ -364,7 +284,7 @@ func (c *Coordinator) heartbeat(ctx context.Context, name string) error {
 		}
 		c.log.Warn("node came back after its lease expired", "node", name)
 	}
-	return c.register(ctx, name)
+	return c.nodes.register(ctx, name)
 }
 
 // Nodes lists the nodes with their liveness and load.
@@ -373,7 +293,7 @@ func (c *Coordinator) Nodes(ctx context.Context) ([]coordv1.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	load, err := c.load(ctx)
+	load, err := c.rec.load(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +312,8 @@ func (c *Coordinator) Nodes(ctx context.Context) ([]coordv1.Node, error) {
 }
 
 // load counts the ranks placed on each node by jobs that are not killed.
-func (c *Coordinator) load(ctx context.Context) (map[string]int, error) {
+func (rc *records) load(ctx context.Context) (map[string]int, error) {
+	c := rc.c
 	jobs, err := c.Jobs(ctx)
 	if err != nil {
 		return nil, err

@@ -21,7 +21,8 @@ const tallyEvery = time.Minute
 
 // watchFailures counts node failures (every node seen lost) and the
 // node-time the coordinator watched, until ctx is done.
-func (c *Coordinator) watchFailures(ctx context.Context) {
+func (ft *failureTally) watchFailures(ctx context.Context) {
+	c := ft.c
 	last := time.Now()
 	tally := func(lost int) {
 		now := time.Now()
@@ -69,7 +70,8 @@ func (c *Coordinator) watchFailures(ctx context.Context) {
 }
 
 // failures is what the catalog holds of the cluster's node failures.
-func (c *Coordinator) failures(ctx context.Context) model.Failures {
+func (rc *records) failures(ctx context.Context) model.Failures {
+	c := rc.c
 	var f model.Failures
 	_, _ = c.cat.Get(ctx, failuresKey, &f)
 	return f

@@ -31,30 +31,32 @@ type termRecord struct {
 // takeTerm gives the coordinator the next term. Without the catalog it
 // keeps none, which agents that have seen a term of the catalog do not
 // take for newer: such a coordinator can do nothing anyway.
-func (c *Coordinator) takeTerm(ctx context.Context) {
+func (fe *fence) takeTerm(ctx context.Context) {
+	c := fe.c
 	var rec termRecord
 	first := func() {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		rec = termRecord{N: 1, Catalog: hex.EncodeToString(b)}
 	}
-	if err := c.advance(ctx, termKey, &rec, func() { rec.N++ }, first); err != nil {
+	if err := c.rec.advance(ctx, termKey, &rec, func() { rec.N++ }, first); err != nil {
 		c.log.Error("no coordinator term from the catalog: agents will refuse this coordinator", "err", err)
 		return
 	}
-	c.term = agentv1.Term{N: rec.N, Catalog: rec.Catalog}
-	c.log.Info("coordinator term", "term", c.term.String())
+	c.agents.term = agentv1.Term{N: rec.N, Catalog: rec.Catalog}
+	c.log.Info("coordinator term", "term", c.agents.term.String())
 }
 
 // Term is the coordinator's term (zero until Start has taken one).
-func (c *Coordinator) Term() agentv1.Term { return c.term }
+func (c *Coordinator) Term() agentv1.Term { return c.agents.term }
 
 // termString is the term as replies to agents tell it ("": none yet).
-func (c *Coordinator) termString() string {
-	if c.term.N == 0 {
+func (fe *fence) termString() string {
+	c := fe.c
+	if c.agents.term.N == 0 {
 		return ""
 	}
-	return c.term.String()
+	return c.agents.term.String()
 }
 
 // watchTerm looks at the catalog's newest term every half node lease:
@@ -64,7 +66,8 @@ func (c *Coordinator) termString() string {
 // catalog with rounds that abort. It goes on answering: a request sent to
 // it is refused by the agents (stale_term), and joins and heartbeats keep
 // the nodes' leases alive for its successor.
-func (c *Coordinator) watchTerm(ctx context.Context) {
+func (fe *fence) watchTerm(ctx context.Context) {
+	c := fe.c
 	t := time.NewTicker(c.opts.NodeTTL / 2)
 	defer t.Stop()
 	for {
@@ -78,11 +81,11 @@ func (c *Coordinator) watchTerm(ctx context.Context) {
 			continue
 		}
 		newer := agentv1.Term{N: rec.N, Catalog: rec.Catalog}
-		if c.term.N == 0 || !c.term.Older(newer) {
+		if c.agents.term.N == 0 || !c.agents.term.Older(newer) {
 			continue
 		}
 		c.replaced.Store(&newer)
-		c.log.Error("a newer coordinator has started: this one stops its own work; the agents refuse its calls", "term", c.term.String(), "newer", newer.String())
+		c.log.Error("a newer coordinator has started: this one stops its own work; the agents refuse its calls", "term", c.agents.term.String(), "newer", newer.String())
 		c.depose()
 		return
 	}

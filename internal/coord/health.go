@@ -14,7 +14,8 @@ import (
 // a change is written to the node's record and published, and a node that
 // turns unwell has each job with ranks on it act by its OnHealthWarning
 // policy.
-func (c *Coordinator) noteHealth(ctx context.Context, node string, warnings []string) {
+func (nr *nodeReports) noteHealth(ctx context.Context, node string, warnings []string) {
+	c := nr.c
 	c.mu.Lock()
 	if c.health == nil {
 		c.health = map[string][]string{}
@@ -50,7 +51,8 @@ func (c *Coordinator) noteHealth(ctx context.Context, node string, warnings []st
 // noteQuarantine publishes each damaged pack a node reports in its store's
 // quarantine/ once: those not yet in the node's record are published and
 // recorded.
-func (c *Coordinator) noteQuarantine(ctx context.Context, node string, packs []string) {
+func (nr *nodeReports) noteQuarantine(ctx context.Context, node string, packs []string) {
+	c := nr.c
 	c.mu.Lock()
 	if c.quarantined == nil {
 		c.quarantined = map[string][]string{}

@@ -22,7 +22,8 @@ import (
 // published (job.interval).
 
 // checkAuto refuses an automatic interval that has no MTBF to go by.
-func (c *Coordinator) checkAuto(ctx context.Context, req coordv1.RunJob) error {
+func (ivs *intervals) checkAuto(ctx context.Context, req coordv1.RunJob) error {
+	c := ivs.c
 	switch {
 	case req.MTBF < 0:
 		return apiErr(agentv1.CodeBadRequest, "mtbf must not be negative")
@@ -33,7 +34,7 @@ func (c *Coordinator) checkAuto(ctx context.Context, req coordv1.RunJob) error {
 	case req.CheckpointEvery > 0:
 		return apiErr(agentv1.CodeBadRequest, "an automatic interval and a fixed one exclude each other")
 	}
-	if m := model.MTBF(req.MTBF, c.opts.MTBF, c.failures(ctx), 1); m.Node <= 0 {
+	if m := model.MTBF(req.MTBF, c.opts.MTBF, c.rec.failures(ctx), 1); m.Node <= 0 {
 		return apiErr(agentv1.CodeBadRequest, "an automatic interval needs an MTBF: the job's --mtbf, the coordinator's --mtbf, or %d node failures seen for an estimate", model.MinFailures)
 	}
 	return nil
@@ -42,8 +43,9 @@ func (c *Coordinator) checkAuto(ctx context.Context, req coordv1.RunJob) error {
 // reviewInterval chooses a job's automatic interval again, and records
 // and publishes it if it changed enough. It returns the interval in
 // force.
-func (c *Coordinator) reviewInterval(ctx context.Context, name string) *coordv1.Interval {
-	f, err := c.reportFacts(ctx, name)
+func (ivs *intervals) reviewInterval(ctx context.Context, name string) *coordv1.Interval {
+	c := ivs.c
+	f, err := c.intervals.reportFacts(ctx, name)
 	if err != nil || !f.Job.CheckpointAuto {
 		return nil
 	}
@@ -53,7 +55,7 @@ func (c *Coordinator) reviewInterval(ctx context.Context, name string) *coordv1.
 		return f.Job.Interval
 	}
 	var old *coordv1.Interval
-	j, err := c.updateJob(ctx, name, func(j *coordv1.Job) error {
+	j, err := c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 		old = j.Interval
 		if old != nil && !model.Changed(old.Every, next.Every) {
 			return errUnchanged
@@ -85,20 +87,21 @@ func intervalLine(iv *coordv1.Interval) string {
 }
 
 // reportFacts gathers what a job's report and interval are made from.
-func (c *Coordinator) reportFacts(ctx context.Context, name string) (model.Facts, error) {
-	j, err := c.job(ctx, name)
+func (ivs *intervals) reportFacts(ctx context.Context, name string) (model.Facts, error) {
+	c := ivs.c
+	j, err := c.rec.job(ctx, name)
 	if err != nil {
 		return model.Facts{}, err
 	}
 	f := model.Facts{Job: *j, Now: time.Now().UTC()}
-	if f.Ckpts, err = c.ckpts(ctx, name); err != nil {
+	if f.Ckpts, err = c.rec.ckpts(ctx, name); err != nil {
 		return f, err
 	}
 	if f.Migrations, err = listBySeq(ctx, c, migPrefix(name), func(m coordv1.Migration) int { return m.Seq }); err != nil {
 		return f, err
 	}
 	f.Events = c.opts.Events.History(events.Filter{Job: name, Type: evv1.RankEvent})
-	live, err := c.liveNodes(ctx)
+	live, err := c.rec.liveNodes(ctx)
 	if err != nil {
 		return f, err
 	}
@@ -106,6 +109,6 @@ func (c *Coordinator) reportFacts(ctx context.Context, name string) (model.Facts
 		f.Live = append(f.Live, n)
 	}
 	sort.Strings(f.Live)
-	f.MTBF = model.MTBF(j.MTBF, c.opts.MTBF, c.failures(ctx), model.Nodes(*j))
+	f.MTBF = model.MTBF(j.MTBF, c.opts.MTBF, c.rec.failures(ctx), model.Nodes(*j))
 	return f, nil
 }

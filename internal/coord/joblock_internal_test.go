@@ -11,15 +11,15 @@ import (
 // others, tryLock gives up on a busy job, and no entry outlives its last
 // holder or waiter, however many names were asked for.
 func TestJobLocks(t *testing.T) {
-	c := &Coordinator{jobMu: map[string]*jobMutex{}}
+	c := &Coordinator{locks: jobLocks{held: map[string]*jobMutex{}}}
 	for i := range 1000 {
-		c.lockJob(fmt.Sprintf("nosuch-%d", i))()
+		c.locks.lock(fmt.Sprintf("nosuch-%d", i))()
 	}
-	unlock := c.lockJob("a")
-	if _, ok := c.tryLockJob("a"); ok {
+	unlock := c.locks.lock("a")
+	if _, ok := c.locks.tryLock("a"); ok {
 		t.Fatal("tryLock of a held job succeeded")
 	}
-	unlockB, ok := c.tryLockJob("b")
+	unlockB, ok := c.locks.tryLock("b")
 	if !ok {
 		t.Fatal("tryLock of another job failed")
 	}
@@ -30,7 +30,7 @@ func TestJobLocks(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer c.lockJob("a")()
+			defer c.locks.lock("a")()
 			got <- i
 		}()
 	}
@@ -44,9 +44,9 @@ func TestJobLocks(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("%d waiters got the lock, want 2", len(got))
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.jobMu) != 0 {
-		t.Fatalf("%d lock entries left, want 0", len(c.jobMu))
+	c.locks.mu.Lock()
+	defer c.locks.mu.Unlock()
+	if len(c.locks.held) != 0 {
+		t.Fatalf("%d lock entries left, want 0", len(c.locks.held))
 	}
 }

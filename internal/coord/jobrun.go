@@ -49,8 +49,9 @@ type jobRun struct {
 }
 
 // newJobRun returns a run for j, with the catalog's nodes.
-func (c *Coordinator) newJobRun(ctx context.Context, j *coordv1.Job, log *slog.Logger) (*jobRun, error) {
-	nodes, err := c.allNodes(ctx)
+func (jr *jobRuns) newJobRun(ctx context.Context, j *coordv1.Job, log *slog.Logger) (*jobRun, error) {
+	c := jr.c
+	nodes, err := c.rec.allNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -146,16 +147,16 @@ func (x *jobRun) perform(ctx context.Context, a machine.Action) (machine.Event, 
 	case machine.RepairCopy:
 		if a.Background {
 			x.c.background(func(ctx context.Context) {
-				_ = x.c.repairCopy(ctx, x.job.Name, x.ckpt, a.Rank, a.Node, a.From, x.nodes, true)
+				_ = x.c.repl.repairCopy(ctx, x.job.Name, x.ckpt, a.Rank, a.Node, a.From, x.nodes, true)
 			})
 			return nil, false
 		}
 		x.log.Warn("damaged image at restore; repairing it from another copy", "rank", a.Rank, "node", a.Node, "peer", strings.Join(a.From, ","))
-		res.Err = x.c.repairCopy(ctx, x.job.Name, x.ckpt, a.Rank, a.Node, a.From, x.nodes, false)
+		res.Err = x.c.repl.repairCopy(ctx, x.job.Name, x.ckpt, a.Rank, a.Node, a.From, x.nodes, false)
 		return res, true
 	}
 	node := actionNode(a)
-	cl, err := x.c.client(ctx, node)
+	cl, err := x.c.agents.client(ctx, node)
 	if err != nil {
 		res.Err = err
 		return res, true
@@ -212,7 +213,7 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 	case machine.StallRanks:
 		return cl.RankStall(ctx, agentv1.RankStall{Ranks: x.ranks(a.Ranks), Hold: x.hold})
 	case machine.PrepareRank:
-		out, err := cl.Prepare(ctx, agentv1.Prepare{Rank: x.rank(a.Rank), Seq: x.ckpt, Hold: x.hold, MemoryWait: x.c.memoryWait()})
+		out, err := cl.Prepare(ctx, agentv1.Prepare{Rank: x.rank(a.Rank), Seq: x.ckpt, Hold: x.hold, MemoryWait: x.c.migs.memoryWait()})
 		x.mu.Lock()
 		x.prepared = out
 		x.mu.Unlock()
@@ -280,7 +281,8 @@ func actionNode(a machine.Action) string {
 }
 
 // allNodes returns every node of the catalog by name, live or not.
-func (c *Coordinator) allNodes(ctx context.Context) (map[string]coordv1.Node, error) {
+func (rc *records) allNodes(ctx context.Context) (map[string]coordv1.Node, error) {
+	c := rc.c
 	nodes, err := c.Nodes(ctx)
 	if err != nil {
 		return nil, err

@@ -44,7 +44,8 @@ func (c *Coordinator) Jobs(ctx context.Context) ([]coordv1.Job, error) {
 	return out, err
 }
 
-func (c *Coordinator) job(ctx context.Context, name string) (*coordv1.Job, error) {
+func (rc *records) job(ctx context.Context, name string) (*coordv1.Job, error) {
+	c := rc.c
 	var j coordv1.Job
 	if _, err := c.cat.Get(ctx, jobKey(name), &j); err != nil {
 		if errors.Is(err, catalog.ErrNotFound) {
@@ -56,7 +57,8 @@ func (c *Coordinator) job(ctx context.Context, name string) (*coordv1.Job, error
 }
 
 // updateJob changes a job's record with fn under compare-and-swap.
-func (c *Coordinator) updateJob(ctx context.Context, name string, fn func(*coordv1.Job) error) (*coordv1.Job, error) {
+func (rc *records) updateJob(ctx context.Context, name string, fn func(*coordv1.Job) error) (*coordv1.Job, error) {
+	c := rc.c
 	var j coordv1.Job
 	err := c.cat.Update(ctx, jobKey(name), &j, func() error { return fn(&j) })
 	return &j, err
@@ -86,10 +88,10 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 	if req.Mode == coordv1.ModeApp && req.LazyRestore {
 		return nil, apiErr(agentv1.CodeBadRequest, "an application-level job has no memory to restore lazily")
 	}
-	if err := c.checkAuto(ctx, req); err != nil {
+	if err := c.intervals.checkAuto(ctx, req); err != nil {
 		return nil, err
 	}
-	defer c.lockJob(req.Name)()
+	defer c.locks.lock(req.Name)()
 	if req.Replicas < 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "replicas must be 0 or more")
 	}
@@ -107,7 +109,7 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 	default:
 		return nil, apiErr(agentv1.CodeBadRequest, "on-failure must be %s or %s, not %q", coordv1.OnFailureRestart, coordv1.OnFailureStop, req.OnFailure)
 	}
-	cands, err := c.candidates(ctx, req.Nodes, false)
+	cands, err := c.rec.candidates(ctx, req.Nodes, false)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +117,7 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 	if err != nil {
 		return nil, err
 	}
-	vni, subnet, err := c.allocNet(ctx, req.Ranks)
+	vni, subnet, err := c.rec.allocNet(ctx, req.Ranks)
 	if err != nil {
 		return nil, err
 	}
@@ -132,22 +134,23 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 		}
 		return nil, err
 	}
-	done, err := c.startJob(ctx, j, false)
+	done, err := c.runs.startJob(ctx, j, false)
 	if err != nil {
 		return nil, fmt.Errorf("start job %s: %w", j.Name, err)
 	}
 	if !done.OK {
 		return nil, fmt.Errorf("start job %s: %w", j.Name, doneErr(done))
 	}
-	return c.job(ctx, j.Name)
+	return c.rec.job(ctx, j.Name)
 }
 
 // teardown removes j's rank containers and job network from the nodes of
 // its placement that are alive, and the job network from extra nodes;
 // best effort.
-func (c *Coordinator) teardown(ctx context.Context, j *coordv1.Job, extra []string) {
-	live, _ := c.liveNodes(ctx)
-	_ = c.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
+func (jr *jobRuns) teardown(ctx context.Context, j *coordv1.Job, extra []string) {
+	c := jr.c
+	live, _ := c.rec.liveNodes(ctx)
+	_ = c.agents.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
 		if _, ok := live[j.Placement[r]]; !ok {
 			return nil
 		}
@@ -156,16 +159,16 @@ func (c *Coordinator) teardown(ctx context.Context, j *coordv1.Job, extra []stri
 	nodes := append(slices.Clone(j.Placement), extra...)
 	slices.Sort(nodes)
 	nodes = slices.DeleteFunc(slices.Compact(nodes), func(n string) bool { _, ok := live[n]; return !ok })
-	_ = c.onNodes(ctx, nodes, func(_ string, cl Agent) error { return cl.DeleteJobNet(ctx, j.VNI) })
+	_ = c.agents.onNodes(ctx, nodes, func(_ string, cl Agent) error { return cl.DeleteJobNet(ctx, j.VNI) })
 }
 
 // Status returns a job with the live state of its ranks.
 func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStatus, error) {
-	j, err := c.job(ctx, name)
+	j, err := c.rec.job(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	live, err := c.liveNodes(ctx)
+	live, err := c.rec.liveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +181,7 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStat
 			st.RankStates[r].Alive = true
 		}
 	}
-	_ = c.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
+	_ = c.agents.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
 		rs := &st.RankStates[r]
 		if !rs.Alive {
 			return nil
@@ -227,29 +230,30 @@ func (c *Coordinator) KillJob(ctx context.Context, name string, sig syscall.Sign
 		sig = syscall.SIGKILL
 	}
 	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
-		c.dropRankRound(name, "the job was killed")
+		c.ranks.dropRankRound(name, "the job was killed")
 	}
-	defer c.lockJob(name)()
-	j, err := c.job(ctx, name)
+	defer c.locks.lock(name)()
+	j, err := c.rec.job(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.signalRanks(ctx, j, sig); err != nil {
+	if err := c.runs.signalRanks(ctx, j, sig); err != nil {
 		return nil, err
 	}
 	c.log.Info("job signalled", "job", name, "signal", unix.SignalName(sig))
 	if sig != syscall.SIGKILL {
-		return c.job(ctx, name)
+		return c.rec.job(ctx, name)
 	}
-	return c.updateJob(ctx, name, func(j *coordv1.Job) error { j.State = coordv1.JobKilled; return nil })
+	return c.rec.updateJob(ctx, name, func(j *coordv1.Job) error { j.State = coordv1.JobKilled; return nil })
 }
 
 // signalRanks sends sig to the processes of every rank of j on a live
 // node; a rank that has already ended is signalled enough. The caller
 // holds the job's lock.
-func (c *Coordinator) signalRanks(ctx context.Context, j *coordv1.Job, sig syscall.Signal) error {
-	live, _ := c.liveNodes(ctx)
-	return c.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
+func (jr *jobRuns) signalRanks(ctx context.Context, j *coordv1.Job, sig syscall.Signal) error {
+	c := jr.c
+	live, _ := c.rec.liveNodes(ctx)
+	return c.agents.onRanks(ctx, j.Placement, func(r int, cl Agent) error {
 		if _, ok := live[j.Placement[r]]; !ok {
 			return nil
 		}
@@ -275,13 +279,13 @@ func (c *Coordinator) signalRanks(ctx context.Context, j *coordv1.Job, sig sysca
 // its gc). Without force, a job with checkpoints or running ranks is
 // refused and nothing is touched.
 func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*coordv1.Removed, error) {
-	c.dropRankRound(name, "the job was removed")
-	defer c.lockJob(name)()
-	j, err := c.job(ctx, name)
+	c.ranks.dropRankRound(name, "the job was removed")
+	defer c.locks.lock(name)()
+	j, err := c.rec.job(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	cks, err := c.ckpts(ctx, name)
+	cks, err := c.rec.ckpts(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -302,16 +306,16 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 		}
 	}
 	out := &coordv1.Removed{Job: name, Ranks: len(j.Placement), Ckpts: len(cks)}
-	c.teardown(ctx, j, nil)
+	c.runs.teardown(ctx, j, nil)
 	// Rank images are on their nodes and on replicas: every live node
 	// drops the job's.
 	var ranks []string
 	for r := range j.Placement {
 		ranks = append(ranks, agentv1.RankName(name, r))
 	}
-	if live, err := c.liveNodes(ctx); err == nil {
+	if live, err := c.rec.liveNodes(ctx); err == nil {
 		var mu sync.Mutex
-		err := c.onNodes(ctx, slices.Sorted(maps.Keys(live)), func(_ string, cl Agent) error {
+		err := c.agents.onNodes(ctx, slices.Sorted(maps.Keys(live)), func(_ string, cl Agent) error {
 			d, err := cl.DropImages(ctx, agentv1.DropImages{Containers: ranks})
 			mu.Lock()
 			out.Images += d.Images

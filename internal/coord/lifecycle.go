@@ -22,7 +22,8 @@ import (
 // noteEnded takes node's list of ended rank containers from a heartbeat;
 // the jobs of those that were not in its last list are settled. A
 // coordinator that starts anew settles every job its nodes report.
-func (c *Coordinator) noteEnded(node string, names []string) {
+func (nr *nodeReports) noteEnded(node string, names []string) {
+	c := nr.c
 	cur := make(map[string]bool, len(names))
 	jobs := map[string]bool{}
 	c.mu.Lock()
@@ -48,9 +49,10 @@ func (c *Coordinator) noteEnded(node string, names []string) {
 // exit 0, or, with KillOnBadExit, as soon as one did not (the others are
 // killed). A rank on a dead node, or missing, is for the failure
 // handling, and settles nothing. It waits for whatever holds the job.
-func (c *Coordinator) settle(ctx context.Context, name string) {
-	defer c.lockJob(name)()
-	j, err := c.job(ctx, name)
+func (lc *lifecycle) settle(ctx context.Context, name string) {
+	c := lc.c
+	defer c.locks.lock(name)()
+	j, err := c.rec.job(ctx, name)
 	if err != nil || j.State != coordv1.JobRunning {
 		return
 	}
@@ -77,16 +79,16 @@ func (c *Coordinator) settle(ctx context.Context, name string) {
 	}
 	switch {
 	case running == 0 && len(bad) == 0:
-		c.endJob(ctx, name, coordv1.JobExited, "every rank exited 0")
+		c.life.endJob(ctx, name, coordv1.JobExited, "every rank exited 0")
 	case len(bad) > 0 && running == 0:
-		c.endJob(ctx, name, coordv1.JobFailed, strings.Join(bad, "; "))
+		c.life.endJob(ctx, name, coordv1.JobFailed, strings.Join(bad, "; "))
 	case len(bad) > 0 && j.KillOnBadExit:
 		reason := strings.Join(bad, "; ") + fmt.Sprintf("; the other %d ranks killed (--kill-on-bad-exit)", running)
-		if err := c.signalRanks(ctx, j, syscall.SIGKILL); err != nil {
+		if err := c.runs.signalRanks(ctx, j, syscall.SIGKILL); err != nil {
 			c.log.Warn("kill on bad exit", "job", name, "err", err)
 			reason += ": " + err.Error()
 		}
-		c.endJob(ctx, name, coordv1.JobFailed, reason)
+		c.life.endJob(ctx, name, coordv1.JobFailed, reason)
 	}
 }
 
@@ -104,8 +106,9 @@ func rankEnd(rs coordv1.Rank) string {
 
 // endJob records that job ended in state (exited or failed) for reason,
 // and publishes it. The caller holds the job's lock.
-func (c *Coordinator) endJob(ctx context.Context, name, state, reason string) {
-	_, err := c.updateJob(ctx, name, func(j *coordv1.Job) error {
+func (lc *lifecycle) endJob(ctx context.Context, name, state, reason string) {
+	c := lc.c
+	_, err := c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 		j.State, j.Reason = state, reason
 		return nil
 	})
@@ -126,12 +129,13 @@ func (c *Coordinator) endJob(ctx context.Context, name, state, reason string) {
 // job.restart_failed says so (and counts it), so that an operator, a
 // hook and the job-down alert learn of it. A coordinator that is
 // stopping gives up nothing.
-func (c *Coordinator) restartGaveUp(ctx context.Context, name, reason string) {
+func (lc *lifecycle) restartGaveUp(ctx context.Context, name, reason string) {
+	c := lc.c
 	if ctx.Err() != nil {
 		return
 	}
-	defer c.lockJob(name)()
-	_, uerr := c.updateJob(ctx, name, func(j *coordv1.Job) error {
+	defer c.locks.lock(name)()
+	_, uerr := c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 		switch j.State {
 		case coordv1.JobRunning, coordv1.JobRestarting, coordv1.JobFailed:
 			j.State, j.Reason = coordv1.JobFailed, reason

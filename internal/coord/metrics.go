@@ -14,7 +14,8 @@ import (
 // history from before the coordinator started (an earlier coordinator's
 // events), which sets the gauges of every job's newest checkpoints and
 // counts nothing.
-func (c *Coordinator) feedMetrics(ctx context.Context, past []evv1.Event) {
+func (mf *metricsFeed) feedMetrics(ctx context.Context, past []evv1.Event) {
+	c := mf.c
 	m := c.opts.Metrics
 	var last uint64
 	newest := map[string]int{} // by job, its newest durable checkpoint in the history
@@ -38,7 +39,7 @@ func (c *Coordinator) feedMetrics(ctx context.Context, past []evv1.Event) {
 			if !ok {
 				break
 			}
-			c.observe(ctx, e)
+			c.feed.observe(ctx, e)
 			last = e.Seq
 		}
 		lagged := sub.Lagged()
@@ -51,7 +52,8 @@ func (c *Coordinator) feedMetrics(ctx context.Context, past []evv1.Event) {
 }
 
 // observe hands the metrics one live event, and the record it stands for.
-func (c *Coordinator) observe(ctx context.Context, e evv1.Event) {
+func (mf *metricsFeed) observe(ctx context.Context, e evv1.Event) {
+	c := mf.c
 	m := c.opts.Metrics
 	m.Event(e, true)
 	switch e.Type {

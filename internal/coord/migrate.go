@@ -20,13 +20,13 @@ func migKey(job string, seq int) string { return fmt.Sprintf("migrations/%s/%08d
 
 // migrationHold is how long agents keep ranks stalled for a migration
 // before they give up on the coordinator.
-func (c *Coordinator) migrationHold() time.Duration { return c.opts.Hold + time.Minute }
+func (mg *migrations) migrationHold() time.Duration { return mg.c.opts.Hold + time.Minute }
 
 // memoryWait is how long an agent may wait for the memory of a lazily
 // restored rank before it dumps it (agentv1.Prepare.MemoryWait): within
 // the prepare deadline, so that a rank whose memory does not arrive in
 // time fails the round for that reason rather than by the deadline.
-func (c *Coordinator) memoryWait() time.Duration { return c.opts.Deadline * 3 / 4 }
+func (mg *migrations) memoryWait() time.Duration { return mg.c.opts.Deadline * 3 / 4 }
 
 // Migrate moves one rank of a running job to another node while the rest
 // of the job waits (machine.Migration): the others are stalled and the
@@ -39,12 +39,13 @@ func (c *Coordinator) memoryWait() time.Duration { return c.opts.Deadline * 3 / 
 // runs again where it was. to may be empty: a spare, else the least
 // loaded node.
 func (c *Coordinator) Migrate(ctx context.Context, name string, rank int, to string) (*coordv1.Migration, error) {
-	defer c.lockJob(name)()
-	return c.migrate(ctx, name, rank, to)
+	defer c.locks.lock(name)()
+	return c.migs.migrate(ctx, name, rank, to)
 }
 
-func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to string) (*coordv1.Migration, error) {
-	j, err := c.job(ctx, name)
+func (mg *migrations) migrate(ctx context.Context, name string, rank int, to string) (*coordv1.Migration, error) {
+	c := mg.c
+	j, err := c.rec.job(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +56,7 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		return nil, apiErr(agentv1.CodeBadRequest, "job %s has no rank %d", name, rank)
 	}
 	from := j.Placement[rank]
-	live, err := c.liveNodes(ctx)
+	live, err := c.rec.liveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +66,7 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		}
 	}
 	if to == "" {
-		if to, err = c.migrationTarget(ctx, j, from); err != nil {
+		if to, err = c.migs.migrationTarget(ctx, j, from); err != nil {
 			return nil, err
 		}
 	}
@@ -76,7 +77,7 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 		return nil, apiErr(coordv1.CodeNodeDead, "node %s is not a live node of the cluster", to)
 	}
 	var seq int
-	if j, err = c.updateJob(ctx, name, func(j *coordv1.Job) error {
+	if j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 		seq = j.NextCkpt
 		j.NextCkpt++
 		return nil
@@ -89,22 +90,23 @@ func (c *Coordinator) migrate(ctx context.Context, name string, rank int, to str
 	}
 	c.log.Info("migration started", "job", name, "rank", rank, "node", from, "peer", to, "ckpt", seq)
 	c.publish(evv1.Event{Type: evv1.MigrationStarted, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to})
-	return c.runMigration(ctx, j, m, machine.MigrationConfig{Job: name, Rank: rank, From: from, To: to, Placement: j.Placement})
+	return c.migs.runMigration(ctx, j, m, machine.MigrationConfig{Job: name, Rank: rank, From: from, To: to, Placement: j.Placement})
 }
 
 // runMigration runs the migration m of j, as cfg describes it, to its
 // end, and returns its record.
-func (c *Coordinator) runMigration(ctx context.Context, j *coordv1.Job, m *coordv1.Migration, cfg machine.MigrationConfig) (*coordv1.Migration, error) {
+func (mg *migrations) runMigration(ctx context.Context, j *coordv1.Job, m *coordv1.Migration, cfg machine.MigrationConfig) (*coordv1.Migration, error) {
+	c := mg.c
 	mm, err := machine.NewMigration(cfg)
 	if err != nil {
 		return nil, err
 	}
 	log := c.log.With("job", m.Job, "rank", m.Rank, "ckpt", m.Seq)
-	x, err := c.newJobRun(ctx, j, log)
+	x, err := c.runs.newJobRun(ctx, j, log)
 	if err != nil {
 		return nil, err
 	}
-	x.ckpt, x.placement, x.hold = m.Seq, cfg.Placement, c.migrationHold()
+	x.ckpt, x.placement, x.hold = m.Seq, cfg.Placement, c.migs.migrationHold()
 	start := time.Now()
 	damaged := ""
 	ev := func(typ, node, peer string) evv1.Event {
@@ -143,7 +145,7 @@ func (c *Coordinator) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 			if p.Phase == machine.PhaseUnplaced {
 				on, was, step = m.From, m.To, -1
 			}
-			_, err := c.updateJob(ctx, m.Job, func(jj *coordv1.Job) error {
+			_, err := c.rec.updateJob(ctx, m.Job, func(jj *coordv1.Job) error {
 				if jj.Placement[m.Rank] != was && jj.Placement[m.Rank] != on {
 					return fmt.Errorf("rank %d of %s is on %s, neither %s nor %s", m.Rank, m.Job, jj.Placement[m.Rank], was, on)
 				}
@@ -205,8 +207,9 @@ func (c *Coordinator) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 // migrationTarget picks where a rank goes when the caller does not say:
 // a live spare, else the least loaded live node that is not drained, never
 // the rank's own node.
-func (c *Coordinator) migrationTarget(ctx context.Context, j *coordv1.Job, from string) (string, error) {
-	cands, err := c.candidates(ctx, nil, true)
+func (mg *migrations) migrationTarget(ctx context.Context, j *coordv1.Job, from string) (string, error) {
+	c := mg.c
+	cands, err := c.rec.candidates(ctx, nil, true)
 	if err != nil {
 		return "", err
 	}
@@ -228,7 +231,7 @@ func (c *Coordinator) migrationTarget(ctx context.Context, j *coordv1.Job, from 
 
 // Migrations lists a job's migrations, oldest first.
 func (c *Coordinator) Migrations(ctx context.Context, job string) ([]coordv1.Migration, error) {
-	if _, err := c.job(ctx, job); err != nil {
+	if _, err := c.rec.job(ctx, job); err != nil {
 		return nil, err
 	}
 	return listBySeq(ctx, c, migPrefix(job), func(m coordv1.Migration) int { return m.Seq })
@@ -290,7 +293,8 @@ func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*co
 // commit point had passed) is finished; any other is undone, as a failure
 // before the commit point would have been. Agents would end their holds
 // by themselves; this spares the job the wait.
-func (c *Coordinator) recoverMigrations(ctx context.Context) {
+func (mg *migrations) recoverMigrations(ctx context.Context) {
+	c := mg.c
 	jobs, err := c.Jobs(ctx)
 	if err != nil {
 		c.log.Warn("recover migrations", "err", err)
@@ -305,18 +309,19 @@ func (c *Coordinator) recoverMigrations(ctx context.Context) {
 			if m.State != coordv1.MigrationRunning {
 				continue
 			}
-			c.recoverMigration(ctx, &m)
+			c.migs.recoverMigration(ctx, &m)
 		}
 	}
 }
 
-func (c *Coordinator) recoverMigration(ctx context.Context, m *coordv1.Migration) {
-	defer c.lockJob(m.Job)()
-	j, err := c.job(ctx, m.Job)
+func (mg *migrations) recoverMigration(ctx context.Context, m *coordv1.Migration) {
+	c := mg.c
+	defer c.locks.lock(m.Job)()
+	j, err := c.rec.job(ctx, m.Job)
 	if err != nil || m.Rank >= len(j.Placement) {
 		return
 	}
-	live, err := c.liveNodes(ctx)
+	live, err := c.rec.liveNodes(ctx)
 	if err != nil {
 		return
 	}
@@ -325,7 +330,7 @@ func (c *Coordinator) recoverMigration(ctx context.Context, m *coordv1.Migration
 		Recover: true, Placed: j.Placement[m.Rank] == m.To, FromLost: !fromAlive}
 	cfg.Placement[m.Rank] = m.From // the placement before the move
 	c.log.Info("finishing a migration an earlier coordinator left", "job", m.Job, "rank", m.Rank, "ckpt", m.Seq, "placed", cfg.Placed)
-	if _, err := c.runMigration(ctx, j, m, cfg); err != nil {
+	if _, err := c.migs.runMigration(ctx, j, m, cfg); err != nil {
 		c.log.Warn("finishing a migration", "job", m.Job, "rank", m.Rank, "ckpt", m.Seq, "err", err)
 	}
 }

@@ -14,7 +14,8 @@ import (
 // Placement: where a job's ranks go, and the job's network.
 
 // liveNodes returns the live nodes by name.
-func (c *Coordinator) liveNodes(ctx context.Context) (map[string]coordv1.Node, error) {
+func (rc *records) liveNodes(ctx context.Context) (map[string]coordv1.Node, error) {
+	c := rc.c
 	nodes, err := c.Nodes(ctx)
 	if err != nil {
 		return nil, err
@@ -80,8 +81,9 @@ func place(n, perNode int, cands []coordv1.Node, prefer []string) ([]string, err
 // candidates returns the live nodes among names (all live nodes if none,
 // spares only if withSpares), sorted by name; a named node that is not
 // alive is an error.
-func (c *Coordinator) candidates(ctx context.Context, names []string, withSpares bool) ([]coordv1.Node, error) {
-	live, err := c.liveNodes(ctx)
+func (rc *records) candidates(ctx context.Context, names []string, withSpares bool) ([]coordv1.Node, error) {
+	c := rc.c
+	live, err := c.rec.liveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -116,9 +118,10 @@ const MaxRanks = 10000
 // for ranks addresses beside the network's, the first host's (kept free)
 // and the broadcast address: a /24, or a larger block of /24s (aligned on
 // its size) for a job of more than 253 ranks.
-func (c *Coordinator) allocNet(ctx context.Context, ranks int) (uint32, netip.Prefix, error) {
+func (rc *records) allocNet(ctx context.Context, ranks int) (uint32, netip.Prefix, error) {
+	c := rc.c
 	var vni uint32
-	if err := c.advance(ctx, "counters/vni", &vni, func() { vni++ }, func() { vni = 1 }); err != nil {
+	if err := c.rec.advance(ctx, "counters/vni", &vni, func() { vni++ }, func() { vni = 1 }); err != nil {
 		return 0, netip.Prefix{}, err
 	}
 	bits := 24
@@ -138,7 +141,7 @@ func (c *Coordinator) allocNet(ctx context.Context, ranks int) (uint32, netip.Pr
 		start = (used + blocks - 1) / blocks * blocks
 		used = start + blocks
 	}
-	if err := c.advance(ctx, "counters/subnet", &used, take, func() { used = vni - 1; take() }); err != nil {
+	if err := c.rec.advance(ctx, "counters/subnet", &used, take, func() { used = vni - 1; take() }); err != nil {
 		return 0, netip.Prefix{}, err
 	}
 	idx := start % (uint32(1) << (24 - base.Bits()))
@@ -164,14 +167,15 @@ func jobNet(j *coordv1.Job, node string, underlays map[string]string) agentv1.Jo
 // value read into v, and the result is written back atomically. A counter
 // that does not exist yet is made with first's value; one another
 // coordinator made meanwhile is advanced instead.
-func (c *Coordinator) advance(ctx context.Context, key string, v any, next, first func()) error {
+func (rc *records) advance(ctx context.Context, key string, v any, next, first func()) error {
+	c := rc.c
 	err := c.cat.Update(ctx, key, v, func() error { next(); return nil })
 	if !errors.Is(err, catalog.ErrNotFound) {
 		return err
 	}
 	first()
 	if err = c.cat.Create(ctx, key, v); errors.Is(err, catalog.ErrExists) {
-		return c.advance(ctx, key, v, next, first)
+		return c.rec.advance(ctx, key, v, next, first)
 	}
 	return err
 }

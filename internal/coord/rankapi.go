@@ -26,8 +26,9 @@ const (
 
 // rankJob returns the job of a rank's request, checking that node holds
 // the rank.
-func (c *Coordinator) rankJob(ctx context.Context, node string, req coordv1.RankRequest) (*coordv1.Job, error) {
-	j, err := c.job(ctx, req.Job)
+func (ra *rankAPI) rankJob(ctx context.Context, node string, req coordv1.RankRequest) (*coordv1.Job, error) {
+	c := ra.c
+	j, err := c.rec.job(ctx, req.Job)
 	if err != nil {
 		return nil, err
 	}
@@ -41,11 +42,11 @@ func (c *Coordinator) rankJob(ctx context.Context, node string, req coordv1.Rank
 // ranks, on node, asked for, and with Stop then kills the job's ranks
 // (the job and its checkpoints stay: cairn restart brings it back).
 func (c *Coordinator) RankCheckpoint(ctx context.Context, node string, req coordv1.RankRequest) (*coordv1.Ckpt, error) {
-	if _, err := c.rankJob(ctx, node, req); err != nil {
+	if _, err := c.ranks.rankJob(ctx, node, req); err != nil {
 		return nil, err
 	}
 	c.log.Info("a rank asks for a checkpoint of its job", "job", req.Job, "rank", req.Rank, "stop", req.Stop)
-	ck, err := c.rankCheckpoint(ctx, req.Job)
+	ck, err := c.ranks.rankCheckpoint(ctx, req.Job)
 	if err != nil || !req.Stop {
 		return ck, err
 	}
@@ -69,7 +70,8 @@ type rankRound struct {
 // dropRankRound makes the round ranks of job asked for, if one waits to
 // start, end without running, for why: a kill or rm of the job does not
 // wait for it.
-func (c *Coordinator) dropRankRound(job, why string) {
+func (ra *rankAPI) dropRankRound(job, why string) {
+	c := ra.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r := c.rankRounds[job]; r != nil {
@@ -84,7 +86,8 @@ func (c *Coordinator) dropRankRound(job, why string) {
 // began before the ask, and does not count for it). A kill or rm drops a
 // round that waits (dropRankRound): it waits only for the one that runs.
 // The round is not cancelled with the first asker's request.
-func (c *Coordinator) rankCheckpoint(ctx context.Context, job string) (*coordv1.Ckpt, error) {
+func (ra *rankAPI) rankCheckpoint(ctx context.Context, job string) (*coordv1.Ckpt, error) {
+	c := ra.c
 	c.mu.Lock()
 	r := c.rankRounds[job]
 	if r != nil {
@@ -99,7 +102,7 @@ func (c *Coordinator) rankCheckpoint(ctx context.Context, job string) (*coordv1.
 	r = &rankRound{done: make(chan struct{})}
 	c.rankRounds[job] = r
 	c.mu.Unlock()
-	unlock := c.lockJob(job)
+	unlock := c.locks.lock(job)
 	c.mu.Lock()
 	if c.rankRounds[job] == r {
 		delete(c.rankRounds, job) // started: a later ask waits for the next one
@@ -109,7 +112,7 @@ func (c *Coordinator) rankCheckpoint(ctx context.Context, job string) (*coordv1.
 	if dropped != "" {
 		r.err = apiErr(coordv1.CodeConflict, "the checkpoint of job %s that its ranks asked for did not start: %s", job, dropped)
 	} else {
-		r.ck, r.err = c.checkpointLocked(context.WithoutCancel(ctx), job, false)
+		r.ck, r.err = c.rounds.checkpointLocked(context.WithoutCancel(ctx), job, false)
 	}
 	unlock()
 	close(r.done)
@@ -118,7 +121,7 @@ func (c *Coordinator) rankCheckpoint(ctx context.Context, job string) (*coordv1.
 
 // RankInfo tells a rank, on node, about its job.
 func (c *Coordinator) RankInfo(ctx context.Context, node string, req coordv1.RankRequest) (*coordv1.RankInfo, error) {
-	j, err := c.rankJob(ctx, node, req)
+	j, err := c.ranks.rankJob(ctx, node, req)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +131,7 @@ func (c *Coordinator) RankInfo(ctx context.Context, node string, req coordv1.Ran
 // RankEvent publishes an event of a rank, on node: at most rankEventRate
 // a second for a job.
 func (c *Coordinator) RankEvent(ctx context.Context, node string, req coordv1.RankRequest) error {
-	if _, err := c.rankJob(ctx, node, req); err != nil {
+	if _, err := c.ranks.rankJob(ctx, node, req); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -154,7 +157,8 @@ func jobMode(j *coordv1.Job) string {
 }
 
 // rankRoutes adds the rank API's routes, for agents only.
-func (c *Coordinator) rankRoutes(route func(string, []pki.Role, http.HandlerFunc)) {
+func (ra *rankAPI) rankRoutes(route func(string, []pki.Role, http.HandlerFunc)) {
+	c := ra.c
 	serve := func(fn func(ctx context.Context, node string, req coordv1.RankRequest) (any, error)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			id := r.Context().Value(callerKey{}).(pki.Identity)
@@ -170,13 +174,13 @@ func (c *Coordinator) rankRoutes(route func(string, []pki.Role, http.HandlerFunc
 			reply(w, status, out, err)
 		}
 	}
-	route("POST "+coordv1.PathRankCheckpoint, agents, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
+	route("POST "+coordv1.PathRankCheckpoint, agentsOnly, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
 		return c.RankCheckpoint(ctx, node, req)
 	}))
-	route("POST "+coordv1.PathRankInfo, agents, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
+	route("POST "+coordv1.PathRankInfo, agentsOnly, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
 		return c.RankInfo(ctx, node, req)
 	}))
-	route("POST "+coordv1.PathRankEvent, agents, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
+	route("POST "+coordv1.PathRankEvent, agentsOnly, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
 		return nil, c.RankEvent(ctx, node, req)
 	}))
 }

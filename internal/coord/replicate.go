@@ -96,8 +96,9 @@ func copiesOf(r coordv1.CkptRank) []string {
 // a live holder (the receiver verifies every chunk, and the copy counts
 // only once it is complete). It then marks the checkpoint protected if
 // every rank has its copies, or durable if not.
-func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error {
-	j, err := c.job(ctx, job)
+func (rp *replicator) replicate(ctx context.Context, job string, seq int) error {
+	c := rp.c
+	j, err := c.rec.job(ctx, job)
 	if err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 		return nil
 	}
 	c.hold(ctx, "before-replication")
-	live, err := c.liveNodes(ctx)
+	live, err := c.rec.liveNodes(ctx)
 	if err != nil {
 		return err
 	}
@@ -126,7 +127,7 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 		}
 		var errs []error
 		for _, t := range replicaTargets(have, j.Replicas+1-len(have), liveList) {
-			if err := c.copyImage(ctx, job, seq, r.Rank, have, t, live, j.ReplicationRate); err != nil {
+			if err := c.repl.copyImage(ctx, job, seq, r.Rank, have, t, live, j.ReplicationRate); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -134,15 +135,16 @@ func (c *Coordinator) replicate(ctx context.Context, job string, seq int) error 
 		}
 		return errors.Join(errs...)
 	}, func(r coordv1.CkptRank) string { return fmt.Sprintf("rank %d", r.Rank) })
-	return errors.Join(err, c.updateProtection(ctx, job, seq, j.Replicas))
+	return errors.Join(err, c.repl.updateProtection(ctx, job, seq, j.Replicas))
 }
 
 // copyImage has node fetch a rank's image from all the live holders at
 // once (a holder that fails or serves damage hands its share to the
 // others), and records the copy. A holder whose copy turned out damaged
 // is repaired from the new one.
-func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, holders []string, to string, live map[string]coordv1.Node, rate int64) error {
-	cl, err := c.client(ctx, to)
+func (rp *replicator) copyImage(ctx context.Context, job string, seq, rank int, holders []string, to string, live map[string]coordv1.Node, rate int64) error {
+	c := rp.c
+	cl, err := c.agents.client(ctx, to)
 	if err != nil {
 		return err
 	}
@@ -171,7 +173,7 @@ func (c *Coordinator) copyImage(ctx context.Context, job string, seq, rank int, 
 		return nil
 	})
 	for _, bad := range damaged {
-		_ = c.repairCopy(ctx, job, seq, rank, bad, []string{to}, live, true)
+		_ = c.repl.repairCopy(ctx, job, seq, rank, bad, []string{to}, live, true)
 	}
 	return err
 }
@@ -223,8 +225,9 @@ func isCorrupt(err error) bool { return hasCode(err, agentv1.CodeCorrupt) }
 // again, from one of the other holders, whatever of it is damaged (in the
 // background, unless a restart waits for it). It returns nil once node's
 // copy is intact.
-func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int, node string, others []string, live map[string]coordv1.Node, background bool) error {
-	cl, err := c.client(ctx, node)
+func (rp *replicator) repairCopy(ctx context.Context, job string, seq, rank int, node string, others []string, live map[string]coordv1.Node, background bool) error {
+	c := rp.c
+	cl, err := c.agents.client(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -254,8 +257,9 @@ func (c *Coordinator) repairCopy(ctx context.Context, job string, seq, rank int,
 
 // updateProtection sets a durable checkpoint protected when every rank has
 // 1+k copies on live nodes, and a protected one back to durable when not.
-func (c *Coordinator) updateProtection(ctx context.Context, job string, seq, k int) error {
-	live, err := c.liveNodes(ctx)
+func (rp *replicator) updateProtection(ctx context.Context, job string, seq, k int) error {
+	c := rp.c
+	live, err := c.rec.liveNodes(ctx)
 	if err != nil {
 		return err
 	}
@@ -290,13 +294,14 @@ func isDamaged(err error) bool { return hasCode(err, agentv1.CodeDamaged) }
 
 // repair re-creates the copies that dead nodes took with them, for every
 // durable checkpoint of every job.
-func (c *Coordinator) repair(ctx context.Context) {
+func (rp *replicator) repair(ctx context.Context) {
+	c := rp.c
 	jobs, err := c.Jobs(ctx)
 	if err != nil {
 		return
 	}
 	for _, j := range jobs {
-		cks, err := c.ckpts(ctx, j.Name)
+		cks, err := c.rec.ckpts(ctx, j.Name)
 		if err != nil {
 			continue
 		}
@@ -304,7 +309,7 @@ func (c *Coordinator) repair(ctx context.Context) {
 			if ck.State != coordv1.CkptDurable && ck.State != coordv1.CkptProtected {
 				continue
 			}
-			if err := c.replicate(ctx, j.Name, ck.Seq); err != nil && ctx.Err() == nil {
+			if err := c.repl.replicate(ctx, j.Name, ck.Seq); err != nil && ctx.Err() == nil {
 				c.log.Warn("repair incomplete", "job", j.Name, "ckpt", ck.Seq, "err", err)
 			}
 		}

@@ -12,7 +12,7 @@ import (
 // Report is a job's overhead model so far, its replication, interval and
 // restart odds (coordv1.Report; docs/planning.md).
 func (c *Coordinator) Report(ctx context.Context, name string) (*coordv1.Report, error) {
-	f, err := c.reportFacts(ctx, name)
+	f, err := c.intervals.reportFacts(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ func restorable(cks []coordv1.Ckpt, from int, live map[string]coordv1.Node) (*co
 // in parallel; once every rank is restored, all are resumed together
 // (machine.Restart). Ranks keep their addresses wherever they land.
 func (c *Coordinator) Restart(ctx context.Context, name string, req coordv1.Restart) (*coordv1.Job, error) {
-	return c.restart(ctx, name, req, restartAsked)
+	return c.runs.restart(ctx, name, req, restartAsked)
 }
 
 // Why a restart runs.
@@ -66,14 +66,15 @@ const (
 	restartRecovered                     // an earlier coordinator died during it
 )
 
-func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Restart, cause restartCause) (*coordv1.Job, error) {
-	defer c.lockJob(name)()
+func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart, cause restartCause) (*coordv1.Job, error) {
+	c := jr.c
+	defer c.locks.lock(name)()
 	start := time.Now()
-	j, err := c.job(ctx, name)
+	j, err := c.rec.job(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	live, err := c.liveNodes(ctx)
+	live, err := c.rec.liveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Rest
 	if cause == restartRecovered && j.State != coordv1.JobRestarting {
 		return j, nil // finished meanwhile
 	}
-	cks, err := c.ckpts(ctx, name)
+	cks, err := c.rec.ckpts(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +106,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Rest
 		// Every rank was restored: resume them, if they are all there.
 		cfg.Recover, cfg.Placement, cfg.Leftover = machine.PhaseResuming, j.Placement, liveLeftover(j.Leftover, nil, live)
 	} else {
-		cands, err := c.candidates(ctx, req.Nodes, true) // restarts may use spares: that is what they are for
+		cands, err := c.rec.candidates(ctx, req.Nodes, true) // restarts may use spares: that is what they are for
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +114,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Rest
 			return nil, err
 		}
 		if len(req.Placement) > 0 {
-			if _, err := c.candidates(ctx, req.Placement, true); err != nil {
+			if _, err := c.rec.candidates(ctx, req.Placement, true); err != nil {
 				return nil, err
 			}
 		}
@@ -132,7 +133,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Rest
 	}
 	log := c.log.With("job", name, "ckpt", ck.Seq)
 	c.publish(evv1.Event{Type: evv1.JobRestarting, Job: name, Ckpt: ck.Seq, Message: "onto " + strings.Join(cfg.Placement, ",")})
-	x, err := c.newJobRun(ctx, j, log)
+	x, err := c.runs.newJobRun(ctx, j, log)
 	if err != nil {
 		return nil, err
 	}
@@ -141,15 +142,15 @@ func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Rest
 		var err error
 		switch p.Phase {
 		case machine.PhaseRestoring:
-			j, err = c.updateJob(ctx, name, func(j *coordv1.Job) error {
+			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 				j.Placement, j.State, j.Reason = cfg.Placement, coordv1.JobRestarting, ""
 				j.RestartFrom, j.RestartPhase, j.Leftover = ck.Seq, p.Phase, cfg.Leftover
 				return nil
 			})
 		case machine.PhaseResuming:
-			j, err = c.updateJob(ctx, name, func(j *coordv1.Job) error { j.RestartPhase = p.Phase; return nil })
+			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error { j.RestartPhase = p.Phase; return nil })
 		case machine.PhaseRunning:
-			j, err = c.updateJob(ctx, name, func(j *coordv1.Job) error {
+			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 				j.State, j.Restarts, j.RestoredFrom = coordv1.JobRunning, j.Restarts+1, ck.Seq
 				j.RestartFrom, j.RestartPhase, j.Leftover = 0, "", nil
 				return nil
@@ -160,7 +161,7 @@ func (c *Coordinator) restart(ctx context.Context, name string, req coordv1.Rest
 				c.publish(evv1.Event{Type: evv1.JobRestarted, Job: name, Ckpt: ck.Seq, Duration: time.Since(start), Message: "on " + strings.Join(cfg.Placement, ",")})
 			}
 		case machine.PhaseFailed:
-			j, err = c.updateJob(ctx, name, func(j *coordv1.Job) error {
+			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 				j.State, j.Reason = coordv1.JobFailed, p.Reason
 				j.RestartFrom, j.RestartPhase, j.Leftover = 0, "", nil
 				return nil
@@ -248,7 +249,8 @@ func nodesOf(names []string) []string {
 // same nodes if they are all alive. Its nodes may not have joined this
 // coordinator yet: the policy tries a failed attempt again a node lease
 // later, five times.
-func (c *Coordinator) recoverRestarts(ctx context.Context) {
+func (jr *jobRuns) recoverRestarts(ctx context.Context) {
+	c := jr.c
 	jobs, err := c.Jobs(ctx)
 	if err != nil {
 		c.log.Warn("recover restarts", "err", err)

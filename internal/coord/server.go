@@ -26,9 +26,9 @@ type callerKey struct{}
 
 // Who may call a route.
 var (
-	anyone  = []pki.Role{pki.Agent, pki.Client, pki.Coordinator}
-	agents  = []pki.Role{pki.Agent}
-	clients = []pki.Role{pki.Client, pki.Coordinator}
+	anyone     = []pki.Role{pki.Agent, pki.Client, pki.Coordinator}
+	agentsOnly = []pki.Role{pki.Agent}
+	clients    = []pki.Role{pki.Client, pki.Coordinator}
 )
 
 // handler returns the coordinator API (api/coord/v1) and its metrics:
@@ -56,8 +56,8 @@ func (c *Coordinator) handler() http.Handler {
 	route("GET "+coordv1.PathHealth, anyone, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, coordv1.Health{Cluster: c.creds.ClusterID, Version: "v1", Etcd: c.opts.EtcdDesc})
 	})
-	route("POST "+coordv1.PathJoin, agents, c.serveJoin)
-	route("POST "+coordv1.PathHeartbeat, agents, c.serveHeartbeat)
+	route("POST "+coordv1.PathJoin, agentsOnly, c.serveJoin)
+	route("POST "+coordv1.PathHeartbeat, agentsOnly, c.serveHeartbeat)
 	route("GET "+coordv1.PathEvents, clients, c.serveEvents)
 	route("GET "+coordv1.PathNodes, clients, func(w http.ResponseWriter, r *http.Request) {
 		nodes, err := c.Nodes(r.Context())
@@ -165,7 +165,7 @@ func (c *Coordinator) handler() http.Handler {
 		scrape = metrics.Handler(c.opts.Metrics)
 		route("GET "+metrics.Path, clients, scrape.ServeHTTP)
 	}
-	c.rankRoutes(route)
+	c.ranks.rankRoutes(route)
 	ui := dashboard.New(dashboard.Config{Source: c, Events: c.opts.Events, Cluster: c.creds.ClusterID, WriteTimeout: c.opts.WriteTimeout, Logger: c.log})
 	route("GET "+dashboard.Prefix, clients, ui.ServeHTTP) // read-only; docs/cluster.md, "Dashboard"
 	// Anything else, including a known path with another method.
@@ -233,7 +233,7 @@ func (c *Coordinator) serveHeartbeat(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("agent %s may not speak for node %s", id.Name, hb.Name))
 		return
 	}
-	reply(w, http.StatusOK, coordv1.HeartbeatReply{Term: c.termString()}, c.Heartbeat(r.Context(), hb))
+	reply(w, http.StatusOK, coordv1.HeartbeatReply{Term: c.fence.termString()}, c.Heartbeat(r.Context(), hb))
 }
 
 // Join records a node that joins the cluster (again) and registers it
@@ -254,25 +254,25 @@ func (c *Coordinator) Join(ctx context.Context, j coordv1.Join) (*coordv1.JoinRe
 	if err := c.cat.Put(ctx, nodeKey(j.Name), &n); err != nil {
 		return nil, err
 	}
-	c.forgetClient(j.Name)
-	if err := c.register(ctx, j.Name); err != nil {
+	c.agents.forget(j.Name)
+	if err := c.nodes.register(ctx, j.Name); err != nil {
 		return nil, err
 	}
 	c.log.Info("node joined", "node", j.Name, "addr", j.Addr)
 	c.publish(evv1.Event{Type: evv1.NodeJoined, Node: j.Name, Message: j.Addr})
-	return &coordv1.JoinReply{Heartbeat: c.opts.NodeTTL / 4, TTL: c.opts.NodeTTL, Term: c.termString()}, nil
+	return &coordv1.JoinReply{Heartbeat: c.opts.NodeTTL / 4, TTL: c.opts.NodeTTL, Term: c.fence.termString()}, nil
 }
 
 // Heartbeat keeps a node alive and takes its health and quarantine
 // reports. A node the catalog does not know gets a not-found error: it
 // must join again.
 func (c *Coordinator) Heartbeat(ctx context.Context, hb coordv1.Heartbeat) error {
-	if err := c.heartbeat(ctx, hb.Name); err != nil {
+	if err := c.nodes.heartbeat(ctx, hb.Name); err != nil {
 		return err
 	}
-	c.noteHealth(ctx, hb.Name, hb.Health)
-	c.noteQuarantine(ctx, hb.Name, hb.Quarantined)
-	c.noteEnded(hb.Name, hb.Ended)
+	c.nodes.noteHealth(ctx, hb.Name, hb.Health)
+	c.nodes.noteQuarantine(ctx, hb.Name, hb.Quarantined)
+	c.nodes.noteEnded(hb.Name, hb.Ended)
 	return nil
 }
 

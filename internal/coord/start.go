@@ -22,7 +22,8 @@ import (
 // startJob runs the start of j, which the catalog holds as starting, to
 // its end (machine.JobStart); recover says that an earlier coordinator
 // died during it.
-func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool) (machine.Done, error) {
+func (jr *jobRuns) startJob(ctx context.Context, j *coordv1.Job, recover bool) (machine.Done, error) {
+	c := jr.c
 	m, err := machine.NewStart(machine.StartConfig{Job: j.Name, Placement: j.Placement, Recover: recover})
 	if err != nil {
 		return machine.Done{}, err
@@ -35,7 +36,7 @@ func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool
 	if err != nil {
 		return machine.Done{}, err
 	}
-	x, err := c.newJobRun(ctx, j, c.log.With("job", j.Name))
+	x, err := c.runs.newJobRun(ctx, j, c.log.With("job", j.Name))
 	if err != nil {
 		return machine.Done{}, err
 	}
@@ -60,7 +61,7 @@ func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool
 	x.persist = func(ctx context.Context, p machine.Persist) error {
 		switch p.Phase {
 		case machine.PhaseRunning:
-			return c.markStarted(ctx, j)
+			return c.runs.markStarted(ctx, j)
 		case machine.PhaseRemoved:
 			return c.cat.Delete(ctx, jobKey(j.Name))
 		}
@@ -70,8 +71,9 @@ func (c *Coordinator) startJob(ctx context.Context, j *coordv1.Job, recover bool
 }
 
 // markStarted records a job whose every rank runs as running.
-func (c *Coordinator) markStarted(ctx context.Context, j *coordv1.Job) error {
-	if _, err := c.updateJob(ctx, j.Name, func(j *coordv1.Job) error { j.State = coordv1.JobRunning; return nil }); err != nil {
+func (jr *jobRuns) markStarted(ctx context.Context, j *coordv1.Job) error {
+	c := jr.c
+	if _, err := c.rec.updateJob(ctx, j.Name, func(j *coordv1.Job) error { j.State = coordv1.JobRunning; return nil }); err != nil {
 		return err
 	}
 	c.sup.observe(policy.Started{Job: j.Name})
@@ -85,7 +87,8 @@ func (c *Coordinator) markStarted(ctx context.Context, j *coordv1.Job) error {
 // what it started removed and is started again, as asked (it has no
 // checkpoint to lose). Its nodes may not have joined this coordinator
 // yet: five attempts, a node lease apart; then the job is failed.
-func (c *Coordinator) recoverStarts(ctx context.Context) {
+func (jr *jobRuns) recoverStarts(ctx context.Context) {
+	c := jr.c
 	jobs, err := c.Jobs(ctx)
 	if err != nil {
 		c.log.Warn("recover job starts", "err", err)
@@ -99,8 +102,8 @@ func (c *Coordinator) recoverStarts(ctx context.Context) {
 		err := retry(ctx, c.opts.NodeTTL, func(attempt int, err error) {
 			c.log.Warn("finishing a job start failed", "job", j.Name, "attempt", attempt, "err", err)
 		}, func() error {
-			defer c.lockJob(j.Name)()
-			done, err := c.startJob(ctx, &j, true)
+			defer c.locks.lock(j.Name)()
+			done, err := c.runs.startJob(ctx, &j, true)
 			if err == nil {
 				err = doneErr(done)
 			}
@@ -110,8 +113,8 @@ func (c *Coordinator) recoverStarts(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			unlock := c.lockJob(j.Name)
-			c.endJob(ctx, j.Name, coordv1.JobFailed, "its start was cut short and could not be finished: "+err.Error())
+			unlock := c.locks.lock(j.Name)
+			c.life.endJob(ctx, j.Name, coordv1.JobFailed, "its start was cut short and could not be finished: "+err.Error())
 			unlock()
 		}
 	}

@@ -160,11 +160,11 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 			c.log.Info("checkpoint", "job", a.Job, "periodic", a.Periodic, "result", err)
 		}
 	case policy.Replicate:
-		if err := c.replicate(ctx, a.Job, a.Seq); err != nil && ctx.Err() == nil {
+		if err := c.repl.replicate(ctx, a.Job, a.Seq); err != nil && ctx.Err() == nil {
 			c.log.Warn("replication incomplete", "job", a.Job, "ckpt", a.Seq, "err", err)
 		}
 	case policy.ReviewInterval:
-		c.reviewInterval(ctx, a.Job)
+		c.intervals.reviewInterval(ctx, a.Job)
 		s.observe(policy.IntervalReviewed{Job: a.Job})
 	case policy.Restart:
 		err := s.restart(ctx, a)
@@ -181,13 +181,13 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 		s.markLost(ctx, a.Job)
 	case policy.MarkFailed:
 		c.log.Warn("a rank of the job is damaged; not restarting it", "job", a.Job, "reason", a.Reason)
-		unlock := c.lockJob(a.Job)
-		c.endJob(ctx, a.Job, coordv1.JobFailed, a.Reason)
+		unlock := c.locks.lock(a.Job)
+		c.life.endJob(ctx, a.Job, coordv1.JobFailed, a.Reason)
 		unlock()
 	case policy.GiveUp:
-		c.restartGaveUp(ctx, a.Job, a.Reason)
+		c.life.restartGaveUp(ctx, a.Job, a.Reason)
 	case policy.Repair:
-		c.repair(ctx)
+		c.repl.repair(ctx)
 	case policy.MoveAway:
 		for _, r := range a.Ranks {
 			c.log.Warn("moving a rank off an unwell node", "job", a.Job, "rank", r, "node", a.Node)
@@ -196,7 +196,7 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 			}
 		}
 	case policy.Settle:
-		c.settle(ctx, a.Job)
+		c.life.settle(ctx, a.Job)
 	}
 }
 
@@ -208,16 +208,16 @@ func (s *supervisor) restart(ctx context.Context, a policy.Restart) error {
 		if a.Attempt == 1 {
 			c.log.Warn("job lost a node; restarting it", "job", a.Job)
 		}
-		_, err := c.restart(ctx, a.Job, coordv1.Restart{}, restartIfLost)
+		_, err := c.runs.restart(ctx, a.Job, coordv1.Restart{}, restartIfLost)
 		return err
 	case policy.CauseDamaged:
 		c.log.Warn("a rank of the job is damaged; restarting the job from its newest checkpoint", "job", a.Job)
-		_, err := c.restart(ctx, a.Job, coordv1.Restart{}, restartAsked)
+		_, err := c.runs.restart(ctx, a.Job, coordv1.Restart{}, restartAsked)
 		return err
 	}
 	// One an earlier coordinator left: from the same checkpoint, onto the
 	// same nodes if they are all alive.
-	j, err := c.job(ctx, a.Job)
+	j, err := c.rec.job(ctx, a.Job)
 	if err != nil {
 		return err
 	}
@@ -225,10 +225,10 @@ func (s *supervisor) restart(ctx context.Context, a policy.Restart) error {
 		c.log.Info("finishing a restart an earlier coordinator left", "job", j.Name, "ckpt", j.RestartFrom, "phase", j.RestartPhase, "placement", j.Placement)
 	}
 	req := coordv1.Restart{From: j.RestartFrom}
-	if live, err := c.liveNodes(ctx); err == nil && allIn(j.Placement, live) {
+	if live, err := c.rec.liveNodes(ctx); err == nil && allIn(j.Placement, live) {
 		req.Placement = j.Placement
 	}
-	_, err = c.restart(ctx, j.Name, req, restartRecovered)
+	_, err = c.runs.restart(ctx, j.Name, req, restartRecovered)
 	return err
 }
 
@@ -236,8 +236,8 @@ func (s *supervisor) restart(ctx context.Context, a policy.Restart) error {
 // not let it restart.
 func (s *supervisor) markLost(ctx context.Context, name string) {
 	c := s.c
-	defer c.lockJob(name)()
-	j, err := c.updateJob(ctx, name, func(j *coordv1.Job) error {
+	defer c.locks.lock(name)()
+	j, err := c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 		if j.State != coordv1.JobRunning {
 			return errSettled
 		}
