@@ -2,11 +2,9 @@ package coord
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -26,26 +24,6 @@ func (c *Coordinator) Checkpoints(ctx context.Context, job string) ([]coordv1.Ck
 	return c.rec.ckpts(ctx, job)
 }
 
-func (rc *records) ckpts(ctx context.Context, job string) ([]coordv1.Ckpt, error) {
-	c := rc.c
-	return listBySeq(ctx, c, ckptPrefix(job), func(ck coordv1.Ckpt) int { return ck.Seq })
-}
-
-// listBySeq reads the records under prefix, ordered by their number.
-func listBySeq[T any](ctx context.Context, c *Coordinator, prefix string, seq func(T) int) ([]T, error) {
-	var out []T
-	_, err := c.cat.List(ctx, prefix, func(_ string, raw []byte) error {
-		var v T
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return err
-		}
-		out = append(out, v)
-		return nil
-	})
-	sort.Slice(out, func(a, b int) bool { return seq(out[a]) < seq(out[b]) })
-	return out, err
-}
-
 // Checkpoint takes a global checkpoint of a running job: one round of the
 // two-phase commit. It returns when the round has ended, durable or
 // aborted (then with an error of code aborted). A periodic round is
@@ -61,6 +39,11 @@ func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool
 	}
 	return c.rounds.checkpointLocked(ctx, name, periodic)
 }
+
+// rounds drives global checkpoints: each round of the two-phase commit
+// (package round decides, roundRun performs), and the rounds an earlier
+// coordinator left.
+type rounds struct{ c *Coordinator }
 
 // checkpointLocked is Checkpoint with the job's lock held.
 func (ro *rounds) checkpointLocked(ctx context.Context, name string, periodic bool) (*coordv1.Ckpt, error) {
@@ -83,13 +66,13 @@ func (ro *rounds) checkpointLocked(ctx context.Context, name string, periodic bo
 	}
 	ck := &coordv1.Ckpt{Job: name, Seq: seq, State: coordv1.CkptPreparing, Created: time.Now().UTC(), Periodic: periodic}
 	for r, node := range j.Placement {
-		ck.Ranks = append(ck.Ranks, coordv1.CkptRank{Rank: r, Node: node, State: "preparing"})
+		ck.Ranks = append(ck.Ranks, coordv1.CkptRank{Rank: r, Node: node, State: round.RankPreparing.String()})
 	}
 	if err := c.cat.Create(ctx, ckptKey(name, seq), ck); err != nil {
 		return nil, err
 	}
 	c.sup.observe(policy.Started{Job: name})
-	return c.rounds.driveRound(ctx, ck, nil)
+	return ro.driveRound(ctx, ck, nil)
 }
 
 // driveRound runs a round to its end (package round decides, roundRun
@@ -120,7 +103,7 @@ func (ro *rounds) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovered *r
 		perform: rr.perform,
 		tick:    round.Tick{},
 		every:   100 * time.Millisecond,
-		inputs:  c.rounds.lostParticipants(wctx, cfg.Participants),
+		inputs:  ro.lostParticipants(wctx, cfg.Participants),
 		log:     rr.log,
 	}, round.Event(round.Start{}))
 	if err != nil {
@@ -349,7 +332,7 @@ func (ro *rounds) setCkptState(ctx context.Context, ck *coordv1.Ckpt, s round.St
 		if decision && cur.State != coordv1.CkptPreparing {
 			return fmt.Errorf("checkpoint %s:%d is %s, not preparing", ck.Job, ck.Seq, cur.State)
 		}
-		cur.State, cur.Reason = s.String(), reason
+		cur.State, cur.Reason = ckptState(s), reason
 		if decision {
 			cur.Decided = time.Now().UTC()
 		}
@@ -392,11 +375,24 @@ func (ro *rounds) recoverRounds(ctx context.Context) {
 			}
 			c.log.Info("recovering an unfinished round", "job", j.Name, "ckpt", ck.Seq, "state", ck.State)
 			unlock := c.locks.lock(j.Name)
-			_, err := c.rounds.driveRound(ctx, &ck, &s)
+			_, err := ro.driveRound(ctx, &ck, &s)
 			unlock()
 			if err != nil {
 				c.log.Info("recovered round", "job", j.Name, "ckpt", ck.Seq, "result", err)
 			}
 		}
 	}
+}
+
+// ckptState is the record's state for a round's.
+func ckptState(s round.State) coordv1.CkptState {
+	switch s {
+	case round.StatePreparing:
+		return coordv1.CkptPreparing
+	case round.StateCommitted:
+		return coordv1.CkptCommitted
+	case round.StateDurable:
+		return coordv1.CkptDurable
+	}
+	return coordv1.CkptAborted
 }

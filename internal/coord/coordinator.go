@@ -3,7 +3,6 @@ package coord
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -101,20 +100,6 @@ type Coordinator struct {
 	feed      *metricsFeed
 	tally     *failureTally
 
-	mu      sync.Mutex
-	members map[string]*catalog.Membership
-	// rankEvents limits each job's rank events.
-	rankEvents map[string]*rate.Limiter
-	// rankRounds are the rounds ranks asked for that wait to start, by
-	// job (rankCheckpoint).
-	rankRounds map[string]*rankRound
-	health     map[string][]string // failing health probes by node, as last heard
-	// quarantined: damaged packs in each node's store, as last heard
-	quarantined map[string][]string
-	// ended: the rank containers each node reported ended, as last heard
-	// (lifecycle.go)
-	ended map[string]map[string]bool
-
 	wg     sync.WaitGroup
 	runCtx context.Context // Start's; background work ends with it
 	// replaced, once a newer coordinator has taken a term, holds it: this
@@ -154,14 +139,12 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 	}
 	c := &Coordinator{
 		cat: cat, creds: creds, log: log, opts: opts,
-		agents:     &agents{cat: cat, dial: opts.Dial, clients: map[string]Agent{}},
-		locks:      jobLocks{held: map[string]*jobMutex{}},
-		members:    map[string]*catalog.Membership{},
-		rankEvents: map[string]*rate.Limiter{}, rankRounds: map[string]*rankRound{},
+		agents: &agents{cat: cat, dial: opts.Dial, clients: map[string]Agent{}},
+		locks:  jobLocks{held: map[string]*jobMutex{}},
 	}
 	c.sup = newSupervisor(c)
-	c.rec, c.nodes, c.repl, c.rounds, c.migs, c.runs = &records{c: c}, &nodeReports{c: c}, &replicator{c: c}, &rounds{c: c}, &migrations{c: c}, &jobRuns{c: c}
-	c.intervals, c.fence, c.life, c.ranks, c.feed, c.tally = &intervals{c: c}, &fence{c: c}, &lifecycle{c: c}, &rankAPI{c: c}, &metricsFeed{c: c}, &failureTally{c: c}
+	c.rec, c.nodes, c.repl, c.rounds, c.migs, c.runs = &records{c: c}, &nodeReports{c: c, members: map[string]*catalog.Membership{}}, &replicator{c: c}, &rounds{c: c}, &migrations{c: c}, &jobRuns{c: c}
+	c.intervals, c.fence, c.life, c.ranks, c.feed, c.tally = &intervals{c: c}, &fence{c: c}, &lifecycle{c: c}, &rankAPI{c: c, events: map[string]*rate.Limiter{}, rounds: map[string]*rankRound{}}, &metricsFeed{c: c}, &failureTally{c: c}
 	if opts.Metrics != nil {
 		opts.Metrics.SetCatalog(c)
 	}
@@ -243,50 +226,6 @@ func (c *Coordinator) publish(e evv1.Event) { c.opts.Events.Publish(e) }
 // Events is the coordinator's event stream.
 func (c *Coordinator) Events() *events.Exchange { return c.opts.Events }
 
-func nodeKey(name string) string         { return "nodes/" + name }
-func jobKey(name string) string          { return "jobs/" + name }
-func ckptPrefix(job string) string       { return "ckpts/" + job + "/" }
-func ckptKey(job string, seq int) string { return fmt.Sprintf("ckpts/%s/%08d", job, seq) }
-
-func (nr *nodeReports) register(ctx context.Context, name string) error {
-	c := nr.c
-	m, err := c.cat.Register(ctx, name, c.opts.NodeTTL)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	old := c.members[name]
-	c.members[name] = m
-	c.mu.Unlock()
-	_ = old // its lease expires by itself; the key now belongs to m
-	return nil
-}
-
-// heartbeat refreshes a node's lease. A node the catalog does not know
-// must join again; a known node whose lease this coordinator does not
-// hold (it restarted) gets a new one.
-func (nr *nodeReports) heartbeat(ctx context.Context, name string) error {
-	c := nr.c
-	var n coordv1.Node
-	if _, err := c.cat.Get(ctx, nodeKey(name), &n); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	m := c.members[name]
-	c.mu.Unlock()
-	if m != nil {
-		err := m.KeepAlive(ctx)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, catalog.ErrLeaseExpired) {
-			return err
-		}
-		c.log.Warn("node came back after its lease expired", "node", name)
-	}
-	return c.nodes.register(ctx, name)
-}
-
 // Nodes lists the nodes with their liveness and load.
 func (c *Coordinator) Nodes(ctx context.Context) ([]coordv1.Node, error) {
 	alive, err := c.cat.Alive(ctx)
@@ -309,25 +248,6 @@ func (c *Coordinator) Nodes(ctx context.Context) ([]coordv1.Node, error) {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, err
-}
-
-// load counts the ranks placed on each node by jobs that are not killed.
-func (rc *records) load(ctx context.Context) (map[string]int, error) {
-	c := rc.c
-	jobs, err := c.Jobs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	load := map[string]int{}
-	for _, j := range jobs {
-		if j.Ended() {
-			continue
-		}
-		for _, n := range j.Placement {
-			load[n]++
-		}
-	}
-	return load, nil
 }
 
 func apiErr(code, format string, args ...any) error {

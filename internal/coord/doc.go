@@ -9,9 +9,15 @@
 // The protocols' decisions are pure state machines (package coord/round
 // for the round, coord/machine for the others); this package performs
 // their actions (drive.go, jobrun.go) and finishes, at start, what a
-// coordinator that died left unfinished (docs/protocols.md). Agents are
-// reached only through the Agent interface: rpc.AgentClient over the wire,
-// or package coord/memagent in memory (tests, benchmarks).
+// coordinator that died left unfinished (docs/protocols.md). No protocol
+// starts another: each reports its outcome to the supervisor
+// (supervise.go), which decides what follows by package coord/policy.
+// Agents are reached only through the Agent interface: rpc.AgentClient
+// over the wire, or package coord/memagent in memory (tests, benchmarks).
+//
+// Coordinator is the API; each concern behind it is a part of its own
+// (records, agents, jobLocks, nodeReports, rounds, jobRuns, migrations,
+// replicator, supervisor, ...), in a file of its own.
 //
 // Catalog layout (keys under catalog's root):
 //

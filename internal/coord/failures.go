@@ -19,6 +19,9 @@ const failuresKey = "counters/failures"
 // much: time nobody watched is not exposure.
 const tallyEvery = time.Minute
 
+// failureTally counts node failures and the node-time watched.
+type failureTally struct{ c *Coordinator }
+
 // watchFailures counts node failures (every node seen lost) and the
 // node-time the coordinator watched, until ctx is done.
 func (ft *failureTally) watchFailures(ctx context.Context) {
@@ -67,12 +70,4 @@ func (ft *failureTally) watchFailures(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// failures is what the catalog holds of the cluster's node failures.
-func (rc *records) failures(ctx context.Context) model.Failures {
-	c := rc.c
-	var f model.Failures
-	_, _ = c.cat.Get(ctx, failuresKey, &f)
-	return f
 }

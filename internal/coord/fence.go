@@ -28,6 +28,9 @@ type termRecord struct {
 	Catalog string `json:"catalog"` // random, made with the first term
 }
 
+// fence takes the coordinator's term and watches for a newer one.
+type fence struct{ c *Coordinator }
+
 // takeTerm gives the coordinator the next term. Without the catalog it
 // keeps none, which agents that have seen a term of the catalog do not
 // take for newer: such a coordinator can do nothing anyway.

@@ -21,6 +21,9 @@ import (
 // than model.Hysteresis is recorded in the job (Job.Interval) and
 // published (job.interval).
 
+// intervals chooses the automatic checkpoint intervals of jobs.
+type intervals struct{ c *Coordinator }
+
 // checkAuto refuses an automatic interval that has no MTBF to go by.
 func (ivs *intervals) checkAuto(ctx context.Context, req coordv1.RunJob) error {
 	c := ivs.c
@@ -45,7 +48,7 @@ func (ivs *intervals) checkAuto(ctx context.Context, req coordv1.RunJob) error {
 // force.
 func (ivs *intervals) reviewInterval(ctx context.Context, name string) *coordv1.Interval {
 	c := ivs.c
-	f, err := c.intervals.reportFacts(ctx, name)
+	f, err := ivs.reportFacts(ctx, name)
 	if err != nil || !f.Job.CheckpointAuto {
 		return nil
 	}

@@ -48,6 +48,10 @@ type jobRun struct {
 	resumedAt time.Time          // when the first resume was sent
 }
 
+// jobRuns drives the protocols that run a whole job on its nodes (start
+// and restart, by package machine), and its kill and teardown.
+type jobRuns struct{ c *Coordinator }
+
 // newJobRun returns a run for j, with the catalog's nodes.
 func (jr *jobRuns) newJobRun(ctx context.Context, j *coordv1.Job, log *slog.Logger) (*jobRun, error) {
 	c := jr.c
@@ -278,20 +282,6 @@ func actionNode(a machine.Action) string {
 		return a.Node
 	}
 	return ""
-}
-
-// allNodes returns every node of the catalog by name, live or not.
-func (rc *records) allNodes(ctx context.Context) (map[string]coordv1.Node, error) {
-	c := rc.c
-	nodes, err := c.Nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]coordv1.Node, len(nodes))
-	for _, n := range nodes {
-		out[n.Name] = n
-	}
-	return out, nil
 }
 
 // underlaysOf maps node names to their underlay addresses.

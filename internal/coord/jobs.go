@@ -44,26 +44,6 @@ func (c *Coordinator) Jobs(ctx context.Context) ([]coordv1.Job, error) {
 	return out, err
 }
 
-func (rc *records) job(ctx context.Context, name string) (*coordv1.Job, error) {
-	c := rc.c
-	var j coordv1.Job
-	if _, err := c.cat.Get(ctx, jobKey(name), &j); err != nil {
-		if errors.Is(err, catalog.ErrNotFound) {
-			return nil, apiErr(agentv1.CodeNotFound, "no job %s", name)
-		}
-		return nil, err
-	}
-	return &j, nil
-}
-
-// updateJob changes a job's record with fn under compare-and-swap.
-func (rc *records) updateJob(ctx context.Context, name string, fn func(*coordv1.Job) error) (*coordv1.Job, error) {
-	c := rc.c
-	var j coordv1.Job
-	err := c.cat.Update(ctx, jobKey(name), &j, func() error { return fn(&j) })
-	return &j, err
-}
-
 // RunJob places and starts a job's ranks.
 func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.Job, error) {
 	if err := validJobName(req.Name); err != nil {
@@ -174,7 +154,7 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStat
 	}
 	st := &coordv1.JobStatus{Job: *j, RankStates: make([]coordv1.Rank, len(j.Placement))}
 	for r, node := range j.Placement {
-		st.RankStates[r] = coordv1.Rank{Rank: r, Node: node, Addr: j.Addrs[r], Status: "unknown"}
+		st.RankStates[r] = coordv1.Rank{Rank: r, Node: node, Addr: j.Addrs[r], Status: coordv1.RankUnknown}
 		if _, ok := live[node]; !ok {
 			st.RankStates[r].Error = "node is not alive"
 		} else {
@@ -189,7 +169,7 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStat
 		in, err := cl.Get(ctx, agentv1.RankName(j.Name, r))
 		switch {
 		case hasCode(err, agentv1.CodeNotFound):
-			rs.Status = "missing"
+			rs.Status = coordv1.RankMissing
 		case err != nil:
 			rs.Error = err.Error()
 		default:
@@ -204,7 +184,7 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStat
 			if rs.ExitCode == nil || *rs.ExitCode != 0 {
 				st.Failed = true
 			}
-		case "missing", "unknown":
+		case coordv1.RankMissing, coordv1.RankUnknown:
 			st.Failed = true
 		default:
 			st.Exited = false
@@ -331,9 +311,7 @@ func (c *Coordinator) RemoveJob(ctx context.Context, name string, force bool) (*
 			return nil, err
 		}
 	}
-	c.mu.Lock()
-	delete(c.rankEvents, name) // its ranks' event limiter
-	c.mu.Unlock()
+	c.ranks.forget(name) // its ranks' event limiter
 	c.log.Info("job removed", "job", name, "ckpts", out.Ckpts, "images", out.Images)
 	return out, c.cat.Delete(ctx, jobKey(name))
 }

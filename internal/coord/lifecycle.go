@@ -16,33 +16,10 @@ import (
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
 	evv1 "cairn/api/events/v1"
-	"cairn/internal/coord/policy"
 )
 
-// noteEnded takes node's list of ended rank containers from a heartbeat;
-// the jobs of those that were not in its last list are settled. A
-// coordinator that starts anew settles every job its nodes report.
-func (nr *nodeReports) noteEnded(node string, names []string) {
-	c := nr.c
-	cur := make(map[string]bool, len(names))
-	jobs := map[string]bool{}
-	c.mu.Lock()
-	if c.ended == nil {
-		c.ended = map[string]map[string]bool{}
-	}
-	prev := c.ended[node]
-	for _, n := range names {
-		cur[n] = true
-		if job, _, ok := agentv1.ParseRankName(n); ok && !prev[n] {
-			jobs[job] = true
-		}
-	}
-	c.ended[node] = cur
-	c.mu.Unlock()
-	for job := range jobs {
-		c.sup.observe(policy.RanksEnded{Job: job})
-	}
-}
+// lifecycle settles how jobs end.
+type lifecycle struct{ c *Coordinator }
 
 // settle sets a running job's state by how its ranks stand: exited once
 // every rank exited 0; failed once every rank has ended and one did not
@@ -71,7 +48,7 @@ func (lc *lifecycle) settle(ctx context.Context, name string) {
 		case agentv1.StatusCheckpointed, agentv1.StatusStopped:
 			return // stopped by cairn, not ended: not the job's end
 		default:
-			if !rs.Alive || rs.Status == "missing" || rs.Status == "unknown" {
+			if !rs.Alive || rs.Status == coordv1.RankMissing || rs.Status == coordv1.RankUnknown {
 				return
 			}
 			running++
@@ -79,16 +56,16 @@ func (lc *lifecycle) settle(ctx context.Context, name string) {
 	}
 	switch {
 	case running == 0 && len(bad) == 0:
-		c.life.endJob(ctx, name, coordv1.JobExited, "every rank exited 0")
+		lc.endJob(ctx, name, coordv1.JobExited, "every rank exited 0")
 	case len(bad) > 0 && running == 0:
-		c.life.endJob(ctx, name, coordv1.JobFailed, strings.Join(bad, "; "))
+		lc.endJob(ctx, name, coordv1.JobFailed, strings.Join(bad, "; "))
 	case len(bad) > 0 && j.KillOnBadExit:
 		reason := strings.Join(bad, "; ") + fmt.Sprintf("; the other %d ranks killed (--kill-on-bad-exit)", running)
 		if err := c.runs.signalRanks(ctx, j, syscall.SIGKILL); err != nil {
 			c.log.Warn("kill on bad exit", "job", name, "err", err)
 			reason += ": " + err.Error()
 		}
-		c.life.endJob(ctx, name, coordv1.JobFailed, reason)
+		lc.endJob(ctx, name, coordv1.JobFailed, reason)
 	}
 }
 
@@ -106,7 +83,7 @@ func rankEnd(rs coordv1.Rank) string {
 
 // endJob records that job ended in state (exited or failed) for reason,
 // and publishes it. The caller holds the job's lock.
-func (lc *lifecycle) endJob(ctx context.Context, name, state, reason string) {
+func (lc *lifecycle) endJob(ctx context.Context, name string, state coordv1.JobState, reason string) {
 	c := lc.c
 	_, err := c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 		j.State, j.Reason = state, reason

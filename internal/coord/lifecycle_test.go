@@ -38,10 +38,10 @@ func TestJobLifecycle(t *testing.T) {
 		}
 		return &st.Job
 	}
-	ended := func(job, state string) *coordv1.Job {
+	ended := func(job string, state coordv1.JobState) *coordv1.Job {
 		t.Helper()
 		var j *coordv1.Job
-		waitFor(t, 10*time.Second, job+" "+state, func() bool {
+		waitFor(t, 10*time.Second, job+" "+string(state), func() bool {
 			j = jobOf(job)
 			return j.State == state
 		})

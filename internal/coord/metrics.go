@@ -8,6 +8,9 @@ import (
 	"cairn/internal/events"
 )
 
+// metricsFeed feeds the coordinator's events and records to its metrics.
+type metricsFeed struct{ c *Coordinator }
+
 // feedMetrics hands Options.Metrics every event of the coordinator's
 // stream after past, with the catalog's record of each durable checkpoint
 // and ended migration, until ctx is done. It first replays past, the
@@ -39,7 +42,7 @@ func (mf *metricsFeed) feedMetrics(ctx context.Context, past []evv1.Event) {
 			if !ok {
 				break
 			}
-			c.feed.observe(ctx, e)
+			mf.observe(ctx, e)
 			last = e.Seq
 		}
 		lagged := sub.Lagged()

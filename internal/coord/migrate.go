@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -17,6 +18,10 @@ import (
 
 func migPrefix(job string) string       { return "migrations/" + job + "/" }
 func migKey(job string, seq int) string { return fmt.Sprintf("migrations/%s/%08d", job, seq) }
+
+// migrations drives live migrations of ranks (machine.Migration), and
+// those an earlier coordinator left.
+type migrations struct{ c *Coordinator }
 
 // migrationHold is how long agents keep ranks stalled for a migration
 // before they give up on the coordinator.
@@ -66,7 +71,7 @@ func (mg *migrations) migrate(ctx context.Context, name string, rank int, to str
 		}
 	}
 	if to == "" {
-		if to, err = c.migs.migrationTarget(ctx, j, from); err != nil {
+		if to, err = mg.migrationTarget(ctx, j, from); err != nil {
 			return nil, err
 		}
 	}
@@ -90,7 +95,7 @@ func (mg *migrations) migrate(ctx context.Context, name string, rank int, to str
 	}
 	c.log.Info("migration started", "job", name, "rank", rank, "node", from, "peer", to, "ckpt", seq)
 	c.publish(evv1.Event{Type: evv1.MigrationStarted, Job: name, Rank: evv1.IntPtr(rank), Ckpt: seq, Node: from, Peer: to})
-	return c.migs.runMigration(ctx, j, m, machine.MigrationConfig{Job: name, Rank: rank, From: from, To: to, Placement: j.Placement})
+	return mg.runMigration(ctx, j, m, machine.MigrationConfig{Job: name, Rank: rank, From: from, To: to, Placement: j.Placement})
 }
 
 // runMigration runs the migration m of j, as cfg describes it, to its
@@ -106,12 +111,9 @@ func (mg *migrations) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 	if err != nil {
 		return nil, err
 	}
-	x.ckpt, x.placement, x.hold = m.Seq, cfg.Placement, c.migs.migrationHold()
+	x.ckpt, x.placement, x.hold = m.Seq, cfg.Placement, mg.migrationHold()
 	start := time.Now()
 	damaged := ""
-	ev := func(typ, node, peer string) evv1.Event {
-		return evv1.Event{Type: typ, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: node, Peer: peer}
-	}
 	x.observe = func(a machine.Action, res machine.Result) {
 		x.mu.Lock()
 		defer x.mu.Unlock()
@@ -122,17 +124,17 @@ func (mg *migrations) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 			}
 			if res.Err == nil {
 				m.Dump, m.MemoryWait = x.prepared.Dump, x.prepared.MemoryWait
-				e := ev(evv1.MigrationStalled, m.From, m.To)
+				e := migrationEvent(m, evv1.MigrationStalled, m.From, m.To)
 				e.Duration, e.Bytes = time.Since(start), x.prepared.Size
 				c.publish(e)
 			}
 		case machine.MoveIn:
 			m.Bytes, m.Move, m.Restore = x.movedIn.Bytes, x.movedIn.Move, x.movedIn.Restore
 			if res.Err == nil {
-				e := ev(evv1.MigrationMoved, m.From, m.To)
+				e := migrationEvent(m, evv1.MigrationMoved, m.From, m.To)
 				e.Duration, e.Bytes = m.Move, m.Bytes
 				c.publish(e)
-				e = ev(evv1.MigrationRestored, m.To, "")
+				e = migrationEvent(m, evv1.MigrationRestored, m.To, "")
 				e.Duration = m.Restore
 				c.publish(e)
 			}
@@ -175,9 +177,24 @@ func (mg *migrations) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 	if err != nil {
 		return m, fmt.Errorf("migrate %s/%d from %s to %s: %w", m.Job, m.Rank, m.From, m.To, err)
 	}
-	if m.State == coordv1.MigrationDone {
+	err = mg.ended(log, m, doneErr(done))
+	x.mu.Lock()
+	// A damaged rank cannot run where it was: the supervisor restarts the
+	// job from its newest checkpoint (once this migration lets go of it).
+	ended := policy.MigrationEnded{Job: m.Job, Rank: m.Rank, Damaged: damaged}
+	x.mu.Unlock()
+	c.sup.observe(ended)
+	return m, err
+}
+
+// ended logs and publishes how migration m ended (failure: why it did not
+// finish, if it did not) and returns its error.
+func (mg *migrations) ended(log *slog.Logger, m *coordv1.Migration, failure error) error {
+	c := mg.c
+	switch m.State {
+	case coordv1.MigrationDone:
 		log.Info("migrated", "node", m.To, "peer", m.From, "stall", m.Stall, "dump", m.Dump, "move", m.Move, "restore", m.Restore, "bytes", m.Bytes)
-		e := ev(evv1.MigrationDone, m.To, m.From)
+		e := migrationEvent(m, evv1.MigrationDone, m.To, m.From)
 		e.Duration, e.Bytes = m.Stall, m.Bytes
 		e.Message = fmt.Sprintf("dump %s, move %s, restore %s, resume %s", m.Dump.Round(time.Millisecond), m.Move.Round(time.Millisecond),
 			m.Restore.Round(time.Millisecond), m.Resume.Round(time.Millisecond))
@@ -186,22 +203,21 @@ func (mg *migrations) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 		}
 		c.publish(e)
 		if m.Reason != "" {
-			return m, fmt.Errorf("migrate %s/%d: resumed with errors: %s", m.Job, m.Rank, m.Reason)
+			return fmt.Errorf("migrate %s/%d: resumed with errors: %s", m.Job, m.Rank, m.Reason)
 		}
-		return m, nil
-	}
-	if m.State == coordv1.MigrationFailed {
+		return nil
+	case coordv1.MigrationFailed:
 		log.Warn("migration failed; the job resumed where it was", "err", m.Reason)
-		e := ev(evv1.MigrationFailed, m.From, m.To)
+		e := migrationEvent(m, evv1.MigrationFailed, m.From, m.To)
 		e.Duration, e.Message = m.Stall, m.Reason
 		c.publish(e)
 	}
-	if damaged != "" {
-		// The rank cannot run on where it was: the job restarts from its
-		// newest checkpoint (once this migration lets go of it).
-		c.sup.observe(policy.MigrationEnded{Job: m.Job, Rank: m.Rank, Damaged: damaged})
-	}
-	return m, fmt.Errorf("migrate %s/%d from %s to %s: %w", m.Job, m.Rank, m.From, m.To, doneErr(done))
+	return fmt.Errorf("migrate %s/%d from %s to %s: %w", m.Job, m.Rank, m.From, m.To, failure)
+}
+
+// migrationEvent is an event of type typ of migration m.
+func migrationEvent(m *coordv1.Migration, typ, node, peer string) evv1.Event {
+	return evv1.Event{Type: typ, Job: m.Job, Rank: evv1.IntPtr(m.Rank), Ckpt: m.Seq, Node: node, Peer: peer}
 }
 
 // migrationTarget picks where a rank goes when the caller does not say:
@@ -309,7 +325,7 @@ func (mg *migrations) recoverMigrations(ctx context.Context) {
 			if m.State != coordv1.MigrationRunning {
 				continue
 			}
-			c.migs.recoverMigration(ctx, &m)
+			mg.recoverMigration(ctx, &m)
 		}
 	}
 }
@@ -330,7 +346,7 @@ func (mg *migrations) recoverMigration(ctx context.Context, m *coordv1.Migration
 		Recover: true, Placed: j.Placement[m.Rank] == m.To, FromLost: !fromAlive}
 	cfg.Placement[m.Rank] = m.From // the placement before the move
 	c.log.Info("finishing a migration an earlier coordinator left", "job", m.Job, "rank", m.Rank, "ckpt", m.Seq, "placed", cfg.Placed)
-	if _, err := c.migs.runMigration(ctx, j, m, cfg); err != nil {
+	if _, err := mg.runMigration(ctx, j, m, cfg); err != nil {
 		c.log.Warn("finishing a migration", "job", m.Job, "rank", m.Rank, "ckpt", m.Seq, "err", err)
 	}
 }

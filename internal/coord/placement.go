@@ -2,32 +2,14 @@ package coord
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"sort"
 
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/catalog"
 )
 
 // Placement: where a job's ranks go, and the job's network.
-
-// liveNodes returns the live nodes by name.
-func (rc *records) liveNodes(ctx context.Context) (map[string]coordv1.Node, error) {
-	c := rc.c
-	nodes, err := c.Nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]coordv1.Node{}
-	for _, n := range nodes {
-		if n.Alive {
-			out[n.Name] = n
-		}
-	}
-	return out, nil
-}
 
 // place puts n ranks on the given candidate nodes (all live nodes if
 // none), least loaded first, at most perNode on each (0: as evenly as
@@ -82,8 +64,7 @@ func place(n, perNode int, cands []coordv1.Node, prefer []string) ([]string, err
 // spares only if withSpares), sorted by name; a named node that is not
 // alive is an error.
 func (rc *records) candidates(ctx context.Context, names []string, withSpares bool) ([]coordv1.Node, error) {
-	c := rc.c
-	live, err := c.rec.liveNodes(ctx)
+	live, err := rc.liveNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +102,7 @@ const MaxRanks = 10000
 func (rc *records) allocNet(ctx context.Context, ranks int) (uint32, netip.Prefix, error) {
 	c := rc.c
 	var vni uint32
-	if err := c.rec.advance(ctx, "counters/vni", &vni, func() { vni++ }, func() { vni = 1 }); err != nil {
+	if err := rc.advance(ctx, "counters/vni", &vni, func() { vni++ }, func() { vni = 1 }); err != nil {
 		return 0, netip.Prefix{}, err
 	}
 	bits := 24
@@ -141,7 +122,7 @@ func (rc *records) allocNet(ctx context.Context, ranks int) (uint32, netip.Prefi
 		start = (used + blocks - 1) / blocks * blocks
 		used = start + blocks
 	}
-	if err := c.rec.advance(ctx, "counters/subnet", &used, take, func() { used = vni - 1; take() }); err != nil {
+	if err := rc.advance(ctx, "counters/subnet", &used, take, func() { used = vni - 1; take() }); err != nil {
 		return 0, netip.Prefix{}, err
 	}
 	idx := start % (uint32(1) << (24 - base.Bits()))
@@ -161,21 +142,4 @@ func jobNet(j *coordv1.Job, node string, underlays map[string]string) agentv1.Jo
 		}
 	}
 	return n
-}
-
-// advance moves the catalog's counter at key one step: next changes the
-// value read into v, and the result is written back atomically. A counter
-// that does not exist yet is made with first's value; one another
-// coordinator made meanwhile is advanced instead.
-func (rc *records) advance(ctx context.Context, key string, v any, next, first func()) error {
-	c := rc.c
-	err := c.cat.Update(ctx, key, v, func() error { next(); return nil })
-	if !errors.Is(err, catalog.ErrNotFound) {
-		return err
-	}
-	first()
-	if err = c.cat.Create(ctx, key, v); errors.Is(err, catalog.ErrExists) {
-		return c.rec.advance(ctx, key, v, next, first)
-	}
-	return err
 }

@@ -94,7 +94,7 @@ func TestReplicaTargets(t *testing.T) {
 // with the reason.
 func TestRestorable(t *testing.T) {
 	live := map[string]coordv1.Node{"a": {Name: "a"}, "b": {Name: "b"}}
-	ck := func(seq int, state string, copies ...[]string) coordv1.Ckpt {
+	ck := func(seq int, state coordv1.CkptState, copies ...[]string) coordv1.Ckpt {
 		c := coordv1.Ckpt{Job: "j", Seq: seq, State: state}
 		for r, cs := range copies {
 			c.Ranks = append(c.Ranks, coordv1.CkptRank{Rank: r, Node: cs[0], Copies: cs})

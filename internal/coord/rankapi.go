@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"syscall"
 
 	"golang.org/x/time/rate"
@@ -23,6 +24,19 @@ const (
 	rankEventRate  = 10
 	rankEventBurst = 20
 )
+
+// rankAPI answers the ranks' own requests (api/rank/v1), relayed by
+// their agents.
+type rankAPI struct {
+	c *Coordinator
+
+	mu sync.Mutex
+	// events limits each job's rank events.
+	events map[string]*rate.Limiter
+	// rounds are the rounds ranks asked for that wait to start, by job
+	// (rankCheckpoint).
+	rounds map[string]*rankRound
+}
 
 // rankJob returns the job of a rank's request, checking that node holds
 // the rank.
@@ -62,7 +76,7 @@ type rankRound struct {
 	done chan struct{}
 	ck   *coordv1.Ckpt
 	err  error
-	// dropped, set under c.mu, says why the round must not start: the
+	// dropped, set under rankAPI.mu, says why the round must not start: the
 	// job was killed or removed while it waited.
 	dropped string
 }
@@ -71,12 +85,11 @@ type rankRound struct {
 // start, end without running, for why: a kill or rm of the job does not
 // wait for it.
 func (ra *rankAPI) dropRankRound(job, why string) {
-	c := ra.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r := c.rankRounds[job]; r != nil {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	if r := ra.rounds[job]; r != nil {
 		r.dropped = why
-		delete(c.rankRounds, job) // a later ask starts a round of its own
+		delete(ra.rounds, job) // a later ask starts a round of its own
 	}
 }
 
@@ -88,10 +101,10 @@ func (ra *rankAPI) dropRankRound(job, why string) {
 // The round is not cancelled with the first asker's request.
 func (ra *rankAPI) rankCheckpoint(ctx context.Context, job string) (*coordv1.Ckpt, error) {
 	c := ra.c
-	c.mu.Lock()
-	r := c.rankRounds[job]
+	ra.mu.Lock()
+	r := ra.rounds[job]
 	if r != nil {
-		c.mu.Unlock()
+		ra.mu.Unlock()
 		select {
 		case <-r.done:
 			return r.ck, r.err
@@ -100,15 +113,15 @@ func (ra *rankAPI) rankCheckpoint(ctx context.Context, job string) (*coordv1.Ckp
 		}
 	}
 	r = &rankRound{done: make(chan struct{})}
-	c.rankRounds[job] = r
-	c.mu.Unlock()
+	ra.rounds[job] = r
+	ra.mu.Unlock()
 	unlock := c.locks.lock(job)
-	c.mu.Lock()
-	if c.rankRounds[job] == r {
-		delete(c.rankRounds, job) // started: a later ask waits for the next one
+	ra.mu.Lock()
+	if ra.rounds[job] == r {
+		delete(ra.rounds, job) // started: a later ask waits for the next one
 	}
 	dropped := r.dropped
-	c.mu.Unlock()
+	ra.mu.Unlock()
 	if dropped != "" {
 		r.err = apiErr(coordv1.CodeConflict, "the checkpoint of job %s that its ranks asked for did not start: %s", job, dropped)
 	} else {
@@ -134,14 +147,7 @@ func (c *Coordinator) RankEvent(ctx context.Context, node string, req coordv1.Ra
 	if _, err := c.ranks.rankJob(ctx, node, req); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	l := c.rankEvents[req.Job]
-	if l == nil {
-		l = rate.NewLimiter(rankEventRate, rankEventBurst)
-		c.rankEvents[req.Job] = l
-	}
-	c.mu.Unlock()
-	if !l.Allow() {
+	if !c.ranks.allowEvent(req.Job) {
 		return apiErr(coordv1.CodeRateLimited, "job %s publishes more than %d events a second", req.Job, rankEventRate)
 	}
 	c.publish(evv1.Event{Type: evv1.RankEvent, Job: req.Job, Rank: evv1.IntPtr(req.Rank), Kind: req.Kind, Message: req.Message})
@@ -183,4 +189,23 @@ func (ra *rankAPI) rankRoutes(route func(string, []pki.Role, http.HandlerFunc)) 
 	route("POST "+coordv1.PathRankEvent, agentsOnly, serve(func(ctx context.Context, node string, req coordv1.RankRequest) (any, error) {
 		return nil, c.RankEvent(ctx, node, req)
 	}))
+}
+
+// allowEvent tells whether a rank of job may publish an event now.
+func (ra *rankAPI) allowEvent(job string) bool {
+	ra.mu.Lock()
+	l := ra.events[job]
+	if l == nil {
+		l = rate.NewLimiter(rankEventRate, rankEventBurst)
+		ra.events[job] = l
+	}
+	ra.mu.Unlock()
+	return l.Allow()
+}
+
+// forget drops what is kept of a removed job.
+func (ra *rankAPI) forget(job string) {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	delete(ra.events, job)
 }

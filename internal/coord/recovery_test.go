@@ -104,7 +104,7 @@ var scenarios = []scenario{{
 		if err != nil || len(ms) != 1 {
 			t.Fatalf("migrations: %+v %v", ms, err)
 		}
-		if want := map[string]string{coordv1.MigrationDone: "n2", coordv1.MigrationFailed: "n1"}[ms[0].State]; j.Placement[1] != want {
+		if want := map[coordv1.MigrationState]string{coordv1.MigrationDone: "n2", coordv1.MigrationFailed: "n1"}[ms[0].State]; j.Placement[1] != want {
 			t.Errorf("migration %s, rank 1 on %s, want %s", ms[0].State, j.Placement[1], want)
 		}
 	},

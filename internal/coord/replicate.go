@@ -91,6 +91,10 @@ func copiesOf(r coordv1.CkptRank) []string {
 	return []string{r.Node}
 }
 
+// replicator brings the rank images of durable checkpoints to their jobs'
+// replica counts, and repairs damaged copies.
+type replicator struct{ c *Coordinator }
+
 // replicate brings every rank image of a checkpoint to the job's replica
 // count on live nodes: each missing copy is fetched by its target node from
 // a live holder (the receiver verifies every chunk, and the copy counts
@@ -127,7 +131,7 @@ func (rp *replicator) replicate(ctx context.Context, job string, seq int) error 
 		}
 		var errs []error
 		for _, t := range replicaTargets(have, j.Replicas+1-len(have), liveList) {
-			if err := c.repl.copyImage(ctx, job, seq, r.Rank, have, t, live, j.ReplicationRate); err != nil {
+			if err := rp.copyImage(ctx, job, seq, r.Rank, have, t, live, j.ReplicationRate); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -135,7 +139,7 @@ func (rp *replicator) replicate(ctx context.Context, job string, seq int) error 
 		}
 		return errors.Join(errs...)
 	}, func(r coordv1.CkptRank) string { return fmt.Sprintf("rank %d", r.Rank) })
-	return errors.Join(err, c.repl.updateProtection(ctx, job, seq, j.Replicas))
+	return errors.Join(err, rp.updateProtection(ctx, job, seq, j.Replicas))
 }
 
 // copyImage has node fetch a rank's image from all the live holders at
@@ -173,7 +177,7 @@ func (rp *replicator) copyImage(ctx context.Context, job string, seq, rank int, 
 		return nil
 	})
 	for _, bad := range damaged {
-		_ = c.repl.repairCopy(ctx, job, seq, rank, bad, []string{to}, live, true)
+		_ = rp.repairCopy(ctx, job, seq, rank, bad, []string{to}, live, true)
 	}
 	return err
 }
@@ -264,7 +268,7 @@ func (rp *replicator) updateProtection(ctx context.Context, job string, seq, k i
 		return err
 	}
 	var ck coordv1.Ckpt
-	was := ""
+	var was coordv1.CkptState
 	err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
 		was = ck.State
 		if ck.State != coordv1.CkptDurable && ck.State != coordv1.CkptProtected {
@@ -309,7 +313,7 @@ func (rp *replicator) repair(ctx context.Context) {
 			if ck.State != coordv1.CkptDurable && ck.State != coordv1.CkptProtected {
 				continue
 			}
-			if err := c.repl.replicate(ctx, j.Name, ck.Seq); err != nil && ctx.Err() == nil {
+			if err := rp.replicate(ctx, j.Name, ck.Seq); err != nil && ctx.Err() == nil {
 				c.log.Warn("repair incomplete", "job", j.Name, "ckpt", ck.Seq, "err", err)
 			}
 		}

@@ -84,48 +84,9 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 	if cause == restartRecovered && j.State != coordv1.JobRestarting {
 		return j, nil // finished meanwhile
 	}
-	cks, err := c.rec.ckpts(ctx, name)
+	ck, cfg, err := jr.plan(ctx, j, req, cause, live)
 	if err != nil {
 		return nil, err
-	}
-	ck, err := restorable(cks, req.From, live)
-	if err != nil {
-		return nil, err
-	}
-	cfg := machine.RestartConfig{Job: name, Ckpt: ck.Seq, Lazy: j.LazyRestore}
-	if req.Lazy != nil {
-		cfg.Lazy = *req.Lazy
-	}
-	if jobMode(j) == coordv1.ModeApp {
-		cfg.Lazy = false // its ranks start afresh on their files: no memory to fetch
-	}
-	for _, r := range ck.Ranks {
-		cfg.Copies = append(cfg.Copies, liveCopies(r, live))
-	}
-	if cause == restartRecovered && j.RestartPhase == machine.PhaseResuming && j.RestartFrom == ck.Seq && allIn(j.Placement, live) {
-		// Every rank was restored: resume them, if they are all there.
-		cfg.Recover, cfg.Placement, cfg.Leftover = machine.PhaseResuming, j.Placement, liveLeftover(j.Leftover, nil, live)
-	} else {
-		cands, err := c.rec.candidates(ctx, req.Nodes, true) // restarts may use spares: that is what they are for
-		if err != nil {
-			return nil, err
-		}
-		if cfg.Placement, err = restartPlacement(j, ck, cfg.Copies, cands, req.Placement); err != nil {
-			return nil, err
-		}
-		if len(req.Placement) > 0 {
-			if _, err := c.rec.candidates(ctx, req.Placement, true); err != nil {
-				return nil, err
-			}
-		}
-		// What may be left of the job: where it ran, and where a restart
-		// cut short restored it.
-		cfg.Leftover = liveLeftover(j.Leftover, j.Placement, live)
-	}
-	for _, n := range nodesOf(append(slices.Clone(j.Placement), slices.Concat(cfg.Leftover...)...)) {
-		if _, ok := live[n]; ok && !slices.Contains(cfg.Placement, n) {
-			cfg.Drop = append(cfg.Drop, n)
-		}
 	}
 	m, err := machine.NewRestart(cfg)
 	if err != nil {
@@ -133,7 +94,7 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 	}
 	log := c.log.With("job", name, "ckpt", ck.Seq)
 	c.publish(evv1.Event{Type: evv1.JobRestarting, Job: name, Ckpt: ck.Seq, Message: "onto " + strings.Join(cfg.Placement, ",")})
-	x, err := c.runs.newJobRun(ctx, j, log)
+	x, err := jr.newJobRun(ctx, j, log)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +201,58 @@ func nodesOf(names []string) []string {
 	out := slices.Clone(names)
 	slices.Sort(out)
 	return slices.DeleteFunc(slices.Compact(out), func(n string) bool { return n == "" })
+}
+
+// plan chooses what a restart of j restores and where: the checkpoint,
+// the placement of its ranks (or, for one an earlier coordinator left
+// with every rank restored, to resume them where they are), what may be
+// left of the job, and the live nodes that must drop it.
+func (jr *jobRuns) plan(ctx context.Context, j *coordv1.Job, req coordv1.Restart, cause restartCause, live map[string]coordv1.Node) (ck *coordv1.Ckpt, cfg machine.RestartConfig, err error) {
+	c := jr.c
+	cks, err := c.rec.ckpts(ctx, j.Name)
+	if err != nil {
+		return nil, cfg, err
+	}
+	ck, err = restorable(cks, req.From, live)
+	if err != nil {
+		return nil, cfg, err
+	}
+	cfg = machine.RestartConfig{Job: j.Name, Ckpt: ck.Seq, Lazy: j.LazyRestore}
+	if req.Lazy != nil {
+		cfg.Lazy = *req.Lazy
+	}
+	if jobMode(j) == coordv1.ModeApp {
+		cfg.Lazy = false // its ranks start afresh on their files: no memory to fetch
+	}
+	for _, r := range ck.Ranks {
+		cfg.Copies = append(cfg.Copies, liveCopies(r, live))
+	}
+	if cause == restartRecovered && j.RestartPhase == machine.PhaseResuming && j.RestartFrom == ck.Seq && allIn(j.Placement, live) {
+		// Every rank was restored: resume them, if they are all there.
+		cfg.Recover, cfg.Placement, cfg.Leftover = machine.PhaseResuming, j.Placement, liveLeftover(j.Leftover, nil, live)
+	} else {
+		cands, err := c.rec.candidates(ctx, req.Nodes, true) // restarts may use spares: that is what they are for
+		if err != nil {
+			return nil, cfg, err
+		}
+		if cfg.Placement, err = restartPlacement(j, ck, cfg.Copies, cands, req.Placement); err != nil {
+			return nil, cfg, err
+		}
+		if len(req.Placement) > 0 {
+			if _, err := c.rec.candidates(ctx, req.Placement, true); err != nil {
+				return nil, cfg, err
+			}
+		}
+		// What may be left of the job: where it ran, and where a restart
+		// cut short restored it.
+		cfg.Leftover = liveLeftover(j.Leftover, j.Placement, live)
+	}
+	for _, n := range nodesOf(append(slices.Clone(j.Placement), slices.Concat(cfg.Leftover...)...)) {
+		if _, ok := live[n]; ok && !slices.Contains(cfg.Placement, n) {
+			cfg.Drop = append(cfg.Drop, n)
+		}
+	}
+	return ck, cfg, nil
 }
 
 // recoverRestarts hands the supervisor the restarts an earlier

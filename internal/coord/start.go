@@ -36,7 +36,7 @@ func (jr *jobRuns) startJob(ctx context.Context, j *coordv1.Job, recover bool) (
 	if err != nil {
 		return machine.Done{}, err
 	}
-	x, err := c.runs.newJobRun(ctx, j, c.log.With("job", j.Name))
+	x, err := jr.newJobRun(ctx, j, c.log.With("job", j.Name))
 	if err != nil {
 		return machine.Done{}, err
 	}
@@ -61,7 +61,7 @@ func (jr *jobRuns) startJob(ctx context.Context, j *coordv1.Job, recover bool) (
 	x.persist = func(ctx context.Context, p machine.Persist) error {
 		switch p.Phase {
 		case machine.PhaseRunning:
-			return c.runs.markStarted(ctx, j)
+			return jr.markStarted(ctx, j)
 		case machine.PhaseRemoved:
 			return c.cat.Delete(ctx, jobKey(j.Name))
 		}
@@ -103,7 +103,7 @@ func (jr *jobRuns) recoverStarts(ctx context.Context) {
 			c.log.Warn("finishing a job start failed", "job", j.Name, "attempt", attempt, "err", err)
 		}, func() error {
 			defer c.locks.lock(j.Name)()
-			done, err := c.runs.startJob(ctx, &j, true)
+			done, err := jr.startJob(ctx, &j, true)
 			if err == nil {
 				err = doneErr(done)
 			}

@@ -158,7 +158,7 @@ type JobView struct {
 }
 
 func jobView(j coordv1.Job) JobView {
-	return JobView{Name: j.Name, State: j.State, Reason: j.Reason, Mode: j.Mode, MPI: j.MPI, Ranks: j.Ranks,
+	return JobView{Name: j.Name, State: string(j.State), Reason: j.Reason, Mode: j.Mode, MPI: j.MPI, Ranks: j.Ranks,
 		Placement: j.Placement, Created: j.Created, Replicas: j.Replicas, OnFailure: j.OnFailure,
 		CheckpointEvery: j.CheckpointEvery, Restarts: j.Restarts, Migrations: j.Migrations, LastCkpt: j.LastCkpt,
 		RestoredFrom: j.RestoredFrom}

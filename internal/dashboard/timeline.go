@@ -67,7 +67,7 @@ func Timeline(j coordv1.Job, cks []coordv1.Ckpt, ms []coordv1.Migration, evs []e
 	}
 	for _, m := range ms {
 		nodes[m.From], nodes[m.To] = true, true
-		e := Entry{Time: m.Started, Kind: KindMigration, Seq: m.Seq, State: m.State, Stall: m.Stall, Bytes: m.Bytes,
+		e := Entry{Time: m.Started, Kind: KindMigration, Seq: m.Seq, State: string(m.State), Stall: m.Stall, Bytes: m.Bytes,
 			Title: fmt.Sprintf("rank %d moved %s → %s", m.Rank, m.From, m.To)}
 		if m.State == coordv1.MigrationRunning {
 			e.Title = fmt.Sprintf("rank %d moving %s → %s", m.Rank, m.From, m.To)
@@ -104,7 +104,7 @@ func Timeline(j coordv1.Job, cks []coordv1.Ckpt, ms []coordv1.Migration, evs []e
 // checkpointEntry is a checkpoint's entry: its state, stall, size and
 // copies.
 func checkpointEntry(j coordv1.Job, ck coordv1.Ckpt) Entry {
-	e := Entry{Time: ck.Created, Kind: KindCheckpoint, Seq: ck.Seq, State: ck.State, Stall: ck.Stall, Bytes: ck.Bytes,
+	e := Entry{Time: ck.Created, Kind: KindCheckpoint, Seq: ck.Seq, State: string(ck.State), Stall: ck.Stall, Bytes: ck.Bytes,
 		Protected: ck.State == coordv1.CkptProtected, Title: fmt.Sprintf("checkpoint %d", ck.Seq)}
 	if ck.Periodic {
 		e.Title += " (periodic)"

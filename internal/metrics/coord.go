@@ -36,7 +36,7 @@ const snapshotEvery = time.Second
 
 // jobStates are the states of a job, as cairn_job_state and cairn_jobs
 // label them.
-var jobStates = []string{coordv1.JobStarting, coordv1.JobRunning, coordv1.JobKilled, coordv1.JobRestarting,
+var jobStates = []coordv1.JobState{coordv1.JobStarting, coordv1.JobRunning, coordv1.JobKilled, coordv1.JobRestarting,
 	coordv1.JobFailed, coordv1.JobLost, coordv1.JobExited}
 
 // Coord is the coordinator's metrics. Its methods are safe for concurrent
@@ -388,21 +388,21 @@ func (m *Coord) snapshot() {
 	m.readAt = start
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	byState := map[string]int{}
+	byState := map[coordv1.JobState]int{}
 	inCat := map[string]bool{}
 	for _, j := range jobs {
 		inCat[j.Name] = true
 		m.job(j.Name)
 		byState[j.State]++
 		for _, s := range jobStates {
-			m.jobState.WithLabelValues(j.Name, s).Set(b2f(j.State == s))
+			m.jobState.WithLabelValues(j.Name, string(s)).Set(b2f(j.State == s))
 		}
 		m.jobRanks.WithLabelValues(j.Name).Set(float64(j.Ranks))
 		m.jobReplicas.WithLabelValues(j.Name).Set(float64(j.Replicas))
 		m.jobInterval.WithLabelValues(j.Name).Set(j.CheckpointEvery.Seconds())
 	}
 	for _, s := range jobStates {
-		m.jobCount.WithLabelValues(s).Set(float64(byState[s]))
+		m.jobCount.WithLabelValues(string(s)).Set(float64(byState[s]))
 	}
 	// A job that started after the catalog was read keeps its series.
 	for name, j := range m.jobs {

@@ -13,7 +13,7 @@ import (
 // Round is one checkpoint round as the model takes it from its record.
 type Round struct {
 	Seq   int
-	State string
+	State coordv1.CkptState
 	Start time.Time     // the round began: its ranks are frozen from here
 	Stall time.Duration // for this long
 	Coord time.Duration // t_coord: Stall minus the slowest rank's prepare

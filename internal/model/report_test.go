@@ -18,7 +18,7 @@ import (
 func TestReport(t *testing.T) {
 	nodes := []string{"a", "b", "c", "d", "e"}
 	j := coordv1.Job{RunJob: coordv1.RunJob{Name: "ring", Ranks: 4, Replicas: 1}, Placement: nodes[:4], State: coordv1.JobRunning, Created: t0}
-	ck := func(seq int, state string, start float64, copies ...[]string) coordv1.Ckpt {
+	ck := func(seq int, state coordv1.CkptState, start float64, copies ...[]string) coordv1.Ckpt {
 		c := coordv1.Ckpt{Job: "ring", Seq: seq, State: state, Created: at(start), Finished: at(start + 1), Stall: dur(0.5), Coord: dur(0.01), Cont: dur(0.1),
 			Copied: []coordv1.CopySpan{{From: at(start + 1), To: at(start + 1.5), Copies: 4, Bytes: 1000}}}
 		for r := range 4 {

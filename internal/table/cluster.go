@@ -22,7 +22,7 @@ func Jobs(w io.Writer, jobs []coordv1.Job) error {
 		if j.LastCkpt > 0 {
 			last = strconv.Itoa(j.LastCkpt)
 		}
-		state := j.State
+		state := string(j.State)
 		if j.Reason != "" && (j.State == coordv1.JobFailed || j.State == coordv1.JobLost) {
 			state += " (" + truncate(j.Reason, 40) + ")"
 		}

@@ -262,7 +262,7 @@ func TestMigrationFailures(t *testing.T) {
 
 // migrationState waits until migration seq of the ring is in state want
 // and returns it.
-func migrationState(t *testing.T, c *testutil.Cluster, seq int, want string) coordv1.Migration {
+func migrationState(t *testing.T, c *testutil.Cluster, seq int, want coordv1.MigrationState) coordv1.Migration {
 	t.Helper()
 	var m coordv1.Migration
 	testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {

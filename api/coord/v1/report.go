@@ -15,7 +15,7 @@ const SuffixReport = "/report"
 // after simultaneous node failures. Times of the model are in seconds.
 type Report struct {
 	Job      string    `json:"job"`
-	State    string    `json:"state"`
+	State    JobState  `json:"state"`
 	At       time.Time `json:"at"`    // when the report was made
 	Ranks    int       `json:"ranks"` // of the job
 	Nodes    int       `json:"nodes"` // the job's ranks run on that many nodes
@@ -38,7 +38,7 @@ type Report struct {
 // CkptTerms are one round's terms, in seconds.
 type CkptTerms struct {
 	Seq   int       `json:"seq"`
-	State string    `json:"state"`
+	State CkptState `json:"state"`
 	Start time.Time `json:"start"`
 	// Stall = TCoord + TWrite + TCont: the ranks frozen.
 	Stall  float64 `json:"stall"`

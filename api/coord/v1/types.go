@@ -214,18 +214,21 @@ const (
 	OnFailureStop    = "stop"
 )
 
+// JobState is where a job stands.
+type JobState string
+
 // Job states.
 const (
-	JobStarting   = "starting"
-	JobRunning    = "running" // started or restarted; its ranks may have exited since
-	JobKilled     = "killed"  // cairn kill: processes gone, job and checkpoints kept
-	JobRestarting = "restarting"
+	JobStarting   JobState = "starting"
+	JobRunning    JobState = "running" // started or restarted; its ranks may have exited since
+	JobKilled     JobState = "killed"  // cairn kill: processes gone, job and checkpoints kept
+	JobRestarting JobState = "restarting"
 	// JobFailed: a rank ended other than by exiting 0 (Reason says how
 	// each did), a start or restart failed, or an automatic restart gave
 	// up (Reason says why); cairn restart may bring it back.
-	JobFailed = "failed"
-	JobLost   = "lost"   // a node of it died and its policy is stop, or restarts ran out
-	JobExited = "exited" // every rank exited 0; no more rounds
+	JobFailed JobState = "failed"
+	JobLost   JobState = "lost"   // a node of it died and its policy is stop, or restarts ran out
+	JobExited JobState = "exited" // every rank exited 0; no more rounds
 )
 
 // Job is a job as the catalog records it.
@@ -235,7 +238,7 @@ type Job struct {
 	Subnet       string    `json:"subnet"`
 	Addrs        []string  `json:"addrs"`     // rank address, by rank
 	Placement    []string  `json:"placement"` // rank node, by rank
-	State        string    `json:"state"`
+	State        JobState  `json:"state"`
 	Reason       string    `json:"reason,omitempty"`
 	Created      time.Time `json:"created"`
 	Restarts     int       `json:"restarts"`
@@ -271,11 +274,17 @@ type Rank struct {
 	Node     string `json:"node"`
 	Addr     string `json:"addr"`
 	Alive    bool   `json:"node_alive"`
-	Status   string `json:"status"` // the container's status; "unknown" if its node does not answer
+	Status   string `json:"status"` // the container's status (agentv1.Status), or RankUnknown or RankMissing
 	Pid      int    `json:"pid,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Error    string `json:"error,omitempty"`
 }
+
+// What a rank's status is when its container's cannot be told.
+const (
+	RankUnknown = "unknown" // its node did not answer
+	RankMissing = "missing" // its node has no such container
+)
 
 // JobStatus is a job with the live state of its ranks.
 type JobStatus struct {
@@ -285,13 +294,16 @@ type JobStatus struct {
 	Failed     bool   `json:"failed"` // some rank exited non-zero or is gone
 }
 
+// CkptState is where a global checkpoint stands.
+type CkptState string
+
 // Checkpoint states.
 const (
-	CkptPreparing = "preparing"
-	CkptCommitted = "committed"
-	CkptDurable   = "durable"
-	CkptProtected = "protected" // every rank image has Replicas copies on other nodes
-	CkptAborted   = "aborted"
+	CkptPreparing CkptState = "preparing"
+	CkptCommitted CkptState = "committed"
+	CkptDurable   CkptState = "durable"
+	CkptProtected CkptState = "protected" // every rank image has Replicas copies on other nodes
+	CkptAborted   CkptState = "aborted"
 )
 
 // CkptRank is one rank's part of a global checkpoint.
@@ -320,7 +332,7 @@ type CkptRank struct {
 type Ckpt struct {
 	Job      string        `json:"job"`
 	Seq      int           `json:"seq"`
-	State    string        `json:"state"`
+	State    CkptState     `json:"state"`
 	Reason   string        `json:"reason,omitempty"`
 	Created  time.Time     `json:"created"`
 	Decided  time.Time     `json:"decided,omitempty"`
@@ -368,28 +380,31 @@ type Migrate struct {
 	To   string `json:"to,omitempty"`
 }
 
+// MigrationState is where a migration stands.
+type MigrationState string
+
 // Migration states.
 const (
-	MigrationRunning = "migrating"
-	MigrationDone    = "done"
-	MigrationFailed  = "failed" // the job resumed where it was
+	MigrationRunning MigrationState = "migrating"
+	MigrationDone    MigrationState = "done"
+	MigrationFailed  MigrationState = "failed" // the job resumed where it was
 )
 
 // Migration is the catalog's record of one rank's move. Its number comes
 // from the job's sequence of checkpoint numbers (no checkpoint takes it:
 // a moved image is no consistent cut of the job, and is not stored).
 type Migration struct {
-	Job      string        `json:"job"`
-	Seq      int           `json:"seq"`
-	Rank     int           `json:"rank"`
-	From     string        `json:"from"`
-	To       string        `json:"to"`
-	State    string        `json:"state"`
-	Reason   string        `json:"reason,omitempty"`
-	Started  time.Time     `json:"started"`
-	Finished time.Time     `json:"finished,omitempty"`
-	Stall    time.Duration `json:"stall_ns,omitempty"` // every rank frozen: phases 1-4
-	Dump     time.Duration `json:"dump_ns,omitempty"`  // phase 1: the moving rank dumped (the others frozen meanwhile)
+	Job      string         `json:"job"`
+	Seq      int            `json:"seq"`
+	Rank     int            `json:"rank"`
+	From     string         `json:"from"`
+	To       string         `json:"to"`
+	State    MigrationState `json:"state"`
+	Reason   string         `json:"reason,omitempty"`
+	Started  time.Time      `json:"started"`
+	Finished time.Time      `json:"finished,omitempty"`
+	Stall    time.Duration  `json:"stall_ns,omitempty"` // every rank frozen: phases 1-4
+	Dump     time.Duration  `json:"dump_ns,omitempty"`  // phase 1: the moving rank dumped (the others frozen meanwhile)
 	// MemoryWait is how long, of Dump, phase 1 first waited for the
 	// memory of the moving rank's lazy restore to arrive.
 	MemoryWait time.Duration `json:"memory_wait_ns,omitempty"`

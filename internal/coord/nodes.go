@@ -1,0 +1,171 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+
+	agentv1 "cairn/api/agent/v1"
+	coordv1 "cairn/api/coord/v1"
+	evv1 "cairn/api/events/v1"
+	"cairn/internal/catalog"
+	"cairn/internal/coord/policy"
+)
+
+// nodeReports takes what the nodes tell with their joins and heartbeats:
+// their leases, health probes, quarantined packs and ended ranks. A
+// change is recorded and published, and told to the supervisor.
+type nodeReports struct {
+	c *Coordinator
+
+	mu      sync.Mutex
+	members map[string]*catalog.Membership // the lease of each node
+	health  map[string][]string            // failing health probes by node, as last heard
+	// quarantined: damaged packs in each node's store, as last heard
+	quarantined map[string][]string
+	// ended: the rank containers each node reported ended, as last heard
+	ended map[string]map[string]bool
+}
+
+func (nr *nodeReports) register(ctx context.Context, name string) error {
+	c := nr.c
+	m, err := c.cat.Register(ctx, name, c.opts.NodeTTL)
+	if err != nil {
+		return err
+	}
+	nr.mu.Lock()
+	old := nr.members[name]
+	nr.members[name] = m
+	nr.mu.Unlock()
+	_ = old // its lease expires by itself; the key now belongs to m
+	return nil
+}
+
+// heartbeat refreshes a node's lease. A node the catalog does not know
+// must join again; a known node whose lease this coordinator does not
+// hold (it restarted) gets a new one.
+func (nr *nodeReports) heartbeat(ctx context.Context, name string) error {
+	c := nr.c
+	var n coordv1.Node
+	if _, err := c.cat.Get(ctx, nodeKey(name), &n); err != nil {
+		return err
+	}
+	nr.mu.Lock()
+	m := nr.members[name]
+	nr.mu.Unlock()
+	if m != nil {
+		err := m.KeepAlive(ctx)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, catalog.ErrLeaseExpired) {
+			return err
+		}
+		c.log.Warn("node came back after its lease expired", "node", name)
+	}
+	return nr.register(ctx, name)
+}
+
+// noteHealth records what a node's heartbeat says of its health probes:
+// a change is written to the node's record and published, and a node that
+// turns unwell has each job with ranks on it act by its OnHealthWarning
+// policy.
+func (nr *nodeReports) noteHealth(ctx context.Context, node string, warnings []string) {
+	c := nr.c
+	nr.mu.Lock()
+	if nr.health == nil {
+		nr.health = map[string][]string{}
+	}
+	old, known := nr.health[node]
+	nr.health[node] = warnings
+	nr.mu.Unlock()
+	if known && slices.Equal(old, warnings) {
+		return
+	}
+	var n coordv1.Node
+	err := c.cat.Update(ctx, nodeKey(node), &n, func() error {
+		n.Health = warnings
+		return nil
+	})
+	if err != nil {
+		c.log.Warn("record node health", "node", node, "err", err)
+	}
+	if len(warnings) == 0 {
+		if known && len(old) > 0 {
+			c.log.Info("node healthy again", "node", node)
+			c.publish(evv1.Event{Type: evv1.HealthOK, Node: node})
+		}
+		return
+	}
+	c.log.Warn("node unwell", "node", node, "probes", strings.Join(warnings, "; "))
+	c.publish(evv1.Event{Type: evv1.HealthWarning, Node: node, Message: strings.Join(warnings, "; ")})
+	if len(old) == 0 {
+		c.sup.observe(policy.NodeUnwell{Node: node})
+	}
+}
+
+// noteQuarantine publishes each damaged pack a node reports in its store's
+// quarantine/ once: those not yet in the node's record are published and
+// recorded.
+func (nr *nodeReports) noteQuarantine(ctx context.Context, node string, packs []string) {
+	c := nr.c
+	nr.mu.Lock()
+	if nr.quarantined == nil {
+		nr.quarantined = map[string][]string{}
+	}
+	old, known := nr.quarantined[node]
+	nr.mu.Unlock()
+	if known && slices.Equal(old, packs) {
+		return
+	}
+	var fresh []string
+	var n coordv1.Node
+	err := c.cat.Update(ctx, nodeKey(node), &n, func() error {
+		fresh = fresh[:0]
+		for _, p := range packs {
+			if !slices.Contains(n.Quarantined, p) {
+				fresh = append(fresh, p)
+			}
+		}
+		n.Quarantined = packs
+		return nil
+	})
+	if err != nil {
+		c.log.Warn("record node quarantine", "node", node, "err", err)
+		return
+	}
+	nr.mu.Lock()
+	nr.quarantined[node] = packs
+	nr.mu.Unlock()
+	for _, p := range fresh {
+		c.log.Warn("a node's store quarantined a damaged pack", "node", node, "pack", p)
+		c.publish(evv1.Event{Type: evv1.StoreQuarantined, Node: node, Message: p})
+	}
+}
+
+// noteEnded takes node's list of ended rank containers from a heartbeat;
+// the jobs of those that were not in its last list are settled. A
+// coordinator that starts anew settles every job its nodes report.
+func (nr *nodeReports) noteEnded(node string, names []string) {
+	c := nr.c
+	cur := make(map[string]bool, len(names))
+	jobs := map[string]bool{}
+	nr.mu.Lock()
+	if nr.ended == nil {
+		nr.ended = map[string]map[string]bool{}
+	}
+	prev := nr.ended[node]
+	for _, n := range names {
+		cur[n] = true
+		if job, _, ok := agentv1.ParseRankName(n); ok && !prev[n] {
+			jobs[job] = true
+		}
+	}
+	nr.ended[node] = cur
+	nr.mu.Unlock()
+	for job := range jobs {
+		c.sup.observe(policy.RanksEnded{Job: job})
+	}
+}
