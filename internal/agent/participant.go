@@ -308,8 +308,11 @@ func (p *participant) migrateOut(ctx context.Context, key ckptKey) error {
 	return r.staged.Abort(context.WithoutCancel(ctx))
 }
 
-// dropRank aborts every prepare of a rank (removed, or restored anew).
+// dropRank aborts every prepare of a rank (removed, or restored anew)
+// and disarms its hold: a stall's end must not resume, nor a migrated-in
+// rank's end remove, the rank restored in its place.
 func (p *participant) dropRank(ctx context.Context, rank string) {
+	p.release(rank)
 	p.mu.Lock()
 	var keys []ckptKey
 	for k := range p.prepared {

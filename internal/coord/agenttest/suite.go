@@ -47,6 +47,7 @@ var cases = []struct {
 	{"PreparedImageExpires", preparedImageExpires},
 	{"Restore", restore},
 	{"Remove", remove},
+	{"RemoveEndsHolds", removeEndsHolds},
 	{"MigrateOut", migrateOut},
 	{"MigrateIn", migrateIn},
 	{"MigrateInHoldEnds", migrateInHoldEnds},
@@ -275,6 +276,21 @@ func restore(f *fixture) {
 		f.t.Errorf("%s stopped with exit code %v, want %d", name(0), ct.ExitCode, 128+9)
 	}
 	f.restored(0, 0, 1)
+	wantOK(f.t, f.resume(0, 0), "resume")
+	f.want(0, 0, running)
+}
+
+// removeEndsHolds: a rank removed while stalled takes its hold with it:
+// the end of that hold does not resume the rank restored in its place,
+// which stays frozen until its own resume.
+func removeEndsHolds(f *fixture) {
+	f.run(0, 0)
+	f.checkpoint(0, 0, 1)
+	wantOK(f.t, f.stall(0, f.env.Hold, 0), "stall")
+	wantOK(f.t, f.remove(0, 0, false), "remove the stalled rank")
+	f.restored(0, 0, 1)
+	time.Sleep(f.env.Hold + time.Second)
+	f.want(0, 0, frozen)
 	wantOK(f.t, f.resume(0, 0), "resume")
 	f.want(0, 0, running)
 }
