@@ -173,14 +173,14 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStat
 		case err != nil:
 			rs.Error = err.Error()
 		default:
-			rs.Status, rs.Pid, rs.ExitCode = string(in.Status), in.Pid, in.ExitCode
+			rs.Status, rs.Pid, rs.ExitCode = in.Status, in.Pid, in.ExitCode
 		}
 		return nil
 	})
 	st.Exited = true
 	for _, rs := range st.RankStates {
 		switch rs.Status {
-		case string(agentv1.StatusExited), string(agentv1.StatusStopped), string(agentv1.StatusCheckpointed):
+		case agentv1.StatusExited, agentv1.StatusStopped, agentv1.StatusCheckpointed:
 			if rs.ExitCode == nil || *rs.ExitCode != 0 {
 				st.Failed = true
 			}

@@ -40,7 +40,7 @@ func (lc *lifecycle) settle(ctx context.Context, name string) {
 	var bad []string
 	running := 0
 	for _, rs := range st.RankStates {
-		switch agentv1.Status(rs.Status) {
+		switch rs.Status {
 		case agentv1.StatusExited:
 			if rs.ExitCode == nil || *rs.ExitCode != 0 {
 				bad = append(bad, rankEnd(rs))

@@ -101,7 +101,7 @@ func TestJobLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := st.RankStates[1]; r.Status != string(agentv1.StatusExited) || r.ExitCode == nil || *r.ExitCode != 137 {
+	if r := st.RankStates[1]; r.Status != agentv1.StatusExited || r.ExitCode == nil || *r.ExitCode != 137 {
 		t.Errorf("strict's rank 1 after the bad exit: %s, exit %v; want killed", r.Status, r.ExitCode)
 	}
 

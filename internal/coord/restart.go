@@ -105,11 +105,11 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 		case machine.PhaseRestoring:
 			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 				j.Placement, j.State, j.Reason = cfg.Placement, coordv1.JobRestarting, ""
-				j.RestartFrom, j.RestartPhase, j.Leftover = ck.Seq, p.Phase, cfg.Leftover
+				j.RestartFrom, j.RestartPhase, j.Leftover = ck.Seq, string(p.Phase), cfg.Leftover
 				return nil
 			})
 		case machine.PhaseResuming:
-			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error { j.RestartPhase = p.Phase; return nil })
+			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error { j.RestartPhase = string(p.Phase); return nil })
 		case machine.PhaseRunning:
 			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 				j.State, j.Restarts, j.RestoredFrom = coordv1.JobRunning, j.Restarts+1, ck.Seq
@@ -227,7 +227,7 @@ func (jr *jobRuns) plan(ctx context.Context, j *coordv1.Job, req coordv1.Restart
 	for _, r := range ck.Ranks {
 		cfg.Copies = append(cfg.Copies, liveCopies(r, live))
 	}
-	if cause == restartRecovered && j.RestartPhase == machine.PhaseResuming && j.RestartFrom == ck.Seq && allIn(j.Placement, live) {
+	if cause == restartRecovered && machine.Phase(j.RestartPhase) == machine.PhaseResuming && j.RestartFrom == ck.Seq && allIn(j.Placement, live) {
 		// Every rank was restored: resume them, if they are all there.
 		cfg.Recover, cfg.Placement, cfg.Leftover = machine.PhaseResuming, j.Placement, liveLeftover(j.Leftover, nil, live)
 	} else {

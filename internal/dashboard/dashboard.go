@@ -249,7 +249,7 @@ func (d *Dashboard) serveJob(w http.ResponseWriter, r *http.Request) {
 	lost := d.cfg.Events.History(events.Filter{Type: evv1.NodeLost, Since: st.Created})
 	out := Job{Job: jobView(st.Job), Ranks: []RankView{}, Timeline: Timeline(st.Job, cks, ms, append(slices.Clone(evs), lost...))}
 	for _, rs := range st.RankStates {
-		out.Ranks = append(out.Ranks, RankView{Rank: rs.Rank, Node: rs.Node, Addr: rs.Addr, Status: rs.Status,
+		out.Ranks = append(out.Ranks, RankView{Rank: rs.Rank, Node: rs.Node, Addr: rs.Addr, Status: string(rs.Status),
 			Pid: rs.Pid, ExitCode: rs.ExitCode, Error: rs.Error})
 	}
 	out.Events = evs[max(0, len(evs)-recentEvents):]

@@ -68,8 +68,8 @@ func Ranks(w io.Writer, st coordv1.JobStatus) error {
 	tw := New(w)
 	fmt.Fprintln(tw, "RANK\tNODE\tADDRESS\tSTATUS\tPID")
 	for _, r := range st.RankStates {
-		status := r.Status
-		if r.ExitCode != nil && (status == string(agentv1.StatusExited) || status == string(agentv1.StatusStopped)) {
+		status := string(r.Status)
+		if r.ExitCode != nil && (r.Status == agentv1.StatusExited || r.Status == agentv1.StatusStopped) {
 			status = fmt.Sprintf("exited (%d)", *r.ExitCode)
 		}
 		if r.Error != "" {

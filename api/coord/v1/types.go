@@ -270,20 +270,20 @@ func (j Job) Ended() bool {
 
 // Rank is the live state of one rank.
 type Rank struct {
-	Rank     int    `json:"rank"`
-	Node     string `json:"node"`
-	Addr     string `json:"addr"`
-	Alive    bool   `json:"node_alive"`
-	Status   string `json:"status"` // the container's status (agentv1.Status), or RankUnknown or RankMissing
-	Pid      int    `json:"pid,omitempty"`
-	ExitCode *int   `json:"exit_code,omitempty"`
-	Error    string `json:"error,omitempty"`
+	Rank     int            `json:"rank"`
+	Node     string         `json:"node"`
+	Addr     string         `json:"addr"`
+	Alive    bool           `json:"node_alive"`
+	Status   agentv1.Status `json:"status"` // the container's status, or RankUnknown or RankMissing
+	Pid      int            `json:"pid,omitempty"`
+	ExitCode *int           `json:"exit_code,omitempty"`
+	Error    string         `json:"error,omitempty"`
 }
 
 // What a rank's status is when its container's cannot be told.
 const (
-	RankUnknown = "unknown" // its node did not answer
-	RankMissing = "missing" // its node has no such container
+	RankUnknown agentv1.Status = "unknown" // its node did not answer
+	RankMissing agentv1.Status = "missing" // its node has no such container
 )
 
 // JobStatus is a job with the live state of its ranks.

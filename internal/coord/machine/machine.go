@@ -160,11 +160,15 @@ type (
 	}
 )
 
+// Phase is a step of a protocol the catalog records: a coordinator that
+// takes over resumes the protocol from it.
+type Phase string
+
 // Persist asks the driver to record Phase in the catalog (each machine
 // says what each of its phases writes), with Reason for a phase that
 // ends a run badly.
 type Persist struct {
-	Phase  string
+	Phase  Phase
 	Reason string
 }
 
@@ -255,9 +259,9 @@ func (a SetJobNet) String() string {
 func (a DropJobNet) String() string { return "drop-jobnet " + a.Node }
 func (a Persist) String() string {
 	if a.Reason == "" {
-		return "persist " + a.Phase
+		return "persist " + string(a.Phase)
 	}
-	return "persist " + a.Phase + " " + strconv.Quote(a.Reason)
+	return "persist " + string(a.Phase) + " " + strconv.Quote(a.Reason)
 }
 func (a Failpoint) String() string { return "failpoint " + a.Name }
 func (a Done) String() string {

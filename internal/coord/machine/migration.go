@@ -14,13 +14,13 @@ const (
 	// PhasePlaced: the job's record places the rank on its target. This
 	// is the migration's commit point: a coordinator that dies from here
 	// on is followed by one that finishes the migration.
-	PhasePlaced = "placed"
+	PhasePlaced Phase = "placed"
 	// PhaseUnplaced: the job's record places the rank on its source again
 	// (removing the source's copy failed after PhasePlaced).
-	PhaseUnplaced = "unplaced"
+	PhaseUnplaced Phase = "unplaced"
 	// PhaseDone: the rank runs on its target; the migration is recorded
 	// done.
-	PhaseDone = "done"
+	PhaseDone Phase = "done"
 )
 
 // MigrationConfig describes the move of one rank to another node.

@@ -11,13 +11,13 @@ import (
 const (
 	// PhaseRestoring: the job is restarting; what is left of it is being
 	// removed and its ranks restored, frozen, on their new nodes.
-	PhaseRestoring = "restoring"
+	PhaseRestoring Phase = "restoring"
 	// PhaseResuming: every rank is restored, frozen and locked; they are
 	// being resumed.
-	PhaseResuming = "resuming"
+	PhaseResuming Phase = "resuming"
 	// PhaseFailed: the restart failed; what it restored is removed. (Also
 	// the phase a recovered job start that cannot finish ends in.)
-	PhaseFailed = "failed"
+	PhaseFailed Phase = "failed"
 )
 
 // RestartConfig describes a restart of a whole job from a ckpt.
@@ -42,7 +42,7 @@ type RestartConfig struct {
 	// Recover is the phase the job was found in (PhaseRestoring or
 	// PhaseResuming) when an earlier coordinator died during the restart;
 	// "" for a new restart.
-	Recover string
+	Recover Phase
 }
 
 type restartPhase uint8

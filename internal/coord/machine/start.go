@@ -9,11 +9,11 @@ import (
 // with its placement before the machine runs.
 const (
 	// PhaseRunning: every rank runs; the job is recorded running.
-	PhaseRunning = "running"
+	PhaseRunning Phase = "running"
 	// PhaseRemoved: the start failed and what it started is gone; the
 	// job's record is deleted, so that the same start can simply be
 	// asked for again.
-	PhaseRemoved = "removed"
+	PhaseRemoved Phase = "removed"
 )
 
 // StartConfig describes a job start.

@@ -69,7 +69,7 @@ func (tr *tracer) run(line string) error {
 	case "restart":
 		kv := options(rest)
 		cfg := machine.RestartConfig{Job: "job", Placement: list(kv["placement"]), Copies: lists(kv["copies"]),
-			Drop: list(kv["drop"]), Recover: kv["recover"]}
+			Drop: list(kv["drop"]), Recover: machine.Phase(kv["recover"])}
 		cfg.Ckpt, _ = strconv.Atoi(kv["ckpt"])
 		if l, ok := kv["leftover"]; ok {
 			cfg.Leftover = lists(l)
