@@ -14,43 +14,6 @@ import (
 	"cairn/internal/image"
 )
 
-// restored describes a container Restore has just started, without asking
-// runc (a process start) what Restore knows.
-func (m *Manager) restored(name string, st *State, paused bool) (*Info, error) {
-	b, err := os.ReadFile(filepath.Join(m.dir(name), "init.pid"))
-	if err != nil {
-		return nil, err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return nil, fmt.Errorf("pid file %q: %w", b, err)
-	}
-	in := m.info(name, st)
-	in.Status, in.Pid = StatusRunning, pid
-	switch {
-	case st.StartPending:
-		in.Status = StatusCreated
-	case paused:
-		in.Status = StatusPaused
-	}
-	return in, nil
-}
-
-// restart starts a container's command afresh on the files of the
-// files-only image rec, already in its upper dir (a files-only restore):
-// a fresh start, with the image's number in its environment, made but
-// not started if st.StartPending. fail undoes what the restore did.
-func (m *Manager) restart(ctx context.Context, st *State, rec *image.Record, addr string, begin time.Time, fail func(error) (*Info, error)) (*Info, error) {
-	name := st.Config.Name
-	if err := m.start(ctx, st, nil, addr); err != nil {
-		return fail(fmt.Errorf("restore %s: %w", name, err))
-	}
-	in, err := m.restored(name, st, st.StartPending)
-	m.log.Info("restarted on the files of a files-only checkpoint", "rank", name, "ckpt", rec.Name(),
-		"paused", st.StartPending, "took", time.Since(begin))
-	return in, err
-}
-
 // RestoreOptions tunes Restore.
 type RestoreOptions struct {
 	Seq      int            // checkpoint number; 0 means the newest
@@ -98,6 +61,84 @@ type RestoreOptions struct {
 // afresh on the restored files, with its original Config and
 // rankv1.EnvRestart set to the checkpoint's number.
 func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions) (*Info, error) {
+	r, err := planRestore(ctx, m, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := m.lock(r.target)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := r.findOld(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.stage(); err != nil {
+		return nil, err
+	}
+	defer r.release()
+	if err := r.steps(ctx); err != nil {
+		r.undo.run()
+		return nil, err
+	}
+	return r.report()
+}
+
+// restore is one call of Restore: what planRestore resolved from its
+// options, and what its steps have made so far.
+type restore struct {
+	m      *Manager
+	name   string // the container whose checkpoint is restored
+	target string // the container restored: name, or opts.As
+	opts   RestoreOptions
+	src    imageSource
+	rec    *image.Record // the checkpoint's record
+	conf   Config        // the config target runs with (restoredConfig)
+	addr   string        // the address recorded with the checkpoint
+	begin  time.Time
+
+	old     *Info  // target's container before the restore, if there is one
+	staging string // the image's staging dir
+	// stagingTaken says a lazy restore goes on using the staging dir
+	// after Restore returns, and removes it at its end.
+	stagingTaken bool
+	newUpper     string // the fs delta, until it becomes target's upper dir
+	st           *State // target's state, from takeOver on
+	undo         undoStack
+	took         restoreTimes
+}
+
+// restoreTimes say where a restore's time went, each counted from its
+// begin: the image was in staging (staged), the old runtime was replaced
+// (beforeStart), runc restore had returned (started). runc is the time
+// runc restore took, CRIU's restore within it.
+type restoreTimes struct {
+	staged, beforeStart, started, runc time.Duration
+}
+
+// undoStack is what a failed restore undoes, beyond what release removes
+// in any case: each step that made something to undo pushes how, and
+// run undoes newest first.
+type undoStack []func()
+
+func (u *undoStack) push(f func()) { *u = append(*u, f) }
+
+func (u undoStack) run() {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]()
+	}
+}
+
+// criuDir, workDir and logFile are the image's CRIU files, CRIU's work
+// dir and the output kept with the image, in its staging dir.
+func (r *restore) criuDir() string { return filepath.Join(r.staging, image.CRIUDir) }
+func (r *restore) workDir() string { return filepath.Join(r.staging, "work") }
+func (r *restore) logFile() string { return filepath.Join(r.staging, image.LogName) }
+
+// planRestore checks Restore's options and resolves them before anything
+// is locked or changed: the names, where the image comes from and its
+// record, and the config the container will run with.
+func planRestore(ctx context.Context, m *Manager, name string, opts RestoreOptions) (*restore, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
 	}
@@ -108,259 +149,261 @@ func (m *Manager) Restore(ctx context.Context, name string, opts RestoreOptions)
 		}
 		target = opts.As
 	}
-	seq := opts.Seq
-	if opts.Lazy != nil {
-		if opts.Staged != "" || opts.Lazy.Head == nil || opts.Lazy.Chunks == nil {
-			return nil, fmt.Errorf("restore %s: a lazy restore needs the image's head and chunks, and no staged image", name)
-		}
-		opts.Record = opts.Lazy.Head.Record
-		seq = opts.Record.Seq
-	} else if opts.Staged != "" {
-		if opts.Record == nil {
-			return nil, fmt.Errorf("restore %s: a staged image needs its record", name)
-		}
-		seq = opts.Record.Seq
-	} else if seq == 0 {
-		latest, err := m.repo.Latest(name)
-		if err != nil {
-			return nil, err
-		}
-		seq = latest.Seq
-	}
-	man := opts.Record
-	if man == nil {
-		var err error
-		if man, err = m.repo.Load(name, seq); err != nil {
-			return nil, err
-		}
+	src, rec, err := sourceOf(m, name, opts)
+	if err != nil {
+		return nil, err
 	}
 	// The record grants nothing by itself (grants.go): the network and
 	// the tools dir are the caller's to give, the rest is checked as Run
 	// checks it, before anything is read or changed.
 	var cfg imageConfig
-	if err := json.Unmarshal(man.Config, &cfg); err != nil {
-		return nil, &image.CorruptError{Image: man.Name(), What: "record", Reason: "config: " + err.Error()}
+	if err := json.Unmarshal(rec.Config, &cfg); err != nil {
+		return nil, &image.CorruptError{Image: rec.Name(), What: "record", Reason: "config: " + err.Error()}
 	}
-	conf, err := m.restoredConfig(man, cfg.Config, opts)
+	conf, err := m.restoredConfig(rec, cfg.Config, opts)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", name, err)
 	}
 	// A files-only image runs no CRIU: its command starts afresh.
 	switch {
-	case man.FilesOnly && opts.Lazy != nil:
-		return nil, fmt.Errorf("restore %s: %s is files-only: it has no memory to fetch lazily; restore it from the store", name, man.Name())
-	case !man.FilesOnly:
+	case rec.FilesOnly && opts.Lazy != nil:
+		return nil, fmt.Errorf("restore %s: %s is files-only: it has no memory to fetch lazily; restore it from the store", name, rec.Name())
+	case !rec.FilesOnly:
 		if _, err := m.CRIU(ctx); err != nil {
 			return nil, fmt.Errorf("restore %s: %w", name, err)
 		}
 	}
-	begin := time.Now()
-	unlock, err := m.lock(target)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
+	return &restore{m: m, name: name, target: target, opts: opts, src: src, rec: rec,
+		conf: conf, addr: cfg.Addr, begin: time.Now()}, nil
+}
 
-	existing, err := m.Get(ctx, target)
+// findOld finds target's container, if there is one: a restore replaces
+// it only if it is not running.
+func (r *restore) findOld(ctx context.Context) error {
+	old, err := r.m.Get(ctx, r.target)
 	switch {
 	case err == nil:
-		if existing.Status.Live() {
-			return nil, fmt.Errorf("%w: %s; stop it first (cairn rm -f %s) or restore a copy with --as NEWNAME", ErrRunning, target, target)
+		if old.Status.Live() {
+			return fmt.Errorf("%w: %s; stop it first (cairn rm -f %s) or restore a copy with --as NEWNAME", ErrRunning, r.target, r.target)
 		}
+		r.old = old
 	case !errors.Is(err, ErrNotFound):
-		return nil, err
+		return err
 	}
+	return nil
+}
 
-	// Read the whole image, verifying every chunk, before touching anything:
-	// CRIU's files into staging (tmpfs), the fs delta into a new upper dir
-	// on the data disk, renamed into place once the old runtime is gone.
-	staging := opts.Staged
-	staged := staging != ""
-	if !staged {
-		if _, err := m.StagingRoot(); err != nil {
-			return nil, err
-		}
-		m.cleanStaging()
-		if staging, err = os.MkdirTemp(m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-pid%d-", target, seq, os.Getpid())); err != nil {
-			return nil, err
-		}
-		// The image kept in staging since its checkpoint, if it is this
-		// one: nothing to read from the store (kept.go).
-		if opts.As == "" && opts.Lazy == nil && os.Remove(staging) == nil {
-			if staged = m.takeKept(name, man, staging); staged {
-				m.log.Info("restoring from the image kept in staging", "ckpt", man.Name())
-			} else if err := os.Mkdir(staging, 0o700); err != nil {
-				return nil, err
-			}
-		}
-	}
-	// A lazy restore's staging stays until its daemon has every page.
-	var lz *lazyRun
-	lazyStarted := false
-	defer func() {
-		if lz == nil {
-			os.RemoveAll(staging)
-		}
-	}()
-	criuDir := filepath.Join(staging, image.CRIUDir)
-	newUpper, err := os.MkdirTemp(filepath.Join(m.opts.DataDir, "containers"), ".restore-"+target+"-")
+// stage gives the image its staging dir (imageSource.stage), which the
+// restore uses up: release removes it, or a lazy restore once done.
+func (r *restore) stage() error {
+	dir, src, err := r.src.stage(r)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer os.RemoveAll(newUpper)
-	if err := os.Chmod(newUpper, 0o755); err != nil {
-		return nil, err
+	r.staging, r.src = dir, src
+	return nil
+}
+
+// newStaging makes a staging dir of the restore's own for checkpoint
+// seq, first removing those that dead processes left behind.
+func (r *restore) newStaging(seq int) (string, error) {
+	if _, err := r.m.StagingRoot(); err != nil {
+		return "", err
 	}
-	workDir := filepath.Join(staging, "work")
-	switch {
-	case staged:
-		if err := image.UnpackDelta(ctx, filepath.Join(staging, image.DeltaName), newUpper); err != nil {
-			return nil, fmt.Errorf("restore %s from staged %s: %w", target, man.Name(), err)
+	r.m.cleanStaging()
+	return os.MkdirTemp(r.m.opts.StagingDir, fmt.Sprintf("restore-%s-%d-pid%d-", r.target, seq, os.Getpid()))
+}
+
+// release removes what a restore used up, whether it succeeded or not:
+// the new upper dir if it was not installed, and the staging dir unless
+// a lazy restore goes on using it.
+func (r *restore) release() {
+	if r.newUpper != "" {
+		os.RemoveAll(r.newUpper)
+	}
+	if !r.stagingTaken {
+		os.RemoveAll(r.staging)
+	}
+}
+
+// steps restores the image once it has a staging dir. The whole image is
+// read, every chunk verified, before anything of target changes: CRIU's
+// files into staging (tmpfs), the fs delta into a new upper dir on the
+// data disk, renamed into place once the old runtime is gone. Then the
+// processes come back. If a step fails, Restore runs r.undo.
+func (r *restore) steps(ctx context.Context) error {
+	if err := r.makeUpper(); err != nil {
+		return err
+	}
+	if err := r.src.bringIn(ctx, r); err != nil {
+		return err
+	}
+	r.took.staged = time.Since(r.begin)
+	if err := r.takeOver(ctx); err != nil {
+		return err
+	}
+	if err := r.startIncarnation(ctx); err != nil {
+		return err
+	}
+	if err := os.Rename(r.newUpper, filepath.Join(r.m.dir(r.target), "upper")); err != nil {
+		return err
+	}
+	return r.src.revive(ctx, r)
+}
+
+// makeUpper makes the dir the image's fs delta goes into, on the data
+// disk beside the containers' dirs.
+func (r *restore) makeUpper() error {
+	dir, err := os.MkdirTemp(filepath.Join(r.m.opts.DataDir, "containers"), ".restore-"+r.target+"-")
+	if err != nil {
+		return err
+	}
+	r.newUpper = dir
+	return os.Chmod(dir, 0o755)
+}
+
+// takeOver replaces the old runtime of target (its processes, overlay
+// and network go, its files stay), or makes a new container's dir, and
+// sets r.st to target's state.
+func (r *restore) takeOver(ctx context.Context) error {
+	dir := r.m.dir(r.target)
+	if r.old == nil {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return err
 		}
-	case opts.Lazy != nil:
-		for _, d := range []string{criuDir, workDir} {
-			if err := os.Mkdir(d, 0o700); err != nil {
-				return nil, err
-			}
-		}
-		run, err := m.prepareLazy(ctx, opts.Lazy, criuDir, workDir, newUpper, filepath.Join(staging, image.LogName))
-		if err != nil {
-			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
-		}
-		lz = run
-		defer func() {
-			if lz != nil && !lazyStarted {
-				lz.stop()
-				lz = nil
-				os.RemoveAll(staging)
-			}
-		}()
-	default:
-		if err := os.Mkdir(criuDir, 0o700); err != nil {
-			return nil, err
-		}
-		if err := m.repo.Materialize(ctx, man, criuDir, newUpper, opts.Progress); err != nil {
-			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
-		}
-		if _, err := m.repo.MaterializeLog(ctx, man, filepath.Join(staging, image.LogName)); err != nil {
-			return nil, fmt.Errorf("restore %s from %s: %w", target, man.Name(), err)
+		r.st = &State{Created: time.Now().UTC()}
+		return nil
+	}
+	r.st = &r.old.State
+	if err := r.m.teardown(ctx, r.st); err != nil {
+		return fmt.Errorf("restore %s: clean up old container: %w", r.target, err)
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			return err
 		}
 	}
-	stagedAt := time.Since(begin)
-	history := filepath.Join(staging, image.LogName)
+	return nil
+}
+
+// startIncarnation starts target's log as the checkpoint's, the one it
+// replaces kept as an earlier incarnation's (incarnation.go), and makes
+// r.st the restored container's. From here on a failure undoes the
+// container (abandon).
+func (r *restore) startIncarnation(ctx context.Context) error {
+	history := r.logFile()
 	if _, err := os.Lstat(history); err != nil {
 		history = "" // an image from before the output was kept
 	}
-
-	// Replace the old runtime of target, or make a new container.
-	var st *State
-	if existing != nil {
-		st = &existing.State
-		if err := m.teardown(ctx, st); err != nil {
-			return nil, fmt.Errorf("restore %s: clean up old container: %w", target, err)
+	if err := r.m.beginIncarnation(r.target, r.st, r.rec, history, r.old != nil); err != nil {
+		if r.old == nil {
+			_ = removeDir(r.m.dir(r.target))
 		}
-		for _, d := range []string{"upper", "work"} {
-			if err := os.RemoveAll(filepath.Join(m.dir(target), d)); err != nil {
-				return nil, err
-			}
-		}
-	} else {
-		if err := os.Mkdir(m.dir(target), 0o700); err != nil {
-			return nil, err
-		}
-		st = &State{Created: time.Now().UTC()}
+		return fmt.Errorf("restore %s: %w", r.target, err)
 	}
-	// The log starts as the checkpoint's; the one it replaces is kept as
-	// an earlier incarnation's (incarnation.go).
-	if err := m.beginIncarnation(target, st, man, history, existing != nil); err != nil {
-		if existing == nil {
-			_ = removeDir(m.dir(target))
-		}
-		return nil, fmt.Errorf("restore %s: %w", target, err)
-	}
-	st.Config = conf
-	st.Config.Name = target
-	st.CgroupsPath = "/cairn-" + m.instance + "-" + target
-	st.RestoredFrom = man.Name()
+	st := r.st
+	st.Config = r.conf
+	st.Config.Name = r.target
+	st.CgroupsPath = "/cairn-" + r.m.instance + "-" + r.target
+	st.RestoredFrom = r.rec.Name()
 	// A files-only image's command starts afresh, told from which
 	// checkpoint; left paused, it waits in runc create for Resume.
 	st.Restart, st.StartPending = 0, false
-	if man.FilesOnly {
-		st.Restart, st.StartPending = man.Seq, opts.Paused
+	if r.rec.FilesOnly {
+		st.Restart, st.StartPending = r.rec.Seq, r.opts.Paused
 	}
-	upper := filepath.Join(m.dir(target), "upper")
-	fail := func(err error) (*Info, error) {
-		if existing == nil {
-			_ = m.destroy(context.WithoutCancel(ctx), st)
-		} else {
-			_ = m.teardown(context.WithoutCancel(ctx), st)
-		}
-		return nil, err
+	r.undo.push(func() { r.abandon(ctx) })
+	return nil
+}
+
+// abandon undoes the container of a failed restore: a new one is
+// removed; one restored in place loses its runtime again, its files
+// stay.
+func (r *restore) abandon(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	if r.old == nil {
+		_ = r.m.destroy(ctx, r.st)
+	} else {
+		_ = r.m.teardown(ctx, r.st)
 	}
-	if err := os.Rename(newUpper, upper); err != nil {
-		return fail(err)
-	}
-	if man.FilesOnly {
-		return m.restart(ctx, st, man, cfg.Addr, begin, fail)
-	}
-	from := &restoreFrom{images: criuDir, work: workDir, owner: filepath.Join(staging, stagingOwner)}
-	if lz != nil {
-		from.lazy = lz.daemon
-	}
+}
+
+// criuRestore has CRIU restore the processes from the image in staging
+// (with lazyDaemon, the argv of the lazy-pages daemon that serves their
+// memory, for a lazy restore) and leaves them frozen or not as
+// opts.Paused asks.
+func (r *restore) criuRestore(ctx context.Context, lazyDaemon []string) error {
+	from := &restoreFrom{images: r.criuDir(), work: r.workDir(), owner: filepath.Join(r.staging, stagingOwner), lazy: lazyDaemon}
 	if err := os.MkdirAll(from.work, 0o700); err != nil {
-		return fail(err)
+		return err
 	}
-	beforeStart := time.Since(begin)
-	if err := m.start(ctx, st, from, cfg.Addr); err != nil {
-		return fail(err)
+	r.took.beforeStart = time.Since(r.begin)
+	if err := r.m.start(ctx, r.st, from, r.addr); err != nil {
+		return err
 	}
-	started := time.Since(begin)
+	r.took.started, r.took.runc = time.Since(r.begin), from.runc
 	// CRIU restores the freezer state the dump saw (a checkpoint taken
 	// frozen comes back frozen): set the one asked for, without asking
 	// runc (a process start) what it is.
-	fz, err := freezerFor(st.CgroupsPath)
+	fz, err := freezerFor(r.st.CgroupsPath)
 	if err == nil {
-		err = fz.set(ctx, opts.Paused)
+		err = fz.set(ctx, r.opts.Paused)
 	}
 	if err != nil {
-		return fail(fmt.Errorf("restore %s: set frozen=%v: %w", target, opts.Paused, err))
+		return fmt.Errorf("restore %s: set frozen=%v: %w", r.target, r.opts.Paused, err)
 	}
-	if lz != nil {
-		lazyStarted = true
-		// Until every page is here, a checkpoint of target waits
-		// (memory.go).
-		m.trackLazy(target, lz)
-		lz.startPrefetch(m.log, man.Name())
-		go func() {
-			st, err := lz.wait()
-			if err != nil {
-				if b, rerr := os.ReadFile(filepath.Join(workDir, lazyLog)); rerr == nil {
-					_ = os.WriteFile(filepath.Join(m.dir(target), lazyLog), b, 0o600)
-				}
-				err = fmt.Errorf("%w (CRIU's log: %s)", err, filepath.Join(m.dir(target), lazyLog))
-			}
-			lz.err = err
-			m.untrackLazy(target, lz)
-			close(lz.done)
-			os.RemoveAll(staging)
-			switch {
-			case opts.Lazy.Done != nil:
-				opts.Lazy.Done(st, err) // the caller handles the outcome
-			case err != nil:
-				m.log.Error("lazy restore failed: the container is killed", "rank", target, "ckpt", man.Name(), "err", err)
-			default:
-				m.log.Info("lazy restore complete: every page is here", "rank", target, "ckpt", man.Name(),
-					"pages", st.Pages, "requests", st.Requests, "took", st.Took)
-			}
-		}()
+	return nil
+}
+
+// startAfresh starts the command of a files-only image's container
+// afresh on the restored files, with the checkpoint's number in its
+// environment; made but not started if r.st.StartPending.
+func (r *restore) startAfresh(ctx context.Context) error {
+	if err := r.m.start(ctx, r.st, nil, r.addr); err != nil {
+		return fmt.Errorf("restore %s: %w", r.target, err)
 	}
-	in, err := m.restored(target, st, opts.Paused)
+	return nil
+}
+
+// report describes the restored container and logs the restore.
+func (r *restore) report() (*Info, error) {
+	in, err := r.info()
+	if r.rec.FilesOnly {
+		r.m.log.Info("restarted on the files of a files-only checkpoint", "rank", r.target, "ckpt", r.rec.Name(),
+			"paused", r.st.StartPending, "took", time.Since(r.begin))
+		return in, err
+	}
 	// Where the time went: reading the image into staging, replacing the
 	// old runtime, network and root, runc restore (CRIU within), the rest.
-	m.log.Info("restored", "rank", target, "ckpt", man.Name(), "lazy", lz != nil, "took", time.Since(begin),
-		"stage", stagedAt, "replace", beforeStart-stagedAt, "net_root", started-beforeStart-from.runc, "runc", from.runc,
-		"after", time.Since(begin)-started)
+	_, lazy := r.src.(*lazyImage)
+	t := r.took
+	r.m.log.Info("restored", "rank", r.target, "ckpt", r.rec.Name(), "lazy", lazy, "took", time.Since(r.begin),
+		"stage", t.staged, "replace", t.beforeStart-t.staged, "net_root", t.started-t.beforeStart-t.runc, "runc", t.runc,
+		"after", time.Since(r.begin)-t.started)
 	return in, err
+}
+
+// info describes the container the restore has just started, without
+// asking runc (a process start) what the restore knows: created if its
+// command waits for Resume, paused if its processes are frozen.
+func (r *restore) info() (*Info, error) {
+	b, err := os.ReadFile(filepath.Join(r.m.dir(r.target), "init.pid"))
+	if err != nil {
+		return nil, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("pid file %q: %w", b, err)
+	}
+	in := r.m.info(r.target, r.st)
+	in.Status, in.Pid = StatusRunning, pid
+	switch {
+	case r.st.StartPending:
+		in.Status = StatusCreated
+	case r.opts.Paused:
+		in.Status = StatusPaused
+	}
+	return in, nil
 }
 
 // restoredConfig is the config a container restored from the image man
