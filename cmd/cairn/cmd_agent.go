@@ -23,6 +23,7 @@ func newAgentCmd() *cobra.Command {
 	var healthEvery time.Duration
 	var minDisk, minMem float64
 	var toolsDir, mpichFix, keepImages, tokenFile string
+	var selfFence bool
 	cmd := &cobra.Command{
 		Use:   "agent --creds DIR [--listen ADDR] [--coordinator ADDR --underlay IP]",
 		Short: "Serve this node's containers and checkpoints over the agent API (mutual TLS)",
@@ -49,6 +50,14 @@ the node is unwell). Failing probes go with the heartbeats; the coordinator
 publishes them as health.warning events and acts by each job's
 --on-health-warning policy (migrate its ranks away, checkpoint, or ignore).
 
+A node cut off from the coordinators fences itself: once none has
+answered for half the node TTL, the agent freezes the node's ranks (the
+coordinator may restart them elsewhere once the node's lease expires),
+and thaws or stops each as the coordinator says when it hears one again.
+With one coordinator, its outage freezes the jobs until it is back.
+--self-fence=false keeps ranks running instead, at the risk of two
+copies of a rank once the node's link heals.
+
 After a checkpoint the rank's newest image stays in staging, up to
 --keep-images in all: a restore of that checkpoint on this node (a job
 restarted where its ranks were) then reads nothing from the store.`,
@@ -58,7 +67,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 				return usageError{errors.New("--creds DIR is required")}
 			}
 			cfg := agent.Config{Creds: creds, Listen: listen, Coordinator: coordAddr, Advertise: advertise,
-				NetnsPrefix: netnsPrefix, Labels: map[string]string{}, ToolsDir: toolsDir, MPICHFix: mpichFix, MetricsTokenFile: tokenFile,
+				NetnsPrefix: netnsPrefix, Labels: map[string]string{}, ToolsDir: toolsDir, MPICHFix: mpichFix, MetricsTokenFile: tokenFile, NoSelfFence: !selfFence,
 				Health: agent.HealthConfig{Every: healthEvery, MinFreeDisk: minDisk / 100, MinFreeMemory: minMem / 100, Command: healthCmd},
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			var err error
@@ -99,6 +108,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 	f.StringVar(&underlayDev, "underlay-dev", "", "device job networks' VXLAN goes out of (default: the one holding --underlay)")
 	f.StringVar(&advertise, "advertise", "", "agent API address the coordinator calls (default: --listen)")
 	f.StringVar(&healthCmd, "health-cmd", "", "health probe: a shell command (CAIRN_NODE set) that fails when the node is unwell")
+	f.BoolVar(&selfFence, "self-fence", true, "freeze this node's ranks while no coordinator answers (for half the node TTL), until one says which still belong here")
 	f.DurationVar(&healthEvery, "health-every", 5*time.Second, "how often the health probes run")
 	f.Float64Var(&minDisk, "health-min-free-disk", 5, "health probe: percent of the data dir's disk that must stay free (0: off)")
 	f.Float64Var(&minMem, "health-min-free-memory", 5, "health probe: percent of memory that must stay available (0: off)")

@@ -56,6 +56,10 @@ type Config struct {
 	// MetricsTokenFile holds a bearer token that lets a scraper without a
 	// client certificate read /metrics ("": none).
 	MetricsTokenFile string
+	// NoSelfFence keeps the node's ranks running while no coordinator
+	// answers (selffence.go): a node cut off may then run a rank that a
+	// restart brought back elsewhere.
+	NoSelfFence bool
 	// ToolsDir keeps the tools mounted in MPI ranks, by content: Exe
 	// (default: this executable) and the MPICH fix library MPICHFix.
 	ToolsDir, Exe, MPICHFix string
@@ -152,7 +156,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	s.Metrics = newMetrics(c.Name, a.m, h)
 	if a.cfg.Coordinator != "" {
 		s.Node.Underlay, s.Node.Dev = a.cfg.Underlay, a.cfg.UnderlayDev
-		a.join(ctx, h, s.sawTerm)
+		a.join(ctx, h, s)
 		// The ranks' requests go to the coordinator as this node's.
 		co := rpc.NewCoordClient(a.cfg.Coordinator, a.creds)
 		defer co.Close()
@@ -161,9 +165,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	return s.Serve(ctx, a.ln)
 }
 
-// join starts the health probes h and the membership of the cluster,
-// both until ctx is done; saw is told the leading coordinator's term.
-func (a *Agent) join(ctx context.Context, h *Health, saw func(string)) {
+// join starts the health probes h and the membership of the cluster, and
+// the node's self-fence, until ctx is done; s is told the leading
+// coordinator's term.
+func (a *Agent) join(ctx context.Context, h *Health, s *Server) {
 	advertise := a.cfg.Advertise
 	if advertise == "" {
 		advertise = a.ln.Addr().String()
@@ -176,10 +181,35 @@ func (a *Agent) join(ctx context.Context, h *Health, saw func(string)) {
 			a.log.Info("health probes pass")
 		}
 	})
-	beat := func() coordv1.Heartbeat {
-		return coordv1.Heartbeat{Name: j.Name, Health: h.Warnings(), Quarantined: a.quarantined(), Ended: a.endedRanks()}
+	m := &membership{a: a, h: h, s: s, fence: newSelfFence(s, a.log)}
+	if !a.cfg.NoSelfFence {
+		go m.fence.watch(ctx)
 	}
-	go keepJoined(ctx, rpc.NewCoordClient(a.cfg.Coordinator, a.creds), j, beat, saw, a.log)
+	go keepJoined(ctx, rpc.NewCoordClient(a.cfg.Coordinator, a.creds), j, m, a.log)
+}
+
+// membership is the agent's side of its membership of the cluster (member).
+type membership struct {
+	a     *Agent
+	h     *Health
+	s     *Server
+	fence *selfFence
+}
+
+func (n *membership) beat() coordv1.Heartbeat {
+	return coordv1.Heartbeat{Name: n.a.creds.Name, Health: n.h.Warnings(), Quarantined: n.a.quarantined(), Ended: n.a.endedRanks(),
+		Fenced: n.fence.list()}
+}
+
+func (n *membership) joined(r coordv1.JoinReply) {
+	n.s.sawTerm(r.Term)
+	n.fence.joined(r.TTL)
+}
+
+func (n *membership) answered(ctx context.Context, r coordv1.HeartbeatReply) {
+	n.s.sawTerm(r.Term)
+	n.fence.answered()
+	n.fence.settle(ctx, r.Release, r.Drop)
 }
 
 // endedRanks lists the node's rank containers whose processes have ended,

@@ -13,10 +13,18 @@ import (
 	"cairn/internal/rpc"
 )
 
-// keepJoined joins the cluster and sends heartbeats, each what beat
+// member is the node's side of its membership: what its heartbeats say,
+// and what it makes of the coordinator's replies.
+type member interface {
+	beat() coordv1.Heartbeat
+	joined(coordv1.JoinReply)
+	answered(context.Context, coordv1.HeartbeatReply)
+}
+
+// keepJoined joins the cluster and sends heartbeats, each what m's beat
 // reports then, until ctx ends; it joins again whenever the coordinator
-// no longer knows the node. saw is told the term of every reply.
-func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, beat func() coordv1.Heartbeat, saw func(term string), log *slog.Logger) {
+// no longer knows the node. m is told every reply.
+func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, m member, log *slog.Logger) {
 	defer cl.Close()
 	every := time.Second
 	joined := false
@@ -26,7 +34,7 @@ func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, beat f
 			var reply coordv1.JoinReply
 			reply, err = cl.Join(ctx, j)
 			if err == nil {
-				saw(reply.Term)
+				m.joined(reply)
 				joined = true
 				if reply.Heartbeat > 0 {
 					every = reply.Heartbeat
@@ -36,10 +44,10 @@ func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, beat f
 		} else {
 			hctx, cancel := context.WithTimeout(ctx, every*2)
 			var reply coordv1.HeartbeatReply
-			reply, err = cl.Heartbeat(hctx, beat())
+			reply, err = cl.Heartbeat(hctx, m.beat())
 			cancel()
 			if err == nil {
-				saw(reply.Term)
+				m.answered(ctx, reply)
 			}
 			var we *agentv1.Error
 			if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {

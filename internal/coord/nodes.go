@@ -169,3 +169,34 @@ func (nr *nodeReports) noteEnded(node string, names []string) {
 		c.sup.observe(policy.RanksEnded{Job: job})
 	}
 }
+
+// fenced decides what becomes of the ranks a node froze while no
+// coordinator answered it (its self-fence), now that it is alive again:
+// those its jobs still place on it are released (thawed), the others
+// dropped (stopped there: a restart brought them back elsewhere, or their
+// job is over). A job busy with a protocol is left for a later
+// heartbeat: its lock is only tried, and under it no restart can have
+// decided the rank's place without the node seen alive by now.
+func (nr *nodeReports) fenced(ctx context.Context, node string, names []string) (release, drop []string) {
+	c := nr.c
+	for _, name := range names {
+		job, rank, ok := agentv1.ParseRankName(name)
+		if !ok {
+			continue
+		}
+		unlock, ok := c.locks.tryLock(job)
+		if !ok {
+			continue
+		}
+		j, err := c.rec.job(ctx, job)
+		switch {
+		case err == nil && j.State == coordv1.JobRunning && rank < len(j.Placement) && j.Placement[rank] == node:
+			release = append(release, name)
+		case err == nil || hasCode(err, agentv1.CodeNotFound):
+			drop = append(drop, name)
+			c.log.Warn("a node that lost the coordinators froze a rank that runs elsewhere now: stopping it there", "node", node, "rank", name)
+		}
+		unlock()
+	}
+	return release, drop
+}

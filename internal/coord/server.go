@@ -233,7 +233,8 @@ func (c *Coordinator) serveHeartbeat(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusForbidden, agentv1.CodeForbidden, fmt.Sprintf("agent %s may not speak for node %s", id.Name, hb.Name))
 		return
 	}
-	reply(w, http.StatusOK, coordv1.HeartbeatReply{Term: c.fence.termString()}, c.Heartbeat(r.Context(), hb))
+	rep, err := c.Heartbeat(r.Context(), hb)
+	reply(w, http.StatusOK, rep, err)
 }
 
 // Join records a node that joins the cluster (again) and registers it
@@ -266,14 +267,16 @@ func (c *Coordinator) Join(ctx context.Context, j coordv1.Join) (*coordv1.JoinRe
 // Heartbeat keeps a node alive and takes its health and quarantine
 // reports. A node the catalog does not know gets a not-found error: it
 // must join again.
-func (c *Coordinator) Heartbeat(ctx context.Context, hb coordv1.Heartbeat) error {
+func (c *Coordinator) Heartbeat(ctx context.Context, hb coordv1.Heartbeat) (*coordv1.HeartbeatReply, error) {
 	if err := c.nodes.heartbeat(ctx, hb.Name); err != nil {
-		return err
+		return nil, err
 	}
 	c.nodes.noteHealth(ctx, hb.Name, hb.Health)
 	c.nodes.noteQuarantine(ctx, hb.Name, hb.Quarantined)
 	c.nodes.noteEnded(hb.Name, hb.Ended)
-	return nil
+	rep := &coordv1.HeartbeatReply{Term: c.fence.termString()}
+	rep.Release, rep.Drop = c.nodes.fenced(ctx, hb.Name, hb.Fenced)
+	return rep, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) { rpc.WriteJSON(w, status, v) }

@@ -21,6 +21,16 @@ func (n Node) manager(rt Runtime) (*container.Manager, error) {
 	return container.New(container.Options{DataDir: n.Data, StagingDir: n.Staging, CRIU: rt.CRIU, Runc: rt.Runc})
 }
 
+// Containers lists the node's containers as its data dir holds them,
+// reading only, without its agent (which may be cut off, or dead).
+func (n Node) Containers(ctx context.Context, rt Runtime) ([]*container.Info, error) {
+	m, err := n.manager(rt)
+	if err != nil {
+		return nil, err
+	}
+	return m.List(ctx)
+}
+
 // Down stops the agents, removes every container of every node, the
 // namespaces and links named with the testbed's prefix, stops the
 // coordinator and deletes the testbed's directory. When something cannot

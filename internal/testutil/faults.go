@@ -32,13 +32,25 @@ func agentCmdline(t testing.TB, pid int) []string {
 // while after the kill, so a count of live nodes cannot tell that.
 func (c *Cluster) KillAgent(node string) (restart func(env ...string)) {
 	c.t.Helper()
+	return c.killAgent(node, nil)
+}
+
+// RestartAgentWith restarts a node's agent with args added to its
+// command line, and waits until it has joined the cluster again.
+func (c *Cluster) RestartAgentWith(node string, args ...string) {
+	c.t.Helper()
+	c.killAgent(node, args)()
+}
+
+func (c *Cluster) killAgent(node string, args []string) (restart func(env ...string)) {
+	c.t.Helper()
 	f := c.File()
 	joined := func() int { return strings.Count(c.AgentLog(node), `msg="joined the cluster"`) }
 	for i, n := range f.Nodes {
 		if n.Name != node {
 			continue
 		}
-		argv := agentCmdline(c.t, n.PID)
+		argv := append(agentCmdline(c.t, n.PID), args...)
 		before := joined()
 		if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
 			c.t.Fatal(err)

@@ -103,6 +103,12 @@ type JoinReply struct {
 // HeartbeatReply is the answer to a heartbeat.
 type HeartbeatReply struct {
 	Term string `json:"term,omitempty"` // as JoinReply's
+	// Release and Drop answer Heartbeat.Fenced: the ranks still placed
+	// on the node, to thaw, and those placed elsewhere or of jobs that
+	// ended, to stop (their output kept). A fenced rank in neither stays
+	// frozen (its job is busy) and is asked about again.
+	Release []string `json:"release,omitempty"`
+	Drop    []string `json:"drop,omitempty"`
 }
 
 // Heartbeat keeps a node's membership alive.
@@ -117,6 +123,11 @@ type Heartbeat struct {
 	// have ended, by themselves or killed, and that no checkpoint
 	// stopped: the coordinator then looks at how their jobs stand.
 	Ended []string `json:"ended,omitempty"`
+	// Fenced names the rank containers the node's agent froze because no
+	// coordinator answered it for half the node TTL (it may have been
+	// cut off, and its ranks restarted elsewhere): they stay frozen
+	// until a reply says which to thaw and which to stop.
+	Fenced []string `json:"fenced,omitempty"`
 }
 
 // Node is a cluster node as the catalog records it.

@@ -346,7 +346,7 @@ func (c *Cluster) reachable(a, b string) (*Node, bool) {
 // Joiner is the coordinator's side of membership: coord.Coordinator.
 type Joiner interface {
 	Join(ctx context.Context, j coordv1.Join) (*coordv1.JoinReply, error)
-	Heartbeat(ctx context.Context, hb coordv1.Heartbeat) error
+	Heartbeat(ctx context.Context, hb coordv1.Heartbeat) (*coordv1.HeartbeatReply, error)
 }
 
 // Join has every live node join j and keep sending it heartbeats, every
@@ -393,7 +393,7 @@ func (c *Cluster) heartbeats(ctx context.Context, n *Node, every time.Duration, 
 		j := c.joiner
 		c.mu.Unlock()
 		hctx, cancel := context.WithTimeout(ctx, every*2)
-		err := j.Heartbeat(hctx, coordv1.Heartbeat{Name: n.name, Ended: n.ended()})
+		_, err := j.Heartbeat(hctx, coordv1.Heartbeat{Name: n.name, Ended: n.ended()})
 		var we *agentv1.Error
 		if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {
 			_, _ = j.Join(hctx, coordv1.Join{Name: n.name, Addr: n.addr, Underlay: n.underlay})
