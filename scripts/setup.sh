@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh: install what cairn needs on a Debian 12 machine, idempotently.
 #
-#   - runc, iptables, iproute2, build tools and zstd from Debian 12;
+#   - runc, iptables, iproute2, build tools, zstd and curl (the metrics test
+#     scrapes as docs/cluster.md shows) from Debian 12;
 #   - Open MPI 4.1 and MPICH 4.0 from Debian 12 (cairn run --mpi, the MPI tests);
 #   - Chromium and ChromeDriver from Debian 12 (the dashboard's browser test);
 #   - CRIU 4.2 or newer, built from Debian unstable's source (Debian 12's own
@@ -27,7 +28,7 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 export DEBIAN_FRONTEND=noninteractive
 
 # --- Debian 12 packages ------------------------------------------------------
-pkgs=(runc iptables iproute2 kmod procps psmisc zstd ca-certificates xz-utils
+pkgs=(runc iptables iproute2 kmod procps psmisc zstd curl ca-certificates xz-utils
       build-essential pkg-config protobuf-c-compiler libprotobuf-c-dev
       protobuf-compiler libprotobuf-dev python3-protobuf libnl-3-dev libnet1-dev libcap-dev
       libbsd-dev libnftables-dev libgnutls28-dev uuid-dev libaio-dev dpkg-dev

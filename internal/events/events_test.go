@@ -37,7 +37,14 @@ func types(es []evv1.Event) string {
 }
 
 func TestHistoryAndFilters(t *testing.T) {
-	x, err := events.New(events.Options{})
+	// A clock that moves a second per reading, so that each event has its
+	// own time and the Since cases do not depend on the clock's resolution.
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	ticks := 0
+	x, err := events.New(events.Options{Now: func() time.Time {
+		ticks++
+		return start.Add(time.Duration(ticks) * time.Second)
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +52,7 @@ func TestHistoryAndFilters(t *testing.T) {
 	x.Publish(evv1.Event{Type: evv1.NodeJoined, Node: "n1"})
 	mid := x.Publish(evv1.Event{Type: evv1.CkptCommitted, Job: "a", Ckpt: 1})
 	x.Publish(evv1.Event{Type: evv1.CkptDurable, Job: "b", Ckpt: 1})
-	x.Publish(evv1.Event{Type: evv1.MigrationDone, Job: "a"})
+	last := x.Publish(evv1.Event{Type: evv1.MigrationDone, Job: "a"})
 	for _, tc := range []struct {
 		f    events.Filter
 		want string
@@ -54,10 +61,13 @@ func TestHistoryAndFilters(t *testing.T) {
 		{events.Filter{Job: "a"}, "2:checkpoint.committed 4:migration.done"},
 		{events.Filter{Type: "checkpoint.*"}, "2:checkpoint.committed 3:checkpoint.durable"},
 		{events.Filter{AfterSeq: 2}, "3:checkpoint.durable 4:migration.done"},
-		{events.Filter{Since: mid.Time.Add(time.Nanosecond)}, ""},
+		{events.Filter{Since: mid.Time}, "2:checkpoint.committed 3:checkpoint.durable 4:migration.done"},
+		{events.Filter{Since: mid.Time.Add(time.Nanosecond)}, "3:checkpoint.durable 4:migration.done"},
+		{events.Filter{Job: "a", Since: mid.Time.Add(time.Nanosecond)}, "4:migration.done"},
+		{events.Filter{Since: last.Time.Add(time.Nanosecond)}, ""},
 	} {
 		got := types(x.History(tc.f))
-		if tc.f.Since.IsZero() && got != tc.want {
+		if got != tc.want {
 			t.Errorf("History(%+v) = %q, want %q", tc.f, got, tc.want)
 		}
 	}
@@ -352,7 +362,7 @@ func TestHTTPSHookSigned(t *testing.T) {
 			close(done)
 		}()
 		t.Cleanup(func() { cancel(); <-done; x.Close() })
-		time.Sleep(50 * time.Millisecond) // the hook subscribes
+		waitFor(t, "the hook to subscribe", func() bool { return x.Subscribers() == 1 })
 		return x, x.SubscribeNew(events.Filter{Type: evv1.HookFailed}, 16)
 	}
 

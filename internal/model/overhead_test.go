@@ -124,6 +124,52 @@ func TestMeasureExact(t *testing.T) {
 	}
 }
 
+// TestResidualSeesAWrongStall: the job of TestMeasureExact, whose rounds
+// freeze it for 0.4 s, reported with stalls of half and twice that: the
+// residual is outside the tolerance, of the sign that says which way the
+// stall is wrong (too short: the run is longer than its terms).
+//
+// Only a part of the error shows in the residual: the time a stall too
+// short leaves out is taken as slow progress after the thaw, which the
+// fit of the rate after a thaw absorbs for the most part. With no noise
+// the tolerance is n·ClockNoise and that part exceeds it; with the noise
+// of a real job's progress (TestMeasureNoise) the tolerance is larger
+// than such an error, and the stalls are checked against the events
+// instead (test/ops TestReport).
+func TestResidualSeesAWrongStall(t *testing.T) {
+	j := job{rate: 1000, after: 0.5, copy: 0.8, starts: []float64{10.3, 30.6, 50.2}, stall: 0.4, store: 0.7, copyT: 1.6,
+		coord: 0.01, cont: 0.09, step: 1, end: 70}
+	for _, tc := range []struct {
+		name   string
+		factor float64
+		sign   float64 // of the residual; 0: within the tolerance
+	}{
+		{"as measured", 1, 0},
+		{"half", 0.5, +1},
+		{"twice", 2, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := j.input()
+			for i := range in.Rounds {
+				in.Rounds[i].Stall = dur(j.stall * tc.factor)
+			}
+			ov, _ := model.Measure(in)
+			if !ov.Checked {
+				t.Fatalf("not measured: %+v", ov)
+			}
+			missing := float64(len(in.Rounds)) * j.stall * (1 - tc.factor)
+			t.Logf("stalls off by %+.2f s in all: residual %+.3f s, tolerance %.3f s", missing, ov.Residual, ov.Tolerance)
+			switch {
+			case tc.sign == 0 && !ov.Within:
+				t.Errorf("residual %+.3f s beyond the tolerance %.3f s with the stalls as measured", ov.Residual, ov.Tolerance)
+			case tc.sign != 0 && (ov.Within || ov.Residual*tc.sign <= ov.Tolerance):
+				t.Errorf("stalls off by %+.2f s: residual %+.3f s, tolerance %.3f s (within: %v); want it beyond, of sign %+.0f",
+					missing, ov.Residual, ov.Tolerance, ov.Within, tc.sign)
+			}
+		})
+	}
+}
+
 // TestMeasureNoise: with each interval's rate off by 15% (normal) and
 // reports late or early by 20 ms, the residual stays within the tolerance
 // the model states, and α within three of its standard errors.

@@ -32,6 +32,12 @@ import (
 // certificate gets no TLS connection, one with an agent's certificate is
 // forbidden at the coordinator, and one over plain HTTP gets no metrics.
 func TestMetrics(t *testing.T) {
+	// The documented scrape is a curl command: without curl that check
+	// cannot run, so the test fails (before it starts a cluster).
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Fatalf("curl, which this test runs as docs/cluster.md does, is not installed (make setup installs it): %v", err)
+	}
 	c := testutil.NewCluster(t, 4)
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1"}, c.RingArgs(4_000_000)...)...)
 	first := c.Status("ring").Placement
@@ -118,15 +124,13 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// The documented command works.
-	if _, err := exec.LookPath("curl"); err == nil {
-		out, err := exec.Command("curl", "-sS", "--fail", "--cacert", filepath.Join(creds, "ca.crt"), "--cert", filepath.Join(creds, "node.crt"),
-			"--key", filepath.Join(creds, "node.key"), "https://"+f.Coordinator+"/metrics").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), `cairn_checkpoints_durable_total{job_name="ring"} 2`) {
-			t.Errorf("curl with the client's credentials: %v\n%.2000s", err, out)
-		}
-		if out, err := exec.Command("curl", "-sS", "--fail", "--cacert", filepath.Join(creds, "ca.crt"), "https://"+f.Coordinator+"/metrics").CombinedOutput(); err == nil {
-			t.Errorf("curl without a certificate got the metrics:\n%.500s", out)
-		}
+	out, err := exec.Command(curl, "-sS", "--fail", "--cacert", filepath.Join(creds, "ca.crt"), "--cert", filepath.Join(creds, "node.crt"),
+		"--key", filepath.Join(creds, "node.key"), "https://"+f.Coordinator+"/metrics").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `cairn_checkpoints_durable_total{job_name="ring"} 2`) {
+		t.Errorf("curl with the client's credentials: %v\n%.2000s", err, out)
+	}
+	if out, err := exec.Command(curl, "-sS", "--fail", "--cacert", filepath.Join(creds, "ca.crt"), "https://"+f.Coordinator+"/metrics").CombinedOutput(); err == nil {
+		t.Errorf("curl without a certificate got the metrics:\n%.500s", out)
 	}
 
 	// Refused: no certificate (no TLS connection), an agent's certificate
