@@ -53,6 +53,10 @@ test: setup ## Set up and run all tests (root: real runc, CRIU, namespaces), wit
 e2e: setup ## Run only the end-to-end packages (test/...), TESTP at a time
 	$(GO) test -race -count=1 -p $(TESTP) -timeout 25m $(E2E)
 
+.PHONY: faults
+faults: setup ## The fault matrix: every fault class after every protocol step; writes docs/reliability.md's table
+	$(GO) test -count=1 -timeout 60m -run 'TestFaultMatrix|TestCoordinatorDiesAnywhere' ./internal/coord/ -args -faults -fault-report=$(CURDIR)/docs/reliability.md
+
 .PHONY: soak
 soak: setup ## The long matrices: every fault and MPI scenario, many SIGKILL rounds (CAIRN_SOAK=1)
 	CAIRN_SOAK=1 $(GO) test -count=1 -p $(TESTP) -timeout 180m $(PKGS)

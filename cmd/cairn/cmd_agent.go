@@ -23,7 +23,7 @@ func newAgentCmd() *cobra.Command {
 	var healthEvery time.Duration
 	var minDisk, minMem float64
 	var toolsDir, mpichFix, keepImages, tokenFile string
-	var selfFence bool
+	var selfFence string
 	cmd := &cobra.Command{
 		Use:   "agent --creds DIR [--listen ADDR] [--coordinator ADDR --underlay IP]",
 		Short: "Serve this node's containers and checkpoints over the agent API (mutual TLS)",
@@ -50,13 +50,16 @@ the node is unwell). Failing probes go with the heartbeats; the coordinator
 publishes them as health.warning events and acts by each job's
 --on-health-warning policy (migrate its ranks away, checkpoint, or ignore).
 
-A node cut off from the coordinators fences itself: once none has
-answered for half the node TTL, the agent freezes the node's ranks (the
-coordinator may restart them elsewhere once the node's lease expires),
-and thaws or stops each as the coordinator says when it hears one again.
-With one coordinator, its outage freezes the jobs until it is back.
---self-fence=false keeps ranks running instead, at the risk of two
-copies of a rank once the node's link heals.
+With --self-fence on, a node cut off from the coordinators fences
+itself: once none has answered for half the node TTL, the agent freezes
+the node's ranks (the coordinator may restart them elsewhere once the
+node's lease expires), and thaws or stops each as the coordinator says
+when it hears one again. An outage of every coordinator then freezes the
+jobs until one is back, which is why auto (the default) fences only an
+agent given several coordinators, whose outage is unlikely. Without it,
+ranks run on while no coordinator answers, and those a restart brought
+back elsewhere meanwhile are stopped once the node is heard again (a copy
+may run twice in between).
 
 After a checkpoint the rank's newest image stays in staging, up to
 --keep-images in all: a restore of that checkpoint on this node (a job
@@ -67,10 +70,19 @@ restarted where its ranks were) then reads nothing from the store.`,
 				return usageError{errors.New("--creds DIR is required")}
 			}
 			cfg := agent.Config{Creds: creds, Listen: listen, Coordinator: coordAddr, Advertise: advertise,
-				NetnsPrefix: netnsPrefix, Labels: map[string]string{}, ToolsDir: toolsDir, MPICHFix: mpichFix, MetricsTokenFile: tokenFile, NoSelfFence: !selfFence,
+				NetnsPrefix: netnsPrefix, Labels: map[string]string{}, ToolsDir: toolsDir, MPICHFix: mpichFix, MetricsTokenFile: tokenFile,
 				Health: agent.HealthConfig{Every: healthEvery, MinFreeDisk: minDisk / 100, MinFreeMemory: minMem / 100, Command: healthCmd},
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			var err error
+			switch selfFence {
+			case "on":
+				cfg.SelfFence = true
+			case "auto":
+				cfg.SelfFence = strings.Contains(coordAddr, ",")
+			case "off":
+			default:
+				return usageError{fmt.Errorf("--self-fence %q: want auto, on or off", selfFence)}
+			}
 			if coordAddr != "" {
 				if underlay == "" {
 					return usageError{errors.New("--underlay IP is required with --coordinator")}
@@ -108,7 +120,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 	f.StringVar(&underlayDev, "underlay-dev", "", "device job networks' VXLAN goes out of (default: the one holding --underlay)")
 	f.StringVar(&advertise, "advertise", "", "agent API address the coordinator calls (default: --listen)")
 	f.StringVar(&healthCmd, "health-cmd", "", "health probe: a shell command (CAIRN_NODE set) that fails when the node is unwell")
-	f.BoolVar(&selfFence, "self-fence", true, "freeze this node's ranks while no coordinator answers (for half the node TTL), until one says which still belong here")
+	f.StringVar(&selfFence, "self-fence", "auto", "freeze this node's ranks while no coordinator answers (for half the node TTL), until one says which still belong here: on, off, or auto (on with several coordinators)")
 	f.DurationVar(&healthEvery, "health-every", 5*time.Second, "how often the health probes run")
 	f.Float64Var(&minDisk, "health-min-free-disk", 5, "health probe: percent of the data dir's disk that must stay free (0: off)")
 	f.Float64Var(&minMem, "health-min-free-memory", 5, "health probe: percent of memory that must stay available (0: off)")

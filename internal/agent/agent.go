@@ -56,10 +56,11 @@ type Config struct {
 	// MetricsTokenFile holds a bearer token that lets a scraper without a
 	// client certificate read /metrics ("": none).
 	MetricsTokenFile string
-	// NoSelfFence keeps the node's ranks running while no coordinator
-	// answers (selffence.go): a node cut off may then run a rank that a
-	// restart brought back elsewhere.
-	NoSelfFence bool
+	// SelfFence freezes the node's ranks while no coordinator answers
+	// (selffence.go). Without it they run on, and a node cut off may run
+	// a rank that a restart brought back elsewhere until it is heard
+	// again.
+	SelfFence bool
 	// ToolsDir keeps the tools mounted in MPI ranks, by content: Exe
 	// (default: this executable) and the MPICH fix library MPICHFix.
 	ToolsDir, Exe, MPICHFix string
@@ -182,7 +183,7 @@ func (a *Agent) join(ctx context.Context, h *Health, s *Server) {
 		}
 	})
 	m := &membership{a: a, h: h, s: s, fence: newSelfFence(s, a.log)}
-	if !a.cfg.NoSelfFence {
+	if a.cfg.SelfFence {
 		go m.fence.watch(ctx)
 	}
 	go keepJoined(ctx, rpc.NewCoordClient(a.cfg.Coordinator, a.creds), j, m, a.log)
@@ -198,7 +199,7 @@ type membership struct {
 
 func (n *membership) beat() coordv1.Heartbeat {
 	return coordv1.Heartbeat{Name: n.a.creds.Name, Health: n.h.Warnings(), Quarantined: n.a.quarantined(), Ended: n.a.endedRanks(),
-		Fenced: n.fence.list()}
+		Fenced: n.fence.list(), Live: rankNamesOf(n.a.m.Unended())}
 }
 
 func (n *membership) joined(r coordv1.JoinReply) {
@@ -209,7 +210,35 @@ func (n *membership) joined(r coordv1.JoinReply) {
 func (n *membership) answered(ctx context.Context, r coordv1.HeartbeatReply) {
 	n.s.sawTerm(r.Term)
 	n.fence.answered()
+	var strays []string
+	for _, name := range r.Drop {
+		if !n.fence.holds(name) {
+			strays = append(strays, name)
+		}
+	}
 	n.fence.settle(ctx, r.Release, r.Drop)
+	for _, name := range strays {
+		job, rank, ok := agentv1.ParseRankName(name)
+		if !ok {
+			continue
+		}
+		if err := n.s.rankRemove(ctx, agentv1.RankRemove{Rank: agentv1.Rank{Job: job, Rank: rank}, Keep: true}); err != nil {
+			n.a.log.Error("stop a rank no job places here", "rank", name, "err", err)
+			continue
+		}
+		n.a.log.Warn("stopped a rank no job places on this node (its output kept)", "rank", name)
+	}
+}
+
+// rankNamesOf keeps the rank containers' names of names.
+func rankNamesOf(names []string) []string {
+	var out []string
+	for _, name := range names {
+		if _, _, ok := agentv1.ParseRankName(name); ok {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // endedRanks lists the node's rank containers whose processes have ended,

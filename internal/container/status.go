@@ -156,6 +156,23 @@ func (m *Manager) Ended() []string {
 	return out
 }
 
+// Unended lists the containers that have not ended (no exit recorded),
+// by name: cheap, without runc.
+func (m *Manager) Unended() []string {
+	names, _ := m.names()
+	var out []string
+	for _, name := range names {
+		if _, err := os.Stat(filepath.Join(m.dir(name), "exit.json")); err == nil {
+			continue
+		}
+		if st, err := m.loadState(name); err != nil || st.Checkpointed {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
 // Wait blocks until the container has ended (is no longer active) and
 // returns how it ended.
 func (m *Manager) Wait(ctx context.Context, name string) (*Info, error) {

@@ -39,6 +39,11 @@ type jobRun struct {
 	// observe, if set, sees every agent call and its Result.
 	observe func(a machine.Action, res machine.Result)
 
+	// sent counts the agent calls performed, by action, so that a call
+	// the machine sends again (an idempotent one that failed) waits
+	// first: a node cut off for a moment is reached by a later try.
+	sent map[string]int
+
 	netsOnce sync.Once
 	nets     map[string]agentv1.JobNet // the job network by node, for x.placement
 
@@ -158,6 +163,14 @@ func (x *jobRun) perform(ctx context.Context, a machine.Action) (machine.Event, 
 		x.log.Warn("damaged image at restore; repairing it from another copy", "rank", a.Rank, "node", a.Node, "peer", strings.Join(a.From, ","))
 		res.Err = x.c.repl.repairCopy(ctx, x.job.Name, x.ckpt, a.Rank, a.Node, a.From, x.nodes, false)
 		return res, true
+	}
+	if wait := x.resendWait(a); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			res.Err = ctx.Err()
+			return res, true
+		}
 	}
 	node := actionNode(a)
 	cl, err := x.c.agents.client(ctx, node)
@@ -303,4 +316,23 @@ func doneErr(d machine.Done) error {
 		return d.Err
 	}
 	return errors.New(d.Reason)
+}
+
+// resendFirst is the wait before an agent call is sent a second time; each
+// later try waits twice as long as the one before.
+const resendFirst = 2 * time.Second
+
+// resendWait is how long to wait before sending a: nothing the first time.
+func (x *jobRun) resendWait(a machine.Action) time.Duration {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.sent == nil {
+		x.sent = map[string]int{}
+	}
+	k := a.String()
+	x.sent[k]++
+	if n := x.sent[k]; n > 1 {
+		return resendFirst << (n - 2)
+	}
+	return 0
 }

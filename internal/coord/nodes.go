@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	agentv1 "cairn/api/agent/v1"
 	coordv1 "cairn/api/coord/v1"
@@ -27,6 +28,8 @@ type nodeReports struct {
 	quarantined map[string][]string
 	// ended: the rank containers each node reported ended, as last heard
 	ended map[string]map[string]bool
+	// swept: when each node's live ranks were last looked at (strays)
+	swept map[string]time.Time
 }
 
 func (nr *nodeReports) register(ctx context.Context, name string) error {
@@ -199,4 +202,79 @@ func (nr *nodeReports) fenced(ctx context.Context, node string, names []string) 
 		unlock()
 	}
 	return release, drop
+}
+
+// strays returns the live rank containers of a node that no job places
+// there, for the node to stop (their output kept): left by a job start or
+// a restart whose undo could not reach the node, or by a job that ended
+// or is gone. Jobs busy with a protocol, or with a migration under way,
+// are left alone (their lock is only tried), as are the ranks the node
+// fenced (fenced decides those). A node's ranks are looked at once every
+// two node TTLs at most: each look reads the records of their jobs.
+func (nr *nodeReports) strays(ctx context.Context, node string, live, fenced []string) []string {
+	c := nr.c
+	nr.mu.Lock()
+	if nr.swept == nil {
+		nr.swept = map[string]time.Time{}
+	}
+	if time.Since(nr.swept[node]) < 2*c.opts.NodeTTL || len(live) == 0 {
+		nr.mu.Unlock()
+		return nil
+	}
+	nr.swept[node] = time.Now()
+	nr.mu.Unlock()
+	byJob := map[string][]int{}
+	for _, name := range live {
+		if job, rank, ok := agentv1.ParseRankName(name); ok && !slices.Contains(fenced, name) {
+			byJob[job] = append(byJob[job], rank)
+		}
+	}
+	var out []string
+	for job, ranks := range byJob {
+		unlock, ok := c.locks.tryLock(job)
+		if !ok {
+			continue
+		}
+		out = append(out, nr.straysOf(ctx, node, job, ranks)...)
+		unlock()
+	}
+	return out
+}
+
+// straysOf is strays for the ranks of one job, under its lock.
+func (nr *nodeReports) straysOf(ctx context.Context, node, job string, ranks []int) []string {
+	c := nr.c
+	j, err := c.rec.job(ctx, job)
+	switch {
+	case hasCode(err, agentv1.CodeNotFound):
+	case err != nil:
+		return nil
+	case j.State == coordv1.JobStarting || j.State == coordv1.JobRestarting:
+		return nil // its protocol's recovery decides
+	}
+	if err == nil {
+		ms, err := c.Migrations(ctx, job)
+		if err != nil {
+			return nil
+		}
+		for _, m := range ms {
+			if m.State == coordv1.MigrationRunning {
+				return nil
+			}
+		}
+	}
+	var out []string
+	for _, r := range ranks {
+		if err == nil && j.State == coordv1.JobRunning && r < len(j.Placement) && j.Placement[r] == node {
+			continue
+		}
+		name := agentv1.RankName(job, r)
+		state := "gone"
+		if err == nil {
+			state = string(j.State)
+		}
+		c.log.Warn("a node holds a live rank its job does not place there: stopping it", "node", node, "rank", name, "job_state", state)
+		out = append(out, name)
+	}
+	return out
 }

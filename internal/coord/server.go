@@ -276,6 +276,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, hb coordv1.Heartbeat) (*coo
 	c.nodes.noteEnded(hb.Name, hb.Ended)
 	rep := &coordv1.HeartbeatReply{Term: c.fence.termString()}
 	rep.Release, rep.Drop = c.nodes.fenced(ctx, hb.Name, hb.Fenced)
+	rep.Drop = append(rep.Drop, c.nodes.strays(ctx, hb.Name, hb.Live, hb.Fenced)...)
 	return rep, nil
 }
 

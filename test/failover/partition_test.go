@@ -14,7 +14,7 @@ import (
 	"cairn/internal/testutil"
 )
 
-var noSelfFence = flag.Bool("no-self-fence", false, "run TestPartitionedNode's cut-off agent with --self-fence=false, to see the test fail")
+var noSelfFence = flag.Bool("no-self-fence", false, "run TestPartitionedNode's cut-off agent with --self-fence=off, to see the test fail")
 
 // TestPartitionedNode: a node cut off the underlay while its agent and
 // its rank go on running. Its agent hears no coordinator and freezes the
@@ -40,9 +40,12 @@ func TestPartitionedNode(t *testing.T) {
 
 	cut := before[1]
 	rank := agentv1.RankName("ring", 1)
+	// One coordinator: its agents fence themselves only when told to.
+	fence := "--self-fence=on"
 	if *noSelfFence {
-		c.RestartAgentWith(cut, "--self-fence=false")
+		fence = "--self-fence=off"
 	}
+	c.RestartAgentWith(cut, fence)
 	heal := c.Partition(cut)
 	start := time.Now()
 	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {

@@ -103,10 +103,10 @@ type JoinReply struct {
 // HeartbeatReply is the answer to a heartbeat.
 type HeartbeatReply struct {
 	Term string `json:"term,omitempty"` // as JoinReply's
-	// Release and Drop answer Heartbeat.Fenced: the ranks still placed
-	// on the node, to thaw, and those placed elsewhere or of jobs that
-	// ended, to stop (their output kept). A fenced rank in neither stays
-	// frozen (its job is busy) and is asked about again.
+	// Release and Drop answer Heartbeat.Fenced and Live: the ranks still
+	// placed on the node, to thaw, and those placed elsewhere or of jobs
+	// that ended or are gone, to stop (their output kept). A fenced rank
+	// in neither stays frozen (its job is busy) and is asked about again.
 	Release []string `json:"release,omitempty"`
 	Drop    []string `json:"drop,omitempty"`
 }
@@ -128,6 +128,10 @@ type Heartbeat struct {
 	// cut off, and its ranks restarted elsewhere): they stay frozen
 	// until a reply says which to thaw and which to stop.
 	Fenced []string `json:"fenced,omitempty"`
+	// Live names the node's rank containers that have not ended: the
+	// coordinator has the node stop those no job places there (left by a
+	// start or restart whose undo could not reach the node).
+	Live []string `json:"live,omitempty"`
 }
 
 // Node is a cluster node as the catalog records it.

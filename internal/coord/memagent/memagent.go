@@ -97,6 +97,14 @@ type caller struct {
 	cut   atomic.Bool // cut off
 	mu    sync.Mutex
 	at    *cutPoint // cut off after a number of calls
+	hook  *callHook // run after a number of calls
+}
+
+// callHook runs fn with the node of a caller's call number after, once
+// the node has carried it out (AfterCall).
+type callHook struct {
+	after int
+	fn    func(node string)
 }
 
 // New returns an empty cluster.
@@ -236,6 +244,17 @@ func (c *Cluster) CutAfter(caller string, n int, then func()) {
 	cs.at = &cutPoint{after: int(cs.calls.Load()) + n, then: then}
 }
 
+// AfterCall runs fn once the nth call of caller from now has been carried
+// out, with the node that carried it out, before its reply returns: a
+// fault injected right after a given step of a protocol (the node killed,
+// cut off). Unlike CutAfter, the caller goes on.
+func (c *Cluster) AfterCall(caller string, n int, fn func(node string)) {
+	cs := c.caller(caller)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.hook = &callHook{after: int(cs.calls.Load()) + n, fn: fn}
+}
+
 // Calls returns how many calls caller has made.
 func (c *Cluster) Calls(caller string) int { return int(c.caller(caller).calls.Load()) }
 
@@ -315,7 +334,16 @@ func (c *Cluster) call(ctx context.Context, caller, node, op, what string, fn fu
 	if cutNow {
 		cs.at = nil
 	}
+	hook := cs.hook
+	if hook != nil && nth >= hook.after {
+		cs.hook = nil
+	} else {
+		hook = nil
+	}
 	cs.mu.Unlock()
+	if hook != nil {
+		hook.fn(node)
+	}
 	if cutNow {
 		if cp.then != nil {
 			cp.then()
@@ -393,7 +421,10 @@ func (c *Cluster) heartbeats(ctx context.Context, n *Node, every time.Duration, 
 		j := c.joiner
 		c.mu.Unlock()
 		hctx, cancel := context.WithTimeout(ctx, every*2)
-		_, err := j.Heartbeat(hctx, coordv1.Heartbeat{Name: n.name, Ended: n.ended()})
+		rep, err := j.Heartbeat(hctx, coordv1.Heartbeat{Name: n.name, Ended: n.ended(), Live: n.live()})
+		if err == nil {
+			n.drop(rep.Drop)
+		}
 		var we *agentv1.Error
 		if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {
 			_, _ = j.Join(hctx, coordv1.Join{Name: n.name, Addr: n.addr, Underlay: n.underlay})

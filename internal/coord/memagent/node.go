@@ -39,6 +39,9 @@ func (n *Node) alive() bool {
 // Name returns the node's name.
 func (n *Node) Name() string { return n.name }
 
+// Alive reports whether the node is up (Cluster.Kill ends that).
+func (n *Node) Alive() bool { return n.alive() }
+
 // Exit ends a rank's processes by themselves, with exit status code, as a
 // program that returns does; false if the node holds no such container.
 func (n *Node) Exit(name string, code int) bool {
@@ -66,6 +69,37 @@ func (n *Node) ended() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// live lists the node's containers that have not ended, as a heartbeat
+// reports them.
+func (n *Node) live() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for name, ct := range n.ctrs {
+		if ct.Status.Live() {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// drop stops the named containers, as a heartbeat's reply asks (their
+// output kept), as the real agent does.
+func (n *Node) drop(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.up {
+		return
+	}
+	for _, name := range names {
+		n.remove(name, true)
+	}
 }
 
 // Underlay returns the node's underlay address, as it joins.
