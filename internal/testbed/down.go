@@ -5,10 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 
 	"cairn/internal/container"
 	"cairn/internal/netw"
+
+	"golang.org/x/sys/unix"
 )
 
 // Runtime are the binaries a node's containers are managed with: Down and
@@ -58,6 +64,13 @@ func (c *Cluster) Down(ctx context.Context, rt Runtime) error {
 				errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
 			}
 		}
+		// What a process killed half-way left mounted (CRIU's cgroup yard
+		// of a restore, runc's CRIU root) would keep the dirs busy.
+		for _, dir := range []string{n.Staging, n.Data} {
+			if err := unmountUnder(dir); err != nil {
+				errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+			}
+		}
 		_ = os.RemoveAll(n.Staging)
 		if err := m.Unregister(); err != nil {
 			errs = append(errs, err)
@@ -102,4 +115,51 @@ func (n Node) Fail(ctx context.Context, rt Runtime, loseData bool) error {
 		errs = append(errs, os.RemoveAll(n.Data), os.RemoveAll(n.Staging))
 	}
 	return errors.Join(errs...)
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	dir = filepath.Clean(dir)
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var under []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		p := unescapeMount(f[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			under = append(under, p)
+		}
+	}
+	sort.Slice(under, func(i, j int) bool { return len(under[i]) > len(under[j]) })
+	var errs []error
+	for _, p := range under {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
