@@ -177,29 +177,12 @@ func (nr *nodeReports) noteEnded(node string, names []string) {
 // coordinator answered it (its self-fence), now that it is alive again:
 // those its jobs still place on it are released (thawed), the others
 // dropped (stopped there: a restart brought them back elsewhere, or their
-// job is over). A job busy with a protocol is left for a later
-// heartbeat: its lock is only tried, and under it no restart can have
-// decided the rank's place without the node seen alive by now.
+// job is over). A job busy with a protocol is left for a later heartbeat
+// (verdict).
 func (nr *nodeReports) fenced(ctx context.Context, node string, names []string) (release, drop []string) {
-	c := nr.c
-	for _, name := range names {
-		job, rank, ok := agentv1.ParseRankName(name)
-		if !ok {
-			continue
-		}
-		unlock, ok := c.locks.tryLock(job)
-		if !ok {
-			continue
-		}
-		j, err := c.rec.job(ctx, job)
-		switch {
-		case err == nil && j.State == coordv1.JobRunning && rank < len(j.Placement) && j.Placement[rank] == node:
-			release = append(release, name)
-		case err == nil || hasCode(err, agentv1.CodeNotFound):
-			drop = append(drop, name)
-			c.log.Warn("a node that lost the coordinators froze a rank that runs elsewhere now: stopping it there", "node", node, "rank", name)
-		}
-		unlock()
+	for _, jr := range ranksByJob(names, nil) {
+		keep, stray := nr.verdict(ctx, node, jr.job, jr.ranks)
+		release, drop = append(release, keep...), append(drop, stray...)
 	}
 	return release, drop
 }
@@ -207,10 +190,9 @@ func (nr *nodeReports) fenced(ctx context.Context, node string, names []string) 
 // strays returns the live rank containers of a node that no job places
 // there, for the node to stop (their output kept): left by a job start or
 // a restart whose undo could not reach the node, or by a job that ended
-// or is gone. Jobs busy with a protocol, or with a migration under way,
-// are left alone (their lock is only tried), as are the ranks the node
-// fenced (fenced decides those). A node's ranks are looked at once every
-// two node TTLs at most: each look reads the records of their jobs.
+// or is gone. The ranks the node fenced are fenced's to decide. A node's
+// ranks are looked at once every two node TTLs at most: each look reads
+// the records of their jobs.
 func (nr *nodeReports) strays(ctx context.Context, node string, live, fenced []string) []string {
 	c := nr.c
 	nr.mu.Lock()
@@ -223,58 +205,80 @@ func (nr *nodeReports) strays(ctx context.Context, node string, live, fenced []s
 	}
 	nr.swept[node] = time.Now()
 	nr.mu.Unlock()
-	byJob := map[string][]int{}
-	for _, name := range live {
-		if job, rank, ok := agentv1.ParseRankName(name); ok && !slices.Contains(fenced, name) {
-			byJob[job] = append(byJob[job], rank)
-		}
-	}
 	var out []string
-	for job, ranks := range byJob {
-		unlock, ok := c.locks.tryLock(job)
-		if !ok {
-			continue
-		}
-		out = append(out, nr.straysOf(ctx, node, job, ranks)...)
-		unlock()
+	for _, jr := range ranksByJob(live, fenced) {
+		_, stray := nr.verdict(ctx, node, jr.job, jr.ranks)
+		out = append(out, stray...)
 	}
 	return out
 }
 
-// straysOf is strays for the ranks of one job, under its lock.
-func (nr *nodeReports) straysOf(ctx context.Context, node, job string, ranks []int) []string {
+// jobRanks are ranks of one job.
+type jobRanks struct {
+	job   string
+	ranks []int
+}
+
+// ranksByJob groups the rank containers' names of names, but those of
+// except, by job, in the order the jobs first appear.
+func ranksByJob(names, except []string) []jobRanks {
+	var out []jobRanks
+	at := map[string]int{}
+	for _, name := range names {
+		job, rank, ok := agentv1.ParseRankName(name)
+		if !ok || slices.Contains(except, name) {
+			continue
+		}
+		i, seen := at[job]
+		if !seen {
+			i = len(out)
+			at[job] = i
+			out = append(out, jobRanks{job: job})
+		}
+		out[i].ranks = append(out[i].ranks, rank)
+	}
+	return out
+}
+
+// verdict splits ranks of job that node holds into those the job places
+// there (keep) and the others (drop: placed elsewhere, or of a job that
+// ended or is gone), as rank container names. It decides nothing while
+// the job is busy: its lock held (only tried), starting or restarting, or
+// with a migration under way, whose protocol or recovery decides. Under
+// the lock no restart can place a kept rank elsewhere: restarts take it
+// too, and the node is alive again by then.
+func (nr *nodeReports) verdict(ctx context.Context, node, job string, ranks []int) (keep, drop []string) {
 	c := nr.c
+	unlock, ok := c.locks.tryLock(job)
+	if !ok {
+		return nil, nil
+	}
+	defer unlock()
 	j, err := c.rec.job(ctx, job)
 	switch {
 	case hasCode(err, agentv1.CodeNotFound):
 	case err != nil:
-		return nil
+		return nil, nil
 	case j.State == coordv1.JobStarting || j.State == coordv1.JobRestarting:
-		return nil // its protocol's recovery decides
-	}
-	if err == nil {
+		return nil, nil
+	default:
 		ms, err := c.Migrations(ctx, job)
-		if err != nil {
-			return nil
-		}
-		for _, m := range ms {
-			if m.State == coordv1.MigrationRunning {
-				return nil
-			}
+		if err != nil || slices.ContainsFunc(ms, func(m coordv1.Migration) bool { return m.State == coordv1.MigrationRunning }) {
+			return nil, nil
 		}
 	}
-	var out []string
 	for _, r := range ranks {
+		name := agentv1.RankName(job, r)
 		if err == nil && j.State == coordv1.JobRunning && r < len(j.Placement) && j.Placement[r] == node {
+			keep = append(keep, name)
 			continue
 		}
-		name := agentv1.RankName(job, r)
 		state := "gone"
 		if err == nil {
 			state = string(j.State)
 		}
-		c.log.Warn("a node holds a live rank its job does not place there: stopping it", "node", node, "rank", name, "job_state", state)
-		out = append(out, name)
+		c.log.Warn("a node holds a rank its job does not place there: stopping it", "node", node, "rank", name, "job_state", state)
+		drop = append(drop, name)
 	}
-	return out
+	return keep, drop
 }
