@@ -130,3 +130,34 @@ func TestNodeFailuresCounted(t *testing.T) {
 		t.Errorf("mtbf %+v: want one failure over some node-time, the coordinator's MTBF in use", r.MTBF)
 	}
 }
+
+// TestPeriodicAfterBusy: periodic rounds that fall while the job is busy
+// (here: migrations one after the other, which hold its lock) are
+// skipped, not lost for good: once the job is free again, the next one
+// comes an interval later. Before, a periodic round refused as busy left
+// the job without periodic rounds from then on.
+func TestPeriodicAfterBusy(t *testing.T) {
+	e := newMemEnv(t, 3, memagent.Options{Seed: 1, Delay: 50 * time.Millisecond}, coord.Options{})
+	c1 := e.start()
+	ctx := context.Background()
+	const every = 300 * time.Millisecond
+	if _, err := c1.RunJob(ctx, coordv1.RunJob{Name: "ring", Ranks: 2, PerNode: 1, Args: []string{"/bin/ring"}, CheckpointEvery: every}); err != nil {
+		t.Fatal(err)
+	}
+	e.settled(c1, "ring", 10*time.Second)
+	moves := 0
+	for end := time.Now().Add(10 * every); time.Now().Before(end); moves++ {
+		if m, err := c1.Migrate(ctx, "ring", 1, ""); err != nil || m.State != coordv1.MigrationDone {
+			t.Fatalf("migration %d: %+v, %v", moves, m, err)
+		}
+	}
+	busy, err := c1.Checkpoints(ctx, "ring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d migrations, %d rounds between them", moves, len(busy))
+	waitFor(t, 4*every+2*time.Second, "a periodic round after the busy time", func() bool {
+		cks, err := c1.Checkpoints(ctx, "ring")
+		return err == nil && len(cks) > len(busy)
+	})
+}

@@ -159,6 +159,7 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 		if _, err := c.Checkpoint(ctx, a.Job, a.Periodic); err != nil && ctx.Err() == nil {
 			c.log.Info("checkpoint", "job", a.Job, "periodic", a.Periodic, "result", err)
 		}
+		s.observe(policy.CheckpointEnded{Job: a.Job})
 	case policy.Replicate:
 		if err := c.repl.replicate(ctx, a.Job, a.Seq); err != nil && ctx.Err() == nil {
 			c.log.Warn("replication incomplete", "job", a.Job, "ckpt", a.Seq, "err", err)

@@ -135,6 +135,11 @@ type (
 		Durable  bool
 		Damaged  string
 	}
+	// CheckpointEnded: a Checkpoint action ended, whether its round ran
+	// or never began (the job was busy, or no longer running). A periodic
+	// round is asked for again only after it: rounds never overlap, and
+	// one refused does not stop those that follow.
+	CheckpointEnded struct{ Job string }
 	// MigrationEnded: a migration of the job's rank ended; Damaged as in
 	// RoundEnded.
 	MigrationEnded struct {
@@ -174,6 +179,7 @@ func (NodeLost) isEvent()         {}
 func (NodeUnwell) isEvent()       {}
 func (Started) isEvent()          {}
 func (RoundEnded) isEvent()       {}
+func (CheckpointEnded) isEvent()  {}
 func (MigrationEnded) isEvent()   {}
 func (RestartEnded) isEvent()     {}
 func (RanksEnded) isEvent()       {}
@@ -189,6 +195,9 @@ func (e NodeLost) String() string {
 }
 func (e NodeUnwell) String() string { return "node-unwell " + e.Node }
 func (e Started) String() string    { return "started " + e.Job }
+func (e CheckpointEnded) String() string {
+	return "checkpoint-ended " + e.Job
+}
 func (e RoundEnded) String() string {
 	s := fmt.Sprintf("round-ended %s:%d", e.Job, e.Seq)
 	if e.Durable {
@@ -321,7 +330,8 @@ type Machine struct {
 	// rounds; a job seen with an interval for the first time counts from
 	// then.
 	lastRound map[string]time.Time
-	// inRound: a periodic round this machine asked for has not ended.
+	// inRound: a periodic round this machine asked for has not ended
+	// (no CheckpointEnded yet).
 	inRound map[string]bool
 	// restarting: an automatic restart of the job is under way, or waits
 	// for its next attempt.
@@ -362,10 +372,9 @@ func (m *Machine) Step(s Snapshot, ev Event) []Action {
 		return m.nodeUnwell(s, ev.Node)
 	case Started:
 		m.lastRound[ev.Job] = s.Now
+	case CheckpointEnded:
+		delete(m.inRound, ev.Job)
 	case RoundEnded:
-		if ev.Periodic {
-			delete(m.inRound, ev.Job)
-		}
 		var out []Action
 		if ev.Durable {
 			out = append(out, Replicate{Job: ev.Job, Seq: ev.Seq})

@@ -22,7 +22,7 @@ import (
 // Events print the actions Step returns:
 //
 //	tick | node-lost [NODE] | node-unwell NODE | started JOB
-//	round-ended JOB:SEQ [durable] [periodic] [damaged="why"]
+//	round-ended JOB:SEQ [durable] [periodic] [damaged="why"] | checkpoint-ended JOB
 //	migration-ended JOB/RANK [damaged="why"]
 //	restart-ended JOB cause=lost|damaged|left attempt=N [err="why"]
 //	ranks-ended JOB | interval-reviewed JOB | left JOB [seq=N]
@@ -101,6 +101,8 @@ func (tr *tracer) run(line string) ([]string, error) {
 		ev = policy.NodeUnwell{Node: arg}
 	case "started":
 		ev = policy.Started{Job: arg}
+	case "checkpoint-ended":
+		ev = policy.CheckpointEnded{Job: arg}
 	case "round-ended":
 		job, seq, _ := strings.Cut(arg, ":")
 		e := policy.RoundEnded{Job: job, Damaged: quoted}
