@@ -141,10 +141,12 @@ func (m *Migration) result(res Result) {
 	if res.Err != nil {
 		why := fmt.Errorf("%s: %w", res.Action, res.Err)
 		switch a := res.Action.(type) {
-		case MoveOut, ResumeRanks:
-			// Either may have happened with its reply lost: a second
-			// call tells (removing a rank that is gone, resuming one
-			// that runs, succeed).
+		case MoveOut, ResumeRanks, AbortPrepare:
+			// Any may have happened with its reply lost: a second call
+			// tells (removing a rank that is gone, resuming one that
+			// runs, aborting a prepare already dropped, succeed). An
+			// abort not carried out leaves the rank frozen for the
+			// migration's whole hold.
 			if m.again(a) {
 				break
 			}

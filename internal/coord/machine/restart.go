@@ -67,7 +67,8 @@ const (
 //  1. record the job restarting (PhaseRestoring): the ckpt, the new
 //     placement and the old one, so that whoever finishes the restart
 //     knows what to remove;
-//  2. remove what is left of the job, on live nodes;
+//  2. remove what is left of the job, on live nodes (what cannot be
+//     removed fails the restart: it may still run);
 //  3. on every rank's node, fetch its image from its copies if the node
 //     has none (or restore lazily from them), and restore it, frozen and
 //     locked; a copy found damaged at restore is mended from another
@@ -225,6 +226,16 @@ func (m *Restart) result(res Result) {
 		if res.Err != nil && !m.again(a) {
 			m.addFailure("resume on %s: %w", a.Node, res.Err)
 		}
+	case RemoveRank:
+		// Removing a rank that is gone succeeds: a removal whose reply
+		// was lost is sent again. What is left of the job and cannot be
+		// removed may still run: restoring the rank elsewhere would run
+		// it twice, so the restart fails. (A restored rank the undo
+		// cannot remove stays frozen; the node's next heartbeat lists it
+		// and the coordinator drops it.)
+		if res.Err != nil && !m.again(a) && m.phase == restartClear {
+			m.addFailure("rank %d: what is left of it on %s cannot be removed: %w", a.Rank, a.Node, res.Err)
+		}
 	}
 	if !m.idle() {
 		return
@@ -245,15 +256,19 @@ func (m *Restart) others(r int) []string {
 
 func (m *Restart) next() {
 	if len(m.failed) > 0 && m.phase < restartUndo {
-		if m.phase == restartRecord {
+		switch m.phase {
+		case restartRecord:
 			m.fail(m.failed) // nothing was done
 			return
+		case restartClear:
+			m.phase = restartUndo // nothing restored yet: record it failed
+		default:
+			m.phase = restartUndo
+			for r, n := range m.cfg.Placement {
+				m.emit(RemoveRank{Rank: r, Node: n})
+			}
+			return
 		}
-		m.phase = restartUndo
-		for r, n := range m.cfg.Placement {
-			m.emit(RemoveRank{Rank: r, Node: n})
-		}
-		return
 	}
 	switch m.phase {
 	case restartRecord:
