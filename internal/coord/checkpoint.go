@@ -16,12 +16,40 @@ import (
 	"cairn/internal/coord/round"
 )
 
-// Checkpoints lists a job's global checkpoints, oldest first.
+// Checkpoints lists a job's global checkpoints, oldest first; a durable or
+// protected one says which of its ranks have no copy on a live node now
+// (Unavailable).
 func (c *Coordinator) Checkpoints(ctx context.Context, job string) ([]coordv1.Ckpt, error) {
 	if _, err := c.rec.job(ctx, job); err != nil {
 		return nil, err
 	}
-	return c.rec.ckpts(ctx, job)
+	cks, err := c.rec.ckpts(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	live, err := c.rec.liveNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cks {
+		cks[i].Unavailable = unavailable(cks[i], live)
+	}
+	return cks, nil
+}
+
+// unavailable lists the ranks of a durable or protected checkpoint that
+// have no copy on a live node.
+func unavailable(ck coordv1.Ckpt, live map[string]coordv1.Node) []int {
+	if ck.State != coordv1.CkptDurable && ck.State != coordv1.CkptProtected {
+		return nil
+	}
+	var out []int
+	for _, r := range ck.Ranks {
+		if len(liveCopies(r, live)) == 0 {
+			out = append(out, r.Rank)
+		}
+	}
+	return out
 }
 
 // Checkpoint takes a global checkpoint of a running job: one round of the

@@ -71,7 +71,7 @@ func TestFaultMatrix(t *testing.T) {
 	opts := coord.Options{Hold: faultHold, Deadline: 2 * time.Second}
 	var mu sync.Mutex
 	var results []faultResult
-	for _, sc := range scenarios {
+	for _, sc := range append(slices.Clone(scenarios), replicated...) {
 		e := newMemEnv(t, sc.nodes, memagent.Options{Hold: faultHold}, opts)
 		c := e.start()
 		if sc.setup != nil {
@@ -110,6 +110,9 @@ func TestFaultMatrix(t *testing.T) {
 					t.Logf("%s after call %d of %d (on %s): the protocol returned %v", fc.name, n, calls, hit, err)
 					e.last = c
 					res.outcome = faultInvariants(t, e, c, "ring")
+					if sc.survives && res.outcome != string(coordv1.JobRunning) {
+						t.Errorf("the job, with a protected checkpoint and spare nodes, ended %s", res.outcome)
+					}
 				})
 			}
 		}
@@ -120,6 +123,47 @@ func TestFaultMatrix(t *testing.T) {
 		}
 	})
 }
+
+// replicated are the matrix's protocols on a job with a replica of
+// every image (k=1), a protected checkpoint and a spare node: a node lost
+// at any step must end in an automatic restart, and the job running.
+var replicated = []scenario{{
+	name:  "checkpoint-k1",
+	nodes: 4,
+	setup: func(t *testing.T, e *memEnv, c *memCoord) {
+		c.runJob(t, "ring", 3, 1, "n0", "n1", "n2")
+		c.checkpoint(t, "ring", 1)
+	},
+	run: func(ctx context.Context, c *memCoord) error {
+		_, err := c.Checkpoint(ctx, "ring", false)
+		return err
+	},
+	survives: true,
+}, {
+	name:  "restart-k1",
+	nodes: 5,
+	setup: func(t *testing.T, e *memEnv, c *memCoord) {
+		c.runJob(t, "ring", 3, 1, "n0", "n1", "n2")
+		c.checkpoint(t, "ring", 1)
+	},
+	run: func(ctx context.Context, c *memCoord) error {
+		_, err := c.Restart(ctx, "ring", coordv1.Restart{Placement: []string{"n1", "n2", "n3"}})
+		return err
+	},
+	survives: true,
+}, {
+	name:  "migration-k1",
+	nodes: 4,
+	setup: func(t *testing.T, e *memEnv, c *memCoord) {
+		c.runJob(t, "ring", 3, 1, "n0", "n1", "n2")
+		c.checkpoint(t, "ring", 1)
+	},
+	run: func(ctx context.Context, c *memCoord) error {
+		_, err := c.Migrate(ctx, "ring", 1, "n3")
+		return err
+	},
+	survives: true,
+}}
 
 // sampleSteps are the calls after which faults are injected: all of them,
 // or the middle one.
@@ -144,9 +188,10 @@ func sampleSteps(calls int, all bool) []int {
 //   - a job that is not running says why, and no rank of it runs, and none
 //     is left frozen, locked or held on a live node;
 //   - no rank runs twice anywhere;
-//   - every checkpoint recorded durable or protected has every rank image
-//     on a live node, and every copy it lists on a live node is there
-//     (nothing torn listed durable); no round is left preparing.
+//   - every copy a durable or protected checkpoint lists on a live node is
+//     there (nothing torn listed durable); with replicas, a protected one
+//     has a live copy of every rank image; a rank image no live node
+//     holds is listed unavailable; no round is left preparing.
 //
 // It returns the job's final state, for the report.
 func faultInvariants(t *testing.T, e *memEnv, c *memCoord, job string) string {
@@ -239,8 +284,14 @@ func faultInvariants(t *testing.T, e *memEnv, c *memCoord, job string) string {
 						t.Errorf("checkpoint %d lists a copy of rank %d on %s, which has none", ck.Seq, r.Rank, n)
 					}
 				}
-				if live == 0 && j.State == coordv1.JobRunning && j.Replicas > 0 {
-					t.Errorf("checkpoint %d has no live copy of rank %d (copies %v), with %d replicas", ck.Seq, r.Rank, r.Copies, j.Replicas)
+				// A protected checkpoint survives any one fault; a durable
+				// one whose node died before its replicas were made is
+				// lost, and must be listed so.
+				if live == 0 && ck.State == coordv1.CkptProtected && j.Replicas > 0 {
+					t.Errorf("protected checkpoint %d has no live copy of rank %d (copies %v), with %d replicas", ck.Seq, r.Rank, r.Copies, j.Replicas)
+				}
+				if live == 0 && !slices.Contains(ck.Unavailable, r.Rank) {
+					t.Errorf("checkpoint %d has no live copy of rank %d (copies %v), but is not listed unavailable (%v)", ck.Seq, r.Rank, r.Copies, ck.Unavailable)
 				}
 			}
 		}

@@ -21,6 +21,10 @@ type scenario struct {
 	run func(ctx context.Context, c *memCoord) error
 	// check checks the job once a new coordinator has settled it.
 	check func(t *testing.T, e *memEnv, j *coordv1.Job)
+	// survives: the job has a protected checkpoint and spare nodes, so
+	// that in TestFaultMatrix whatever one fault does it must end running
+	// (restarted by the coordinator on its own if need be).
+	survives bool
 }
 
 var scenarios = []scenario{{

@@ -52,7 +52,10 @@ func restorable(cks []coordv1.Ckpt, from int, live map[string]coordv1.Node) (*co
 // is removed; every target node fetches its ranks' images from the nodes
 // that hold them and restores them frozen, with their network locked, all
 // in parallel; once every rank is restored, all are resumed together
-// (machine.Restart). Ranks keep their addresses wherever they land.
+// (machine.Restart). Ranks keep their addresses wherever they land. A
+// restart that fails (a node of the job died or was cut off during it)
+// is tried again by the supervisor, from the newest restorable
+// checkpoint, if the job's failure policy lets it restart.
 func (c *Coordinator) Restart(ctx context.Context, name string, req coordv1.Restart) (*coordv1.Job, error) {
 	return c.runs.restart(ctx, name, req, restartAsked)
 }
@@ -64,6 +67,7 @@ const (
 	restartAsked     restartCause = iota // a user asked
 	restartIfLost                        // a node died: only if a rank's node is dead (several nodes dying at once each ask; the first one restarts)
 	restartRecovered                     // an earlier coordinator died during it
+	restartRetry                         // a user's restart failed: only if the job is failed, or lost a node
 )
 
 func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart, cause restartCause) (*coordv1.Job, error) {
@@ -83,6 +87,9 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 	}
 	if cause == restartRecovered && j.State != coordv1.JobRestarting {
 		return j, nil // finished meanwhile
+	}
+	if cause == restartRetry && j.State != coordv1.JobFailed && (j.State != coordv1.JobRunning || allIn(j.Placement, live)) {
+		return j, nil // restarted meanwhile, or gone on otherwise
 	}
 	ck, cfg, err := jr.plan(ctx, j, req, cause, live)
 	if err != nil {
@@ -128,6 +135,12 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 				return nil
 			})
 			c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Ckpt: ck.Seq, Message: p.Reason})
+			if err == nil && cause == restartAsked {
+				// A node that died or was cut off during it leaves the
+				// job to the supervisor (policy.CauseRetry); an
+				// automatic restart reports to it already.
+				c.sup.observe(policy.RestartEnded{Job: name, Cause: policy.CauseAsked, Err: p.Reason})
+			}
 		default:
 			err = fmt.Errorf("restart: no phase %s", p.Phase)
 		}

@@ -215,6 +215,10 @@ func (s *supervisor) restart(ctx context.Context, a policy.Restart) error {
 		c.log.Warn("a rank of the job is damaged; restarting the job from its newest checkpoint", "job", a.Job)
 		_, err := c.runs.restart(ctx, a.Job, coordv1.Restart{}, restartAsked)
 		return err
+	case policy.CauseRetry:
+		c.log.Warn("a restart of the job failed; restarting it by its failure policy", "job", a.Job, "attempt", a.Attempt)
+		_, err := c.runs.restart(ctx, a.Job, coordv1.Restart{}, restartRetry)
+		return err
 	}
 	// One an earlier coordinator left: from the same checkpoint, onto the
 	// same nodes if they are all alive.

@@ -93,10 +93,28 @@ func Ckpts(w io.Writer, cks []coordv1.Ckpt) error {
 				copies = len(r.Copies)
 			}
 		}
-		fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", ck.Job, ck.Seq, ck.State, human.Ago(ck.Created), len(ck.Ranks),
-			human.Bytes(ck.Bytes), human.Duration(ck.Stall), human.Duration(ck.Coord), max(copies, 0), nodeSet(nodes), truncate(ck.Reason, 50))
+		state, reason := string(ck.State), ck.Reason
+		if len(ck.Unavailable) > 0 {
+			// Not restorable now: say so where the eye looks first.
+			state = "unavailable"
+			reason = fmt.Sprintf("%s, but no live copy of rank %s", ck.State, intList(ck.Unavailable))
+		}
+		fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", ck.Job, ck.Seq, state, human.Ago(ck.Created), len(ck.Ranks),
+			human.Bytes(ck.Bytes), human.Duration(ck.Stall), human.Duration(ck.Coord), max(copies, 0), nodeSet(nodes), truncate(reason, 50))
 	}
 	return tw.Flush()
+}
+
+// intList is a list of numbers, comma-separated.
+func intList(ns []int) string {
+	var b strings.Builder
+	for i, n := range ns {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, n)
+	}
+	return b.String()
 }
 
 // Migrations writes a job's rank migrations (cairn migrations).

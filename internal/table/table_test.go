@@ -174,3 +174,24 @@ func TestControlCharactersEscaped(t *testing.T) {
 		t.Fatalf("Printable changed plain text: %q", got)
 	}
 }
+
+// TestCkptsUnavailable: a durable checkpoint with a rank no live node
+// holds reads as unavailable, saying which rank and what it was.
+func TestCkptsUnavailable(t *testing.T) {
+	var b strings.Builder
+	rank := func(r int, copies ...string) coordv1.CkptRank {
+		return coordv1.CkptRank{Rank: r, Node: copies[0], Copies: copies}
+	}
+	cks := []coordv1.Ckpt{
+		{Job: "ring", Seq: 1, State: coordv1.CkptProtected, Ranks: []coordv1.CkptRank{rank(0, "n1", "n2"), rank(1, "n2", "n1")}},
+		{Job: "ring", Seq: 2, State: coordv1.CkptDurable, Ranks: []coordv1.CkptRank{rank(0, "n1"), rank(1, "n2")}, Unavailable: []int{1}},
+	}
+	if err := table.Ckpts(&b, cks); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(lines(b.String()), "\n")
+	if len(got) != 3 || !strings.Contains(got[1], "protected") || strings.Contains(got[1], "unavailable") ||
+		!strings.Contains(got[2], "unavailable") || !strings.HasSuffix(got[2], "durable, but no live copy of rank 1") {
+		t.Errorf("got:\n%s", b.String())
+	}
+}

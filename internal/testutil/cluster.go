@@ -277,6 +277,8 @@ type Ckpt struct {
 	} `json:"ranks"`
 	Stall int64 `json:"stall_ns"`
 	Coord int64 `json:"coord_ns"`
+	// Unavailable: ranks with no copy on a live node.
+	Unavailable []int `json:"unavailable"`
 }
 
 func (c *Cluster) Ckpts(job string) []Ckpt {
@@ -289,8 +291,11 @@ func (c *Cluster) Ckpts(job string) []Ckpt {
 }
 
 // Restorable says whether a restart may use the checkpoint: it is durable,
-// or protected (durable and replicated).
-func (ck Ckpt) Restorable() bool { return ck.State == "durable" || ck.State == "protected" }
+// or protected (durable and replicated), and every rank has a copy on a
+// live node.
+func (ck Ckpt) Restorable() bool {
+	return (ck.State == "durable" || ck.State == "protected") && len(ck.Unavailable) == 0
+}
 
 // WaitProtected waits until the job's newest checkpoint is protected:
 // every rank image has its copies on live nodes. It returns that

@@ -365,6 +365,12 @@ type Ckpt struct {
 	// much: copies that overlap or follow each other within a second
 	// make one span (a repair after a node loss makes another).
 	Copied []CopySpan `json:"copied,omitempty"`
+	// Unavailable lists, for a durable or protected checkpoint as the
+	// coordinator lists it, the ranks none of whose copies is on a live
+	// node now (their nodes died before replication, or all of them): it
+	// cannot be restored unless such a node comes back. Computed when
+	// listed; never stored.
+	Unavailable []int `json:"unavailable,omitempty"`
 }
 
 // CopySpan is a stretch of time during which images of a checkpoint were

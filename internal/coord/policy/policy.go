@@ -101,6 +101,13 @@ const (
 	CauseDamaged
 	// CauseLeft: an earlier coordinator died during the job's restart.
 	CauseLeft
+	// CauseAsked: a user asked for the restart. The policy hears of such
+	// a restart only when it failed (RestartEnded), and never starts one.
+	CauseAsked
+	// CauseRetry: a restart a user asked for failed (a node may have died
+	// or been cut off during it); the job's policy restarts it, unless it
+	// runs by then.
+	CauseRetry
 )
 
 func (c Cause) String() string {
@@ -109,6 +116,10 @@ func (c Cause) String() string {
 		return "lost"
 	case CauseDamaged:
 		return "damaged"
+	case CauseAsked:
+		return "asked"
+	case CauseRetry:
+		return "retry"
 	}
 	return "left"
 }
@@ -372,6 +383,9 @@ func (m *Machine) Step(s Snapshot, ev Event) []Action {
 		return m.nodeUnwell(s, ev.Node)
 	case Started:
 		m.lastRound[ev.Job] = s.Now
+		if p := m.restarting[ev.Job]; p != nil && p.cause == CauseRetry && !p.at.IsZero() {
+			delete(m.restarting, ev.Job) // restarted meanwhile (by a user)
+		}
 	case CheckpointEnded:
 		delete(m.inRound, ev.Job)
 	case RoundEnded:
@@ -517,6 +531,15 @@ func (m *Machine) damaged(s Snapshot, job, reason string) []Action {
 // node of the job died meanwhile.
 func (m *Machine) restartEnded(s Snapshot, ev RestartEnded) []Action {
 	p := m.restarting[ev.Job]
+	if ev.Cause == CauseAsked {
+		// A user's restart failed, perhaps for a node that died or was
+		// cut off during it: the job's policy restarts it a retry later,
+		// unless an automatic restart is under way or waits already.
+		if j, ok := s.job(ev.Job); ok && p == nil && ev.Err != "" && j.MayRestart {
+			m.restarting[ev.Job] = &pending{cause: CauseRetry, attempt: 1, at: s.Now.Add(m.cfg.RetryAfter)}
+		}
+		return nil
+	}
 	if p == nil {
 		return nil
 	}

@@ -24,7 +24,7 @@ import (
 //	tick | node-lost [NODE] | node-unwell NODE | started JOB
 //	round-ended JOB:SEQ [durable] [periodic] [damaged="why"] | checkpoint-ended JOB
 //	migration-ended JOB/RANK [damaged="why"]
-//	restart-ended JOB cause=lost|damaged|left attempt=N [err="why"]
+//	restart-ended JOB cause=lost|damaged|left|asked|retry attempt=N [err="why"]
 //	ranks-ended JOB | interval-reviewed JOB | left JOB [seq=N]
 func TestTraces(t *testing.T) {
 	tracetest.Run(t, "testdata/*.txt", func(t *testing.T) func(string) ([]string, error) {
@@ -125,6 +125,10 @@ func (tr *tracer) run(line string) ([]string, error) {
 			e.Cause = policy.CauseDamaged
 		case "left":
 			e.Cause = policy.CauseLeft
+		case "asked":
+			e.Cause = policy.CauseAsked
+		case "retry":
+			e.Cause = policy.CauseRetry
 		default:
 			return nil, fmt.Errorf("cause %q", kv["cause"])
 		}
