@@ -414,7 +414,10 @@ func TestCLIStoreLifecycle(t *testing.T) {
 // cairn command, the container is thawed within a bound (its shim is its
 // watchdog) and its network is not left locked by CRIU; afterwards the
 // store opens, verify --all --read-data passes, no partial checkpoint is
-// listed, and the listed ones restore. CAIRN_SOAK=1 runs many more rounds.
+// listed, and the listed ones restore. Half of the kills aim at the
+// window in which a checkpoint keeps the container frozen, and at least
+// one must land there (the window the test is about). CAIRN_SOAK=1 runs
+// many more rounds.
 func TestCLICheckpointKilled(t *testing.T) {
 	rounds := 20
 	if os.Getenv("CAIRN_SOAK") != "" {
@@ -424,12 +427,41 @@ func TestCLICheckpointKilled(t *testing.T) {
 	c := newCLI(t)
 	c.ok("run", "--name", "k", "--", c.bin, "stateapp", "-no-stream", "-mem", "48", "-dirty-every", "100ms", "-dir", "/var/lib/stateapp")
 	c.waitLogs("k", "ready")
-	start := time.Now()
-	c.ok("checkpoint", "k")
-	typical := time.Since(start)
 	var in container.Info
 	c.json(&in, "inspect", "k")
 	freezer := "/sys/fs/cgroup/freezer" + in.CgroupsPath + "/freezer.state"
+	// A checkpoint let run, timed, and when the container is frozen in
+	// it (polled): half of the kills aim at that window.
+	var frozenFrom, frozenTo time.Duration
+	start := time.Now()
+	watched, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-ended:
+				return
+			default:
+			}
+			if fz, _ := os.ReadFile(freezer); strings.TrimSpace(string(fz)) != "THAWED" {
+				if frozenFrom == 0 {
+					frozenFrom = time.Since(start)
+				}
+				frozenTo = time.Since(start)
+			} else if frozenTo > 0 {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	c.ok("checkpoint", "k")
+	typical := time.Since(start)
+	close(ended)
+	<-watched
+	if frozenTo == 0 {
+		t.Fatalf("the container was never seen frozen during a checkpoint of %v", typical)
+	}
+	t.Logf("a checkpoint takes %v, the container frozen from %v to %v", typical, frozenFrom, frozenTo)
 	criuLocked := func() bool { // a CRIU lock table left in the container's netns
 		f, err := os.Open(netw.NetnsPath(in.Endpoint.Netns))
 		if err != nil {
@@ -452,6 +484,7 @@ func TestCLICheckpointKilled(t *testing.T) {
 		return false
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
+	frozenKills := 0 // kills that landed while the container was frozen
 	for i := range rounds {
 		cmd := exec.Command(c.bin, "--data", c.env.DataDir, "--staging", c.env.StagingDir,
 			"--bridge", c.env.Bridge.Name, "--subnet", c.env.Bridge.Subnet.String(), "checkpoint", "k")
@@ -459,9 +492,16 @@ func TestCLICheckpointKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 		delay := time.Duration(rng.Int64N(int64(typical * 3 / 2)))
+		if i%2 == 0 {
+			delay = frozenFrom + time.Duration(rng.Int64N(int64(frozenTo-frozenFrom)+1))
+		}
 		time.Sleep(delay)
+		fz, _ := os.ReadFile(freezer)
 		cmd.Process.Kill()
 		cmd.Wait()
+		if strings.TrimSpace(string(fz)) != "THAWED" {
+			frozenKills++
+		}
 		// The container must come back by itself once any orphaned CRIU
 		// is done: nothing of cairn runs until it has.
 		killed := time.Now()
@@ -486,7 +526,10 @@ func TestCLICheckpointKilled(t *testing.T) {
 	}
 	var recs []image.Record
 	c.json(&recs, "checkpoints", "k")
-	t.Logf("%d of %d killed checkpoints completed", len(recs)-1, rounds)
+	t.Logf("%d of %d killed checkpoints completed; %d kills landed while the container was frozen", len(recs)-1, rounds, frozenKills)
+	if frozenKills == 0 {
+		t.Errorf("no kill of %d landed while the container was frozen: the test missed the window it is about", rounds)
+	}
 	if out, errs, code := c.run("verify", "--all", "--read-data"); code != 0 || strings.Contains(out, "BAD") {
 		t.Fatalf("verify after kills: exit %d\n%s%s", code, out, errs)
 	}
