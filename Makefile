@@ -54,8 +54,9 @@ e2e: setup ## Run only the end-to-end packages (test/...), TESTP at a time
 	$(GO) test -race -count=1 -p $(TESTP) -timeout 25m $(E2E)
 
 .PHONY: faults
-faults: setup ## The fault matrix: every fault class after every protocol step; writes docs/reliability.md's table
+faults: setup ## The fault matrix: every fault class after every protocol step (writes docs/reliability.md's table), and real agents killed at each failpoint
 	$(GO) test -count=1 -timeout 60m -run 'TestFaultMatrix|TestCoordinatorDiesAnywhere' ./internal/coord/ -args -faults -fault-report=$(CURDIR)/docs/reliability.md
+	CAIRN_FAULTS=1 $(GO) test -count=1 -timeout 60m ./test/faults/
 
 .PHONY: soak
 soak: setup ## The long matrices: every fault and MPI scenario, many SIGKILL rounds (CAIRN_SOAK=1)

@@ -16,7 +16,12 @@
 //     or lazily, a holder dying midway;
 //   - migrate: rank migrations, their failures, the coordinator dying
 //     mid-migration;
+//   - faults: a node's agent killed at a failpoint of a protocol step
+//     (a commit, a restart's restore, a migration's dump) and started
+//     again: the job settles by itself and ends exact;
 //   - mpi: Open MPI and MPICH jobs, and an unmodified mpi4py application;
+//     with CAIRN_SOAK=1, 16-rank jobs through 100 checkpoint, kill and
+//     restart cycles and 20 migrations, and a 64-rank job;
 //   - rankapi: the rank API from C and Python, callbacks, application-level
 //     checkpoints;
 //   - ops: what operators use: the CLI, logs, events and hooks, health

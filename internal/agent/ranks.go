@@ -235,11 +235,14 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 	return in, nil
 }
 
+// rankRestoreWire is rankRestore for a restart. The failpoint "restored"
+// holds the reply once the rank is restored (frozen, network locked).
 func (s *Server) rankRestoreWire(ctx context.Context, req agentv1.RankRestore) (agentv1.Container, error) {
 	in, err := s.rankRestore(ctx, req, "", nil)
 	if err != nil {
 		return agentv1.Container{}, err
 	}
+	s.failpoint(ctx, "restored")
 	return toWire(in), nil
 }
 
@@ -258,8 +261,10 @@ func (s *Server) prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prep
 	return out, err
 }
 
-// commit and abort are the decision on one rank's prepare.
+// commit and abort are the decision on one rank's prepare. The failpoint
+// "commit" holds a commit before the image is stored.
 func (s *Server) commit(ctx context.Context, req agentv1.Finish) (*agentv1.Committed, error) {
+	s.failpoint(ctx, "commit")
 	return s.part.commit(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq})
 }
 

@@ -17,6 +17,9 @@
 // (a restart, in the coordinator, once every rank is restored and before
 // any resumes); prepared (a checkpoint round, in an agent, once its rank
 // is prepared: frozen, network locked, dumped; before it answers);
+// commit (an agent told to commit a prepared rank, before its image is
+// stored); restored (an agent restoring a rank for a restart, once it is
+// restored frozen, before it answers);
 // migrate-in (an agent receiving a migrating rank); chunk-data (an agent
 // serving a share of an image's chunks, every share but its first).
 package failpoint
