@@ -330,12 +330,16 @@ func (m *Manager) dump(ctx context.Context, p *Prepared, st *State, stop bool, t
 	var dumpErr error
 	for attempt := 1; ; attempt++ {
 		dumpErr = m.runc.runNotify(dumpCtx, filepath.Join(m.dir(name), "runc-checkpoint.log"), noteRunc, append(args, m.runcID(name))...)
-		if dumpErr == nil || attempt == maxDumpAttempts || dumpCtx.Err() != nil || !unseizable(workDir) {
+		why := ""
+		if dumpErr != nil && attempt < maxDumpAttempts && dumpCtx.Err() == nil {
+			why = transientDump(workDir)
+		}
+		if why == "" {
 			break
 		}
 		// The container is still frozen; an exiting task is a zombie by
 		// now, and a vfork pair is let run to the child's exec.
-		m.log.Info("CRIU could not seize a task; dumping again", "rank", name, "attempt", attempt+1)
+		m.log.Info(why+"; dumping again", "rank", name, "attempt", attempt+1)
 		if err := p.resetDumpDirs(workDir); err != nil {
 			cancelDump()
 			return fmt.Errorf("checkpoint %s: %w", name, err)
@@ -388,16 +392,31 @@ func (m *Manager) dump(ctx context.Context, p *Prepared, st *State, stop bool, t
 }
 
 // maxDumpAttempts bounds the dumps of one checkpoint when processes vanish
-// under CRIU's seize.
+// under CRIU's seize, or its cgroup mounts find the hierarchy busy.
 const maxDumpAttempts = 3
 
-// unseizable tells whether a failed dump failed only because CRIU could not
-// stop one of the container's tasks: one that was exiting when the cgroup
-// froze (the freezer does not stop it, and it is gone a moment later), or
-// the parent of a vfork whose child CRIU seized before its exec.
-func unseizable(workDir string) bool {
+// transientDump says why a failed dump may succeed if tried again, from
+// CRIU's log in workDir, or "" if it would not:
+//   - CRIU could not stop one of the container's tasks: one that was
+//     exiting when the cgroup froze (the freezer does not stop it, and it
+//     is gone a moment later), or the parent of a vfork whose child CRIU
+//     seized before its exec;
+//   - CRIU could not mount a cgroup v1 controller for its dump (EBUSY):
+//     another CRIU on the host was mounting or unmounting the same one at
+//     that moment (checkpoint-restore/criu#1897), as ranks of several
+//     nodes on one host dumping at once do.
+func transientDump(workDir string) string {
 	b, err := os.ReadFile(filepath.Join(workDir, "dump.log"))
-	return err == nil && bytes.Contains(b, []byte("Unseizable non-zombie"))
+	switch {
+	case err != nil:
+		return ""
+	case bytes.Contains(b, []byte("Unseizable non-zombie")):
+		return "CRIU could not seize a task"
+	case bytes.Contains(b, []byte("Device or resource busy")) &&
+		(bytes.Contains(b, []byte("Unable to create the cgroup")) || bytes.Contains(b, []byte("Can't mount controller"))):
+		return "CRIU found a cgroup hierarchy busy"
+	}
+	return ""
 }
 
 // dirSize is the total size of the regular files under dir.

@@ -100,10 +100,13 @@ func testMPISoak(t *testing.T, kind string) {
 	cycles := envInt(t, "CAIRN_SOAK_CYCLES", 100)
 	migrations := envInt(t, "CAIRN_SOAK_MIGRATIONS", 20)
 	s := soakSize{ranks: 16, nodes: 4, perNode: 4, mib: 1}
-	// Each cycle and migration waits for 5 more iterations; the rest of
-	// the run is what the job does after the last one.
+	// Each cycle and migration waits for a progress line (5 more
+	// iterations); the job runs on a little while its checkpoint begins,
+	// the rest is rolled back by the restart. Three times that (the job
+	// must not end before the last cycle), the rest of the run is what
+	// the job does after it.
 	const step = 5
-	s.iters = (cycles+migrations)*step + 50
+	s.iters = (cycles+migrations)*step*3 + 100
 	args := []string{"--iters", fmt.Sprint(s.iters), "--every", fmt.Sprint(step), "--mib", fmt.Sprint(s.mib), "--ring-kib", "64"}
 	want, wantLog := s.reference(t, append(slices.Clone(args), "--sleep-ms", "0"))
 	args = append(args, "--sleep-ms", "20")
@@ -121,6 +124,9 @@ func testMPISoak(t *testing.T, kind string) {
 	advance := func(what string) {
 		t.Helper()
 		from := progressOf(c, "soak")
+		if j := c.Job("soak"); j.State != "running" {
+			t.Fatalf("the job is %s (%s) before %s, at iteration %d of %d: the soak must give it more iterations", j.State, j.Reason, what, from, s.iters)
+		}
 		testutil.WaitUntil(t, 2*time.Minute, func() (bool, string) {
 			return progressOf(c, "soak") > from, fmt.Sprintf("%s: no progress past iteration %d in 2 min (a hang):\n%s", what, from, c.Logs("soak", 0))
 		})
@@ -175,9 +181,14 @@ func testMPISoak(t *testing.T, kind string) {
 // printed, which must be that of ranks ranks and iters iterations.
 func mpiResultOf(t *testing.T, c *testutil.Cluster, job string, ranks, iters int) string {
 	t.Helper()
-	out, err := c.Run("wait", job)
-	if err != nil {
-		t.Fatalf("wait %s: %v\n%s\nrank 0:\n%s", job, err, out, c.Logs(job, 0))
+	// Not cairn wait, bounded at 3 min: the rest of a soak's run may
+	// take longer.
+	testutil.WaitUntil(t, 30*time.Minute, func() (bool, string) {
+		j := c.Job(job)
+		return j.State != "running", fmt.Sprintf("job %s still %s at iteration %d of %d", job, j.State, progressOf(c, job), iters)
+	})
+	if j := c.Job(job); j.State != "exited" {
+		t.Fatalf("job %s ended %s (%s)\nrank 0:\n%s", job, j.State, j.Reason, c.Logs(job, 0))
 	}
 	m := mpiFinal.FindStringSubmatch(c.Logs(job, 0))
 	if m == nil || m[1] != fmt.Sprint(ranks) || m[2] != fmt.Sprint(iters) {
