@@ -58,6 +58,10 @@ faults: setup ## The fault matrix: every fault class after every protocol step (
 	$(GO) test -count=1 -timeout 60m -run 'TestFaultMatrix|TestCoordinatorDiesAnywhere' ./internal/coord/ -args -faults -fault-report=$(CURDIR)/docs/reliability.md
 	CAIRN_FAULTS=1 $(GO) test -count=1 -timeout 60m ./test/faults/
 
+.PHONY: chaos
+chaos: setup ## ETTR under random node failures (about half an hour): the ring job's, measured, against the model's; writes docs/planning.md's table
+	$(GO) test -count=1 -timeout 90m -run 'TestChaos$$' -v ./test/chaos/ -args -long -chaos-report=$(CURDIR)/docs/planning.md
+
 .PHONY: soak
 soak: setup ## The long matrices: every fault and MPI scenario, many SIGKILL rounds (CAIRN_SOAK=1)
 	CAIRN_SOAK=1 $(GO) test -count=1 -p $(TESTP) -timeout 180m $(PKGS)

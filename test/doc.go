@@ -28,6 +28,8 @@
 //     probes, metrics, the dashboard, reports, rank isolation;
 //   - control: three coordinators, the leader killed, paused or cut off
 //     from etcd mid-protocol: a standby takes over, the old one is fenced;
+//   - chaos: cairn chaos, the ring job while nodes fail at random and
+//     come back, its ETTR against the model's, a run interrupted;
 //   - conform: the agent's conformance suite against real agents, served
 //     in the test process rather than through the binary, each node a
 //     network namespace.

@@ -328,9 +328,11 @@ func newNodeFailCmd() *cobra.Command {
 		Use:   "fail NODE [--lose-data]",
 		Short: "Local clusters only: make a node fail (its agent and containers killed)",
 		Long: `Simulate the failure of a node of the local cluster made by 'cairn up': its
-agent and every container on it are killed (SIGKILL), as if the machine had
-stopped; with --lose-data its data dir (its checkpoint images) is deleted
-too. The coordinator sees the node dead once its lease expires.`,
+agent, every container on it and whatever else runs in its network namespace
+(runc, CRIU) are killed (SIGKILL), as if the machine had stopped, and runc's
+state and the containers' cgroups are dropped; with --lose-data its data dir
+(its checkpoint images) is deleted too. The coordinator sees the node dead once its lease expires; 'cairn node
+revive NODE' brings it back.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lc, err := localCluster()
@@ -346,6 +348,37 @@ too. The coordinator sees the node dead once its lease expires.`,
 	}
 	cmd.Flags().BoolVar(&loseData, "lose-data", false, "delete the node's data dir too")
 	return cmd
+}
+
+func newNodeReviveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "revive NODE",
+		Short: "Local clusters only: bring a failed node back (its agent started again)",
+		Long: `Bring back a node of the local cluster made by 'cairn up' that failed ('cairn
+node fail'), as a repaired machine that boots again: what it held in memory is
+gone (its staging dir, the mounts under its dirs, its network namespace with
+its job networks and rank namespaces, made again with only its underlay
+address), its disk is as the failure left it (empty after --lose-data), and
+its agent starts again with the command line 'cairn up' gave it and joins the
+cluster. The command returns once the coordinator has seen the node join. A
+node whose agent runs is refused.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lc, err := localCluster()
+			if err != nil {
+				return err
+			}
+			if _, ok := lc.Node(args[0]); !ok {
+				return usageError{fmt.Errorf("no node %s in the local cluster", args[0])}
+			}
+			n, err := lc.Revive(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s back: agent at %s (pid %d)\n", n.Name, n.Addr, n.PID)
+			return nil
+		},
+	}
 }
 
 // withCoord calls fn with a client of the configured coordinator, and

@@ -96,6 +96,6 @@ or the coordinator gets a certificate for both ends of a connection; a client
 	cert.Flags().StringVar(&role, "role", "agent", "agent, coordinator or client")
 	cert.Flags().StringVarP(&out, "output", "o", "", "directory to write the credentials to (required)")
 	cert.Flags().StringSliceVar(&ips, "ip", nil, "IP address the certificate is valid for (repeatable)")
-	cmd.AddCommand(cert, newNodeSpareCmd(), newNodeFailCmd(), newNodeUndrainCmd())
+	cmd.AddCommand(cert, newNodeSpareCmd(), newNodeFailCmd(), newNodeReviveCmd(), newNodeUndrainCmd())
 	return cmd
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	agentv1 "cairn/api/agent/v1"
+	"cairn/internal/chaos"
 	"cairn/internal/container"
 	"cairn/internal/criu"
 	"cairn/internal/human"
@@ -92,7 +93,7 @@ or a new name.`,
 		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(), newReportCmd(),
 		newInitCmd(), newNodeCmd(), newAgentCmd(), newCoordinatorCmd(), newUpCmd(), newDownCmd(),
 		newJobsCmd(), newNodesCmd(), newCoordinatorsCmd(), newRestartCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
-		newCheckCmd(), newDemoCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(), newRankCmd(),
+		newCheckCmd(), newDemoCmd(), newChaosCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(), newRankCmd(),
 	)
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -232,7 +233,7 @@ func exitCode(err error) int {
 		wire = we.Code
 	}
 	switch {
-	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), errors.Is(err, testbed.ErrBadConfig), errors.Is(err, plan.ErrInput), wire == agentv1.CodeBadRequest, errors.Is(err, rankclient.ErrUsage), errors.Is(err, rankclient.ErrBadRequest):
+	case errors.As(err, &ue), errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig), errors.Is(err, testbed.ErrBadConfig), errors.Is(err, chaos.ErrConfig), errors.Is(err, plan.ErrInput), wire == agentv1.CodeBadRequest, errors.Is(err, rankclient.ErrUsage), errors.Is(err, rankclient.ErrBadRequest):
 		fmt.Fprintln(os.Stderr, "Run 'cairn --help' for usage.")
 		return 2
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound), wire == agentv1.CodeNotFound, errors.Is(err, rankclient.ErrNotFound):

@@ -85,6 +85,9 @@ var rules = []struct {
 	// The testbed runs the coordinator and the agents as processes and
 	// talks to them through the API.
 	{"cairn/internal/testbed", []string{"cairn/internal/container", "cairn/internal/durable", "cairn/internal/metrics", "cairn/internal/netw", "cairn/internal/pki", "cairn/internal/proc", "cairn/internal/rpc"}, []string{"cairn/"}},
+	// A chaos run drives a testbed and its job through the coordinator's
+	// API, and measures with the model.
+	{"cairn/internal/chaos", []string{"cairn/api/coord/v1", "cairn/api/events/v1", "cairn/api/rank/v1", "cairn/internal/model", "cairn/internal/ringapp", "cairn/internal/rpc", "cairn/internal/testbed"}, []string{"cairn/"}},
 }
 
 // reach are rules on everything a package depends on, directly or not.
@@ -102,6 +105,7 @@ var reach = []struct {
 	{"cairn/internal/control", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy"}},
 	{"cairn/internal/dashboard", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy", "cairn/internal/coord", "cairn/internal/catalog", "cairn/internal/rpc", "go.etcd.io/"}},
 	{"cairn/internal/testbed", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/control", "cairn/internal/catalog", "go.etcd.io/"}},
+	{"cairn/internal/chaos", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/control", "cairn/internal/catalog", "go.etcd.io/"}},
 	{"cairn/internal/agent", []string{"cairn/internal/coord", "cairn/internal/catalog", "go.etcd.io/"}},
 	{"cairn/internal/rpc", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/container", "cairn/internal/store", "go.etcd.io/"}},
 	{"cairn/internal/metrics", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/control", "cairn/internal/catalog", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy", "go.etcd.io/"}},

@@ -3,8 +3,10 @@ package testbed
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"cairn/internal/durable"
@@ -46,6 +48,9 @@ type Node struct {
 	Data    string `json:"data"`
 	Staging string `json:"staging"`
 	PID     int    `json:"pid"` // the agent's
+	// Argv is the command line Up started the agent with (nsenter into
+	// the node's namespace, then the agent): what Revive starts again.
+	Argv []string `json:"argv,omitempty"`
 }
 
 // Dir is where the testbed of the data dir data lives.
@@ -54,9 +59,24 @@ func Dir(data string) string { return filepath.Join(data, "cluster") }
 func file(dir string) string { return filepath.Join(dir, "cluster.json") }
 
 // Load reads the testbed in dir; an error satisfying
-// errors.Is(err, os.ErrNotExist) says there is none.
+// errors.Is(err, os.ErrNotExist) says there is none. The record says
+// which processes Down kills and which command line Revive runs, so a
+// cluster.json anyone but this user could have written is refused.
 func Load(dir string) (*Cluster, error) {
-	b, err := os.ReadFile(file(dir))
+	f, err := os.Open(file(dir))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return nil, fmt.Errorf("%s: owned by uid %d with mode %o: only a file of uid %d that no one else may write is trusted (cairn up writes it so)",
+			file(dir), st.Uid, st.Mode&0o777, os.Geteuid())
+	}
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,10 @@
 // to try it out, show it and break it on purpose, which is what this
 // cluster is for; "local cluster" is how the CLI speaks of it.
 //
+// Node.Fail stops a node as a machine that dies does; Cluster.Revive
+// brings it back as one that is repaired and boots again (`cairn node
+// fail`, `cairn node revive`, and the failures of `cairn chaos`).
+//
 // Cluster is the record of a testbed, kept in DIR/cluster.json (DIR is
 // DATA/cluster of the data dir `cairn up` ran with): the coordinator's
 // address and process, and every node's agent, data dir and staging dir.

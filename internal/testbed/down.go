@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"cairn/internal/container"
 	"cairn/internal/netw"
@@ -64,6 +65,11 @@ func (c *Cluster) Down(ctx context.Context, rt Runtime) error {
 				errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
 			}
 		}
+		// The cgroups of a container a killed agent was making are in no
+		// list.
+		if err := removeCgroups(m.Instance()); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+		}
 		// What a process killed half-way left mounted (CRIU's cgroup yard
 		// of a restore, runc's CRIU root) would keep the dirs busy.
 		for _, dir := range []string{n.Staging, n.Data} {
@@ -92,13 +98,21 @@ func (c *Cluster) Down(ctx context.Context, rt Runtime) error {
 	return os.RemoveAll(c.dir)
 }
 
-// Fail makes a node fail as a machine that stops does: its agent and
-// every container on it are killed (SIGKILL); with loseData its data dir
-// and staging are deleted too, as if its disk had died with it.
+// Fail makes a node fail as a machine that stops does: its agent, every
+// container on it and whatever else ran on it (what its agent had
+// started: runc, CRIU in the middle of a restore) are killed (SIGKILL),
+// and what its memory held of them is gone: runc's state and the
+// containers' cgroups, those of a container its agent was making
+// included. With loseData its data dir and staging are deleted too, as if
+// its disk had died with it. Its network namespace stays (Revive makes it
+// again), so that calls to the node are refused rather than left
+// unanswered.
 func (n Node) Fail(ctx context.Context, rt Runtime, loseData bool) error {
 	if err := kill(n.PID); err != nil {
 		return err
 	}
+	pids := n.processes()
+	signal(pids, syscall.SIGKILL)
 	m, err := n.manager(rt)
 	if err != nil {
 		return err
@@ -111,6 +125,8 @@ func (n Node) Fail(ctx context.Context, rt Runtime, loseData bool) error {
 	for _, in := range list {
 		errs = append(errs, m.Remove(ctx, in.Name, true))
 	}
+	// A process frozen for a checkpoint dies only once thawed.
+	errs = append(errs, waitKilled(n.Name, pids), os.RemoveAll(filepath.Join(n.Data, "runc")), removeCgroups(m.Instance()))
 	if loseData {
 		errs = append(errs, os.RemoveAll(n.Data), os.RemoveAll(n.Staging))
 	}

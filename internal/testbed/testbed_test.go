@@ -2,6 +2,7 @@ package testbed_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -72,7 +73,28 @@ func TestLoad(t *testing.T) {
 	if again.Coordinators[0].PID != 20 || again.Nodes[1].PID != 22 || again.Nodes[0].PID != 11 || again.Underlay != "10.212.0.0/24" || !again.Created.Equal(c.Created) {
 		t.Errorf("saved and loaded %+v", again)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cluster.json"), []byte("{"), 0o600); err != nil {
+	// A record others could have written names processes to kill and a
+	// command line to run: refused.
+	path := filepath.Join(dir, "cluster.json")
+	if err := os.Chmod(path, 0o622); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testbed.Load(dir); err == nil || !strings.Contains(err.Error(), "no one else may write") {
+		t.Errorf("a cluster.json others may write: %v", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, 65534, -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testbed.Load(dir); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+		t.Errorf("a cluster.json of another user: %v", err)
+	}
+	if err := os.Chown(path, os.Geteuid(), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := testbed.Load(dir); err == nil || !strings.Contains(err.Error(), "cluster.json") {
@@ -146,5 +168,43 @@ func TestUpRefuses(t *testing.T) {
 	_, err = testbed.Up(t.Context(), testbed.Config{Dir: dir, Nodes: 1, Prefix: "x-", Underlay: netip.MustParsePrefix("10.9.9.0/24")})
 	if err == nil || !strings.Contains(err.Error(), "a local cluster exists") {
 		t.Errorf("over a testbed: %v", err)
+	}
+}
+
+// TestReviveRefuses: Revive starts nothing for a node whose agent runs,
+// one whose agent's command line was never recorded, or no node at all,
+// and leaves cluster.json as it was.
+func TestReviveRefuses(t *testing.T) {
+	dir := testbed.Dir(t.TempDir())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	file := fmt.Sprintf(`{"prefix": "x-", "underlay": "10.9.9.0/24", "coordinator": "10.9.9.1:7400",
+  "nodes": [
+    {"name": "x-n1", "addr": "10.9.9.2:7420", "data": "/nonexistent/d1", "staging": "/nonexistent/s1", "pid": %d, "argv": ["/bin/false"]},
+    {"name": "x-n2", "addr": "10.9.9.3:7420", "data": "/nonexistent/d2", "staging": "/nonexistent/s2", "pid": 0}
+  ]}`, os.Getpid())
+	if err := os.WriteFile(filepath.Join(dir, "cluster.json"), []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := testbed.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revive(t.Context(), "x-n1"); !errors.Is(err, testbed.ErrAgentRuns) {
+		t.Errorf("a node whose agent runs: %v", err)
+	}
+	if _, err := c.Revive(t.Context(), "x-n2"); err == nil || !strings.Contains(err.Error(), "command line") {
+		t.Errorf("a node without its agent's command line: %v", err)
+	}
+	if _, err := c.Revive(t.Context(), "x-n3"); err == nil || !strings.Contains(err.Error(), "no node x-n3") {
+		t.Errorf("no such node: %v", err)
+	}
+	again, err := testbed.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Nodes[0].PID != os.Getpid() || again.Nodes[1].PID != 0 || len(again.Nodes[0].Argv) != 1 {
+		t.Errorf("cluster.json changed: %+v", again.Nodes)
 	}
 }

@@ -196,8 +196,8 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
-		argv := append([]string{"nsenter", "--net=" + node.Path(), "--", cfg.Exe}, args...)
-		if n.PID, err = Spawn(c.AgentLog(n.Name), argv, nil); err != nil {
+		n.Argv = append([]string{"nsenter", "--net=" + node.Path(), "--", cfg.Exe}, args...)
+		if n.PID, err = Spawn(c.AgentLog(n.Name), n.Argv, nil); err != nil {
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, n)
