@@ -101,6 +101,7 @@ func (s *Server) fetch(ctx context.Context, req agentv1.Fetch) (agentv1.Image, e
 	if err != nil {
 		return agentv1.Image{}, err
 	}
+	s.failpoint(ctx, "fetched") // listed here, not yet known to the coordinator
 	img := agentv1.Image{Checkpoint: checkpointWire(rec), Fetched: true, Duration: time.Since(start),
 		Repaired: damage.Chunks, RepairedManifest: damage.Manifest}
 	for _, h := range f.holders {
@@ -194,6 +195,7 @@ func (f *fetcher) run(ctx context.Context) (*image.Record, error) {
 			if err := f.fetchChunks(ctx, missing); err != nil {
 				return nil, err
 			}
+			f.s.failpoint(ctx, "fetch-chunks") // every chunk here, the image not yet listed
 		}
 		receive := func() (err error) {
 			_, err = f.s.Manager.Repo().Receive(ctx, bytes.NewReader(head), f.req.Container, f.req.Seq, nil)

@@ -24,6 +24,7 @@ import (
 
 	coordv1 "cairn/api/coord/v1"
 	rankv1 "cairn/api/rank/v1"
+	"cairn/internal/failpoint"
 )
 
 // RankCoordinator is what the rank API asks of the coordinator, for a
@@ -405,10 +406,12 @@ func (e *endpoints) serve(ep *endpoint, c net.Conn) {
 	case rankv1.OpWatch:
 		e.watch(ep, c, r, req, self)
 	case rankv1.OpCheckpoint, rankv1.OpEvent:
+		failpoint.Hold(ctx, "rank-request", e.log)
 		reply, did := ep.replies.Do(ctx, req, func() rankv1.Reply { return e.answer(ctx, ep.name, req, self) })
 		if !did {
 			e.log.Info("rank API: a request sent again, answered with its first reply", "rank", ep.name, "op", req.Op, "id", req.ID)
 		}
+		failpoint.Hold(ctx, "rank-reply", e.log)
 		writeReply(c, reply)
 	default:
 		writeReply(c, e.answer(ctx, ep.name, req, self))

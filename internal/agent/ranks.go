@@ -247,6 +247,7 @@ func (s *Server) rankRestoreWire(ctx context.Context, req agentv1.RankRestore) (
 }
 
 func (s *Server) rankResume(ctx context.Context, req agentv1.RankResume) error {
+	s.failpoint(ctx, "resume")
 	return s.part.resume(ctx, rankNames(req.Ranks))
 }
 

@@ -161,9 +161,14 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 		}
 		s.observe(policy.CheckpointEnded{Job: a.Job})
 	case policy.Replicate:
-		if err := c.repl.replicate(ctx, a.Job, a.Seq); err != nil && ctx.Err() == nil {
-			c.log.Warn("replication incomplete", "job", a.Job, "ckpt", a.Seq, "err", err)
+		err := c.repl.replicate(ctx, a.Job, a.Seq)
+		if ctx.Err() != nil {
+			return
 		}
+		if err != nil {
+			c.log.Warn("replication incomplete; tried again a node lease later", "job", a.Job, "ckpt", a.Seq, "err", err)
+		}
+		s.observe(policy.ReplicateEnded{Job: a.Job, Seq: a.Seq, Incomplete: err != nil})
 	case policy.ReviewInterval:
 		c.intervals.reviewInterval(ctx, a.Job)
 		s.observe(policy.IntervalReviewed{Job: a.Job})

@@ -20,8 +20,16 @@
 // commit (an agent told to commit a prepared rank, before its image is
 // stored); restored (an agent restoring a rank for a restart, once it is
 // restored frozen, before it answers);
+// resume (an agent told to resume restored ranks, before it does);
 // migrate-in (an agent receiving a migrating rank); chunk-data (an agent
-// serving a share of an image's chunks, every share but its first).
+// serving a share of an image's chunks, every share but its first);
+// fetch-chunks (an agent fetching an image, for a copy or a restart, once
+// every chunk is stored and before the image is listed); fetched (the
+// same, once the image is listed, before it answers); lazy-chunks (an
+// agent serving a lazily restored rank's pages, every request but the
+// first: the rank's memory still arriving); rank-request and rank-reply
+// (the rank API, a checkpoint or event request read and not yet carried
+// out, or carried out and its reply not yet written).
 package failpoint
 
 import (

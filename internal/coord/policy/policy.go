@@ -29,7 +29,8 @@ import (
 // Config tunes a Machine.
 type Config struct {
 	// Attempts is how often an automatic restart after a node loss (or
-	// one an earlier coordinator left) is tried; 0 means 5.
+	// one an earlier coordinator left), or an incomplete replication, is
+	// tried; 0 means 5.
 	Attempts int
 	// RetryAfter is the wait between two attempts: nodes that die
 	// together are seen dead one node lease apart, and the nodes of a
@@ -170,6 +171,16 @@ type (
 	RanksEnded struct{ Job string }
 	// IntervalReviewed: the job's automatic interval was reviewed.
 	IntervalReviewed struct{ Job string }
+	// ReplicateEnded: a Replicate action ended; Incomplete says a copy
+	// could not be made (its receiver or every holder failed, or was cut
+	// off). One incomplete is tried again a retry later, up to Attempts
+	// times: the node may be back by then, and nothing else would make
+	// the copy until a node is lost.
+	ReplicateEnded struct {
+		Job        string
+		Seq        int
+		Incomplete bool
+	}
 	// Left: what an earlier coordinator left, found when this one takes
 	// over: a restart (Seq 0) or a durable checkpoint Seq that may lack
 	// copies.
@@ -195,6 +206,7 @@ func (MigrationEnded) isEvent()   {}
 func (RestartEnded) isEvent()     {}
 func (RanksEnded) isEvent()       {}
 func (IntervalReviewed) isEvent() {}
+func (ReplicateEnded) isEvent()   {}
 func (Left) isEvent()             {}
 
 func (Tick) String() string { return "tick" }
@@ -238,6 +250,13 @@ func (e RestartEnded) String() string {
 }
 func (e RanksEnded) String() string       { return "ranks-ended " + e.Job }
 func (e IntervalReviewed) String() string { return "interval-reviewed " + e.Job }
+func (e ReplicateEnded) String() string {
+	s := fmt.Sprintf("replicate-ended %s:%d", e.Job, e.Seq)
+	if e.Incomplete {
+		s += " incomplete"
+	}
+	return s
+}
 func (e Left) String() string {
 	if e.Seq == 0 {
 		return "left restart " + e.Job
@@ -349,6 +368,15 @@ type Machine struct {
 	restarting map[string]*pending
 	// reviewing: when an interval review was last asked for, by job.
 	reviewing map[string]time.Time
+	// copying: the checkpoints whose copies are tried again, each under
+	// way (at zero) or waiting for its next attempt.
+	copying map[ckpt]*pending
+}
+
+// ckpt names a checkpoint of a job.
+type ckpt struct {
+	job string
+	seq int
 }
 
 // pending is an automatic restart under way (at zero) or waiting for its
@@ -369,7 +397,7 @@ func New(cfg Config) *Machine {
 		cfg.Attempts = 5
 	}
 	return &Machine{cfg: cfg, lastRound: map[string]time.Time{}, inRound: map[string]bool{},
-		restarting: map[string]*pending{}, reviewing: map[string]time.Time{}}
+		restarting: map[string]*pending{}, reviewing: map[string]time.Time{}, copying: map[ckpt]*pending{}}
 }
 
 // Step decides what follows ev, on s.
@@ -413,6 +441,8 @@ func (m *Machine) Step(s Snapshot, ev Event) []Action {
 		if j, ok := s.job(ev.Job); ok && j.Running {
 			return []Action{Settle{Job: ev.Job}}
 		}
+	case ReplicateEnded:
+		m.replicateEnded(s, ev)
 	case IntervalReviewed:
 		// reviewing keeps the time: a job still without an interval (no
 		// MTBF yet) is reviewed again a retry later.
@@ -461,6 +491,16 @@ func (m *Machine) tick(s Snapshot) []Action {
 		if !p.at.IsZero() && !s.Now.Before(p.at) {
 			p.at = time.Time{}
 			out = append(out, Restart{Job: name, Cause: p.cause, Attempt: p.attempt})
+		}
+	}
+	for _, k := range sortedCkpts(m.copying) {
+		p := m.copying[k]
+		switch {
+		case !names[k.job]:
+			delete(m.copying, k)
+		case !p.at.IsZero() && !s.Now.Before(p.at):
+			p.at = time.Time{}
+			out = append(out, Replicate{Job: k.job, Seq: k.seq})
 		}
 	}
 	for _, st := range []map[string]time.Time{m.lastRound, m.reviewing} {
@@ -568,6 +608,27 @@ func (m *Machine) restartEnded(s Snapshot, ev RestartEnded) []Action {
 	return out
 }
 
+// replicateEnded tries an incomplete replication again a retry later, up
+// to Attempts times in all; after that the next node loss's repair makes
+// the copies.
+func (m *Machine) replicateEnded(s Snapshot, ev ReplicateEnded) {
+	k := ckpt{ev.Job, ev.Seq}
+	p := m.copying[k]
+	if _, ok := s.job(ev.Job); !ok || !ev.Incomplete {
+		delete(m.copying, k)
+		return
+	}
+	if p == nil {
+		p = &pending{attempt: 1}
+		m.copying[k] = p
+	}
+	if p.attempt >= m.cfg.Attempts {
+		delete(m.copying, k)
+		return
+	}
+	p.attempt, p.at = p.attempt+1, s.Now.Add(m.cfg.RetryAfter)
+}
+
 // nodeUnwell acts, by each job's policy, on a node turning unwell.
 func (m *Machine) nodeUnwell(s Snapshot, node string) []Action {
 	var out []Action
@@ -588,6 +649,20 @@ func (m *Machine) nodeUnwell(s Snapshot, node string) []Action {
 			out = append(out, Checkpoint{Job: j.Name, Why: "node " + node + " unwell"})
 		}
 	}
+	return out
+}
+
+func sortedCkpts(m map[ckpt]*pending) []ckpt {
+	out := make([]ckpt, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].job != out[b].job {
+			return out[a].job < out[b].job
+		}
+		return out[a].seq < out[b].seq
+	})
 	return out
 }
 

@@ -26,6 +26,7 @@ import (
 //	migration-ended JOB/RANK [damaged="why"]
 //	restart-ended JOB cause=lost|damaged|left|asked|retry attempt=N [err="why"]
 //	ranks-ended JOB | interval-reviewed JOB | left JOB [seq=N]
+//	replicate-ended JOB:SEQ [incomplete]
 func TestTraces(t *testing.T) {
 	tracetest.Run(t, "testdata/*.txt", func(t *testing.T) func(string) ([]string, error) {
 		tr := &tracer{m: policy.New(policy.Config{RetryAfter: 4 * time.Second}), live: map[string]bool{}}
@@ -135,6 +136,12 @@ func (tr *tracer) run(line string) ([]string, error) {
 		ev = e
 	case "ranks-ended":
 		ev = policy.RanksEnded{Job: arg}
+	case "replicate-ended":
+		job, seq, _ := strings.Cut(arg, ":")
+		e := policy.ReplicateEnded{Job: job}
+		e.Seq, _ = strconv.Atoi(seq)
+		_, e.Incomplete = kv["incomplete"]
+		ev = e
 	case "interval-reviewed":
 		ev = policy.IntervalReviewed{Job: arg}
 	case "left":
