@@ -105,6 +105,11 @@ restarted where its ranks were) then reads nothing from the store.`,
 			if cfg.Container, err = containerOptions(); err != nil {
 				return err
 			}
+			if !global.debug {
+				// What its containers went through (a dump tried again, a
+				// lazy restore's end) is the agent's to tell.
+				cfg.Container.Logger = cfg.Logger
+			}
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err

@@ -128,7 +128,7 @@ func toWire(in *container.Info) agentv1.Container {
 		Args: in.Config.Args, Created: in.Created, RestoredFrom: in.RestoredFrom}
 	if in.Exit != nil {
 		code := in.Exit.Code
-		c.ExitCode = &code
+		c.ExitCode, c.EndedBy = &code, in.Exit.Reason
 	}
 	return c
 }

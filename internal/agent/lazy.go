@@ -49,7 +49,6 @@ type lazyChunks struct {
 	f     *fetcher
 	local *store.Store // nil: no store here yet
 	next  atomic.Uint32
-	calls atomic.Uint32 // of get
 	once  sync.Once
 }
 
@@ -87,9 +86,6 @@ func (c *lazyChunks) GetSeq(ctx context.Context, ids []store.ID, fn func(data []
 
 // get returns the contents of ids, in order.
 func (c *lazyChunks) get(ctx context.Context, ids []store.ID) ([][]byte, error) {
-	if c.calls.Add(1) > 1 {
-		c.f.s.failpoint(ctx, "lazy-chunks") // the rank's pages still arriving
-	}
 	data := make([][]byte, len(ids))
 	at := map[store.ID][]int{}
 	var remote []store.ID

@@ -11,8 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"cairn/internal/failpoint"
 	"cairn/internal/image"
 	"cairn/internal/lazy"
 	"cairn/internal/store"
@@ -122,6 +124,7 @@ func startLazyDaemon(argv []string) (int, error) {
 // startPrefetch starts the prefetch, once the restore is done: before,
 // it would take the CPU the restore needs.
 func (r *lazyRun) startPrefetch(log *slog.Logger, image string) {
+	r.src.restored.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-r.srv.Done()
@@ -162,6 +165,9 @@ func (r *lazyRun) wait() (LazyStats, error) {
 type pagesSource struct {
 	chunks image.Chunks
 	files  map[string]*pagesFile
+	// restored: the restore is done, the pages served now are those of
+	// processes restored without them (failpoint lazy-pages).
+	restored atomic.Bool
 }
 
 // pagesFile is one pages file of a lazy restore in staging.
@@ -344,6 +350,9 @@ func (p *pagesSource) ReadPages(ctx context.Context, file string, b []byte, off 
 	if here {
 		_, err := pf.f.ReadAt(b, off)
 		return err
+	}
+	if p.restored.Load() {
+		failpoint.Hold(ctx, "lazy-pages", nil)
 	}
 	i := int64(0)
 	return p.chunks.GetSeq(ctx, pf.ids[first:first+n], func(data []byte) error {

@@ -251,10 +251,15 @@ func (r *restore) steps(ctx context.Context) error {
 	return r.src.revive(ctx, r)
 }
 
+// restoreUpperPrefix starts the name of a restore's new upper dir among
+// the containers' dirs; no container's name starts with a dot.
+const restoreUpperPrefix = ".restore-"
+
 // makeUpper makes the dir the image's fs delta goes into, on the data
-// disk beside the containers' dirs.
+// disk beside the containers' dirs (named after the restoring process,
+// for cleanStaging to remove it if that process died).
 func (r *restore) makeUpper() error {
-	dir, err := os.MkdirTemp(filepath.Join(r.m.opts.DataDir, "containers"), ".restore-"+r.target+"-")
+	dir, err := os.MkdirTemp(filepath.Join(r.m.opts.DataDir, "containers"), fmt.Sprintf("%s%s-pid%d-", restoreUpperPrefix, r.target, os.Getpid()))
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/zeebo/blake3"
@@ -183,6 +184,13 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 	}
 	t := time.Now()
 	shimPID, _, err := m.startShim(spec, started)
+	for attempt := 1; err != nil && from == nil && attempt < maxStartAttempts && yardVanished(err); attempt++ {
+		m.log.Info("runc met another CRIU's cgroup mount as it went; starting again", "rank", name, "attempt", attempt+1, "err", err)
+		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+		os.Remove(runcLog)
+		os.Remove(pidFile)
+		shimPID, _, err = m.startShim(spec, started)
+	}
 	if from != nil {
 		from.runc = time.Since(t)
 	}
@@ -202,6 +210,21 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 	st.Started = time.Now().UTC()
 	st.Checkpointed = false
 	return m.saveState(st)
+}
+
+// maxStartAttempts bounds the starts of a fresh container that met a
+// cgroup mount vanishing under runc (yardVanished).
+const maxStartAttempts = 3
+
+// yardVanished reports whether runc failed to start a container because
+// a cgroup v1 mount it was binding into the container's /sys/fs/cgroup
+// was gone: the yard a CRIU on the host (another rank's dump or restore)
+// mounts for a moment, for a controller the host has not mounted itself
+// (runc binds every cgroup mount it finds). Nothing was started: a new
+// try finds the host as it is then.
+func yardVanished(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, ".criu.cgyard.") && strings.Contains(s, "no such file or directory")
 }
 
 // network gives st its network and returns the path of its netns: the

@@ -82,15 +82,30 @@ const stagingOwner = "owner"
 // longer exist left behind: they may hold a whole memory image in tmpfs. A
 // dir is kept while any process its owner file names still runs: an
 // orphaned runc and CRIU may still be dumping into it.
+//
+// So are the new upper dirs of restores whose process died before it
+// took them into the container's dir (containers/.restore-NAME-pidPID-*):
+// a copy of an image's file changes, which the image still holds.
 func (m *Manager) cleanStaging() {
+	var dirs []string
 	ents, _ := os.ReadDir(m.opts.StagingDir)
 	for _, e := range ents {
-		i := strings.Index(e.Name(), "-pid")
+		dirs = append(dirs, filepath.Join(m.opts.StagingDir, e.Name()))
+	}
+	containers := filepath.Join(m.opts.DataDir, "containers")
+	ents, _ = os.ReadDir(containers)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), restoreUpperPrefix) {
+			dirs = append(dirs, filepath.Join(containers, e.Name()))
+		}
+	}
+	for _, dir := range dirs {
+		name := filepath.Base(dir)
+		i := strings.LastIndex(name, "-pid")
 		if i < 0 {
 			continue
 		}
-		dir := filepath.Join(m.opts.StagingDir, e.Name())
-		owners := []string{strings.SplitN(e.Name()[i+4:], "-", 2)[0]}
+		owners := []string{strings.SplitN(name[i+4:], "-", 2)[0]}
 		if b, err := os.ReadFile(filepath.Join(dir, stagingOwner)); err == nil {
 			owners = append(owners, strings.Fields(string(b))...)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -108,9 +109,11 @@ func (m *Manager) names() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(ents))
-	for i, e := range ents {
-		out[i] = e.Name()
+	out := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") { // a restore's upper dir being made
+			out = append(out, e.Name())
+		}
 	}
 	return out, nil
 }

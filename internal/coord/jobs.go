@@ -173,7 +173,7 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStat
 		case err != nil:
 			rs.Error = err.Error()
 		default:
-			rs.Status, rs.Pid, rs.ExitCode = in.Status, in.Pid, in.ExitCode
+			rs.Status, rs.Pid, rs.ExitCode, rs.EndedBy = in.Status, in.Pid, in.ExitCode, in.EndedBy
 		}
 		return nil
 	})

@@ -25,17 +25,24 @@ type lifecycle struct{ c *Coordinator }
 // every rank exited 0; failed once every rank has ended and one did not
 // exit 0, or, with KillOnBadExit, as soon as one did not (the others are
 // killed). A rank on a dead node, or missing, is for the failure
-// handling, and settles nothing. It waits for whatever holds the job.
-func (lc *lifecycle) settle(ctx context.Context, name string) {
+// handling, and settles nothing; so is a rank its node ended (its lazy
+// restore failed): settle returns why, for the job's failure policy, and
+// leaves the job as it is. It waits for whatever holds the job.
+func (lc *lifecycle) settle(ctx context.Context, name string) (endedBy string) {
 	c := lc.c
 	defer c.locks.lock(name)()
 	j, err := c.rec.job(ctx, name)
 	if err != nil || j.State != coordv1.JobRunning {
-		return
+		return ""
 	}
 	st, err := c.Status(ctx, name)
 	if err != nil {
-		return
+		return ""
+	}
+	for _, rs := range st.RankStates {
+		if rs.Status == agentv1.StatusExited && rs.EndedBy != "" {
+			return fmt.Sprintf("rank %d on %s was ended by its node: %s", rs.Rank, rs.Node, rs.EndedBy)
+		}
 	}
 	var bad []string
 	running := 0
@@ -46,10 +53,10 @@ func (lc *lifecycle) settle(ctx context.Context, name string) {
 				bad = append(bad, rankEnd(rs))
 			}
 		case agentv1.StatusCheckpointed, agentv1.StatusStopped:
-			return // stopped by cairn, not ended: not the job's end
+			return "" // stopped by cairn, not ended: not the job's end
 		default:
 			if !rs.Alive || rs.Status == coordv1.RankMissing || rs.Status == coordv1.RankUnknown {
-				return
+				return ""
 			}
 			running++
 		}
@@ -67,6 +74,7 @@ func (lc *lifecycle) settle(ctx context.Context, name string) {
 		}
 		lc.endJob(ctx, name, coordv1.JobFailed, reason)
 	}
+	return ""
 }
 
 // rankEnd says how a rank ended.

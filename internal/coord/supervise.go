@@ -202,7 +202,9 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 			}
 		}
 	case policy.Settle:
-		c.life.settle(ctx, a.Job)
+		if why := c.life.settle(ctx, a.Job); why != "" {
+			s.observe(policy.RankEndedByNode{Job: a.Job, Reason: why})
+		}
 	}
 }
 

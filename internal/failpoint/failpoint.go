@@ -25,9 +25,9 @@
 // serving a share of an image's chunks, every share but its first);
 // fetch-chunks (an agent fetching an image, for a copy or a restart, once
 // every chunk is stored and before the image is listed); fetched (the
-// same, once the image is listed, before it answers); lazy-chunks (an
-// agent serving a lazily restored rank's pages, every request but the
-// first: the rank's memory still arriving); rank-request and rank-reply
+// same, once the image is listed, before it answers); lazy-pages (a
+// lazy restore's page server, once the processes are restored, before it
+// fetches pages they lack: their memory still arriving); rank-request and rank-reply
 // (the rank API, a checkpoint or event request read and not yet carried
 // out, or carried out and its reply not yet written).
 package failpoint

@@ -120,7 +120,7 @@ var agentCases = []agentCase{{
 }, {
 	// A lazy restart's target dies while its rank's pages still arrive.
 	name:   "lazy-restart-pages",
-	point:  "lazy-chunks",
+	point:  "lazy-pages",
 	victim: func(_ *testutil.Cluster, place []string, spare string) string { return rotated(place, spare)[1] },
 	start: func(c *testutil.Cluster, place []string, spare string) <-chan error {
 		return run(c, "restart", "ring", "--lazy", "--placement", strings.Join(rotated(place, spare), ","))

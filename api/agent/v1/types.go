@@ -140,6 +140,10 @@ type Container struct {
 	Created      time.Time `json:"created"`
 	RestoredFrom string    `json:"restored_from,omitempty"`
 	ExitCode     *int      `json:"exit_code,omitempty"`
+	// EndedBy says why the node ended the container, if it did rather
+	// than its program (its lazy restore's pages could not be fetched):
+	// a failure of the node's, which the job's failure policy handles.
+	EndedBy string `json:"ended_by,omitempty"`
 }
 
 // CheckpointRequest checkpoints a container.

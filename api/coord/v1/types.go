@@ -292,7 +292,9 @@ type Rank struct {
 	Status   agentv1.Status `json:"status"` // the container's status, or RankUnknown or RankMissing
 	Pid      int            `json:"pid,omitempty"`
 	ExitCode *int           `json:"exit_code,omitempty"`
-	Error    string         `json:"error,omitempty"`
+	// EndedBy: its node ended it, not its program (agentv1.Container).
+	EndedBy string `json:"ended_by,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // What a rank's status is when its container's cannot be told.

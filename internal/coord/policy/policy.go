@@ -169,6 +169,14 @@ type (
 	}
 	// RanksEnded: a node reported ranks of the job ended.
 	RanksEnded struct{ Job string }
+	// RankEndedByNode: settling the job found a rank its node ended, not
+	// its program (its lazy restore's pages could not be fetched, its
+	// agent having died): a failure of the node's, restarted by the job's
+	// failure policy as a damaged rank is.
+	RankEndedByNode struct {
+		Job    string
+		Reason string
+	}
 	// IntervalReviewed: the job's automatic interval was reviewed.
 	IntervalReviewed struct{ Job string }
 	// ReplicateEnded: a Replicate action ended; Incomplete says a copy
@@ -205,6 +213,7 @@ func (CheckpointEnded) isEvent()  {}
 func (MigrationEnded) isEvent()   {}
 func (RestartEnded) isEvent()     {}
 func (RanksEnded) isEvent()       {}
+func (RankEndedByNode) isEvent()  {}
 func (IntervalReviewed) isEvent() {}
 func (ReplicateEnded) isEvent()   {}
 func (Left) isEvent()             {}
@@ -248,7 +257,10 @@ func (e RestartEnded) String() string {
 	}
 	return s
 }
-func (e RanksEnded) String() string       { return "ranks-ended " + e.Job }
+func (e RanksEnded) String() string { return "ranks-ended " + e.Job }
+func (e RankEndedByNode) String() string {
+	return "rank-ended-by-node " + e.Job + " reason=" + strconv.Quote(e.Reason)
+}
 func (e IntervalReviewed) String() string { return "interval-reviewed " + e.Job }
 func (e ReplicateEnded) String() string {
 	s := fmt.Sprintf("replicate-ended %s:%d", e.Job, e.Seq)
@@ -440,6 +452,10 @@ func (m *Machine) Step(s Snapshot, ev Event) []Action {
 	case RanksEnded:
 		if j, ok := s.job(ev.Job); ok && j.Running {
 			return []Action{Settle{Job: ev.Job}}
+		}
+	case RankEndedByNode:
+		if j, ok := s.job(ev.Job); ok && j.Running {
+			return m.damaged(s, ev.Job, ev.Reason)
 		}
 	case ReplicateEnded:
 		m.replicateEnded(s, ev)

@@ -26,7 +26,7 @@ import (
 //	migration-ended JOB/RANK [damaged="why"]
 //	restart-ended JOB cause=lost|damaged|left|asked|retry attempt=N [err="why"]
 //	ranks-ended JOB | interval-reviewed JOB | left JOB [seq=N]
-//	replicate-ended JOB:SEQ [incomplete]
+//	replicate-ended JOB:SEQ [incomplete] | rank-ended-by-node JOB reason="why"
 func TestTraces(t *testing.T) {
 	tracetest.Run(t, "testdata/*.txt", func(t *testing.T) func(string) ([]string, error) {
 		tr := &tracer{m: policy.New(policy.Config{RetryAfter: 4 * time.Second}), live: map[string]bool{}}
@@ -136,6 +136,8 @@ func (tr *tracer) run(line string) ([]string, error) {
 		ev = e
 	case "ranks-ended":
 		ev = policy.RanksEnded{Job: arg}
+	case "rank-ended-by-node":
+		ev = policy.RankEndedByNode{Job: arg, Reason: quoted}
 	case "replicate-ended":
 		job, seq, _ := strings.Cut(arg, ":")
 		e := policy.ReplicateEnded{Job: job}
@@ -169,7 +171,7 @@ func (tr *tracer) drop(name string) {
 
 // cutQuoted takes a trailing damaged="..." or err="..." off s.
 func cutQuoted(s string) (string, string, error) {
-	for _, k := range []string{" damaged=", " err="} {
+	for _, k := range []string{" damaged=", " err=", " reason="} {
 		if i := strings.Index(s, k); i >= 0 {
 			q, err := strconv.Unquote(strings.TrimSpace(s[i+len(k):]))
 			return s[:i], q, err
