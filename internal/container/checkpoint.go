@@ -333,6 +333,9 @@ func (m *Manager) dump(ctx context.Context, p *Prepared, st *State, stop bool, t
 		why := ""
 		if dumpErr != nil && attempt < maxDumpAttempts && dumpCtx.Err() == nil {
 			why = transientDump(workDir)
+			if why == "" && yardVanished(dumpErr) {
+				why = "runc met another CRIU's cgroup mount as it went"
+			}
 		}
 		if why == "" {
 			break
@@ -392,7 +395,8 @@ func (m *Manager) dump(ctx context.Context, p *Prepared, st *State, stop bool, t
 }
 
 // maxDumpAttempts bounds the dumps of one checkpoint when processes vanish
-// under CRIU's seize, or its cgroup mounts find the hierarchy busy.
+// under CRIU's seize, its cgroup mounts find the hierarchy busy, or runc
+// finds another CRIU's cgroup yard gone (yardVanished).
 const maxDumpAttempts = 3
 
 // transientDump says why a failed dump may succeed if tried again, from

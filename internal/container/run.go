@@ -216,12 +216,12 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 // cgroup mount vanishing under runc (yardVanished).
 const maxStartAttempts = 3
 
-// yardVanished reports whether runc failed to start a container because
-// a cgroup v1 mount it was binding into the container's /sys/fs/cgroup
-// was gone: the yard a CRIU on the host (another rank's dump or restore)
-// mounts for a moment, for a controller the host has not mounted itself
-// (runc binds every cgroup mount it finds). Nothing was started: a new
-// try finds the host as it is then.
+// yardVanished reports whether runc failed (to start a container, or to
+// checkpoint one) because a cgroup v1 mount it found was gone: the yard a
+// CRIU on the host (another rank's dump or restore) mounts for a moment,
+// for a controller the host has not mounted itself (runc takes in every
+// cgroup mount it finds). Nothing was started or dumped: a new try finds
+// the host as it is then.
 func yardVanished(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, ".criu.cgyard.") && strings.Contains(s, "no such file or directory")
