@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"cairn/internal/netw"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
 )
 
 // ErrAgentRuns is Revive's answer for a node whose agent runs: the node
@@ -122,11 +120,10 @@ func (c *Cluster) update(fn func(*Cluster) error) error {
 // waitRejoined waits until the coordinator records that node n joined
 // after since and counts it alive.
 func (c *Cluster) waitRejoined(ctx context.Context, n Node, since time.Time) error {
-	creds, err := pki.LoadCredentials(c.ClientCreds())
+	cl, err := c.client()
 	if err != nil {
 		return err
 	}
-	cl := rpc.NewCoordClient(c.Coordinator, creds)
 	defer cl.Close()
 	deadline := time.Now().Add(joinWithin)
 	for {

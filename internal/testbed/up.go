@@ -278,13 +278,21 @@ func (cfg Config) agentArgs(c *Cluster, n Node, underlay netip.Addr) ([]string, 
 	return args, nil
 }
 
+// client is a client of the testbed's coordinators, as the CLI's.
+func (c *Cluster) client() (*rpc.CoordClient, error) {
+	creds, err := pki.LoadCredentials(c.ClientCreds())
+	if err != nil {
+		return nil, err
+	}
+	return rpc.NewCoordClient(c.Coordinator, creds), nil
+}
+
 // waitJoined waits until the coordinator sees every node alive.
 func (c *Cluster) waitJoined(ctx context.Context) error {
-	creds, err := pki.LoadCredentials(c.ClientCreds())
+	cl, err := c.client()
 	if err != nil {
 		return err
 	}
-	cl := rpc.NewCoordClient(c.Coordinator, creds)
 	defer cl.Close()
 	deadline := time.Now().Add(joinWithin)
 	for {
