@@ -208,7 +208,13 @@ func TestMPI64Ranks(t *testing.T) {
 	s := soakSize{ranks: 64, nodes: 4, perNode: 16, iters: 60, mib: 1}
 	args := []string{"--iters", fmt.Sprint(s.iters), "--every", "5", "--mib", "1", "--ring-kib", "16"}
 	want, _ := s.reference(t, append(slices.Clone(args), "--sleep-ms", "0"))
-	c := testutil.NewCluster(t, s.nodes+1)
+	// All 64 ranks, the 5 agents and the coordinator share this machine's
+	// 2 cores, where a cluster gives each node its own: a node TTL of 10 s
+	// (4 by default), since 64 MPI ranks starting at once starved them
+	// for longer than a lease (a node's heartbeat timed out, its lease
+	// expired, its job was lost); and 3 min to prepare a round (20 s by
+	// default), since 64 dumps at once took longer than 20 s.
+	c := testutil.NewCluster(t, s.nodes+1, "--node-ttl", "10s", "--deadline", "3m")
 	start := time.Now()
 	c.OK(append([]string{"run", "--job", "big", "--ranks", "64", "--per-node", "16", "--nodes", strings.Join(c.Nodes[:s.nodes], ","),
 		"--mpi", "openmpi", "--on-failure", "stop", "--", mpiProgram(t, "openmpi")}, append(args, "--sleep-ms", "200")...)...)
