@@ -166,7 +166,7 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 			return
 		}
 		if err != nil {
-			c.log.Warn("replication incomplete; tried again a node lease later", "job", a.Job, "ckpt", a.Seq, "err", err)
+			c.log.Warn("replication incomplete (tried again a node lease later, five attempts in all)", "job", a.Job, "ckpt", a.Seq, "err", err)
 		}
 		s.observe(policy.ReplicateEnded{Job: a.Job, Seq: a.Seq, Incomplete: err != nil})
 	case policy.ReviewInterval:
