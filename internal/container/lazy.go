@@ -124,7 +124,8 @@ func startLazyDaemon(argv []string) (int, error) {
 // startPrefetch starts the prefetch, once the restore is done: before,
 // it would take the CPU the restore needs.
 func (r *lazyRun) startPrefetch(log *slog.Logger, image string) {
-	r.src.restored.Store(true)
+	// Read once: the page server's every request would read it again.
+	r.src.holdPages.Store(failpoint.Set("lazy-pages"))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-r.srv.Done()
@@ -165,9 +166,9 @@ func (r *lazyRun) wait() (LazyStats, error) {
 type pagesSource struct {
 	chunks image.Chunks
 	files  map[string]*pagesFile
-	// restored: the restore is done, the pages served now are those of
-	// processes restored without them (failpoint lazy-pages).
-	restored atomic.Bool
+	// holdPages: the restore is done and the failpoint lazy-pages is
+	// set: the pages the restored processes lack are held.
+	holdPages atomic.Bool
 }
 
 // pagesFile is one pages file of a lazy restore in staging.
@@ -351,7 +352,7 @@ func (p *pagesSource) ReadPages(ctx context.Context, file string, b []byte, off 
 		_, err := pf.f.ReadAt(b, off)
 		return err
 	}
-	if p.restored.Load() {
+	if p.holdPages.Load() {
 		failpoint.Hold(ctx, "lazy-pages", nil)
 	}
 	i := int64(0)
