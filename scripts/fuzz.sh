@@ -7,6 +7,8 @@ set -euo pipefail
 dur=${1:-5s}
 minimize=${FUZZMINIMIZE:-1x}
 cd "$(dirname "$0")/.."
+log=$(mktemp /tmp/cairn-fuzz.XXXXXX)
+trap 'rm -f "$log"' EXIT
 found=0
 for pkg in $(go list ./...); do
 	dir=$(go list -f '{{.Dir}}' "$pkg")
@@ -14,19 +16,27 @@ for pkg in $(go list ./...); do
 	for t in $targets; do
 		found=1
 		echo "fuzz $pkg $t ($dur)"
-		run() { go test -run '^$' -fuzz "^${t}\$" -fuzztime "$dur" -fuzzminimizetime "$minimize" "$pkg" >/tmp/cairn-fuzz.log 2>&1; }
-		if ! run; then
-			# Go's fuzzing engine sometimes fails to stop its workers in time on
-			# a loaded machine ("context deadline exceeded", no failing input):
-			# that is not a finding, so it gets one more go.
-			if grep -q 'context deadline exceeded' /tmp/cairn-fuzz.log && ! grep -q 'Failing input' /tmp/cairn-fuzz.log; then
-				echo "fuzz $pkg $t: the fuzzing engine timed out stopping; once more"
-				run || { cat /tmp/cairn-fuzz.log; exit 1; }
-			else
-				cat /tmp/cairn-fuzz.log
-				exit 1
+		crashers() { ls "$dir/testdata/fuzz/$t" 2>/dev/null || true; }
+		before=$(crashers)
+		if go test -run '^$' -fuzz "^${t}\$" -fuzztime "$dur" -fuzzminimizetime "$minimize" "$pkg" >"$log" 2>&1; then
+			continue
+		fi
+		# Go's fuzzing coordinator (up to Go 1.26) can fail a target as its
+		# -fuzztime deadline passes, when the machine is loaded: it compares
+		# the deadline's error with its workers' context before that one is
+		# cancelled, and reports "context deadline exceeded" having found
+		# nothing (golang/go#75804). A finding always names a failing input
+		# and writes it under testdata/fuzz; this race does neither. Such a
+		# run is accepted only when no input was written and the target's
+		# seeds and stored corpus, replayed, still pass.
+		if grep -q '^    context deadline exceeded$' "$log" && ! grep -q 'Failing input' "$log" && [ "$(crashers)" = "$before" ]; then
+			if go test -count=1 -run "^${t}\$" "$pkg" >>"$log" 2>&1; then
+				echo "fuzz $pkg $t: the fuzzing engine failed to stop in time (golang/go#75804); it reported no failing input and the corpus replays clean"
+				continue
 			fi
 		fi
+		cat "$log"
+		exit 1
 	done
 done
 [ $found = 1 ] || echo "no fuzz targets"
