@@ -30,6 +30,38 @@ type nodeReports struct {
 	ended map[string]map[string]bool
 	// swept: when each node's live ranks were last looked at (strays)
 	swept map[string]time.Time
+	// heard: when each node last joined or sent a heartbeat to this
+	// coordinator
+	heard map[string]time.Time
+}
+
+// hear notes that name was heard from now.
+func (nr *nodeReports) hear(name string) {
+	nr.mu.Lock()
+	defer nr.mu.Unlock()
+	if nr.heard == nil {
+		nr.heard = map[string]time.Time{}
+	}
+	nr.heard[name] = time.Now()
+}
+
+// heardWithin returns the nodes of cands heard from within d of now, and
+// those this coordinator has not heard from at all yet (it took over, say).
+func (nr *nodeReports) heardWithin(cands []coordv1.Node, now time.Time, d time.Duration) []coordv1.Node {
+	nr.mu.Lock()
+	defer nr.mu.Unlock()
+	return heardWithin(cands, nr.heard, now, d)
+}
+
+// heardWithin drops from cands the nodes whose last word in heard is more
+// than d before now. Such a node is alive by its lease, which runs for a
+// while yet, but it has missed heartbeats: most likely it is dead, and a
+// rank placed there would fail its restart.
+func heardWithin(cands []coordv1.Node, heard map[string]time.Time, now time.Time, d time.Duration) []coordv1.Node {
+	return slices.DeleteFunc(slices.Clone(cands), func(n coordv1.Node) bool {
+		at, ok := heard[n.Name]
+		return ok && now.Sub(at) > d
+	})
 }
 
 func (nr *nodeReports) register(ctx context.Context, name string) error {
@@ -43,6 +75,7 @@ func (nr *nodeReports) register(ctx context.Context, name string) error {
 	nr.members[name] = m
 	nr.mu.Unlock()
 	_ = old // its lease expires by itself; the key now belongs to m
+	nr.hear(name)
 	return nil
 }
 
@@ -61,6 +94,7 @@ func (nr *nodeReports) heartbeat(ctx context.Context, name string) error {
 	if m != nil {
 		err := m.KeepAlive(ctx)
 		if err == nil {
+			nr.hear(name)
 			return nil
 		}
 		if !errors.Is(err, catalog.ErrLeaseExpired) {

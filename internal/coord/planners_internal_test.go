@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	coordv1 "cairn/api/coord/v1"
 )
@@ -133,5 +134,29 @@ func TestRestorable(t *testing.T) {
 		if err != nil || got.Seq != tc.want {
 			t.Errorf("%s: %v, %v; want checkpoint %d", tc.name, got, err, tc.want)
 		}
+	}
+}
+
+// TestHeardWithin: a restart leaves out the nodes that missed heartbeats
+// (silent for more than half a lease), keeps those heard from lately and
+// those this coordinator has not heard from at all (it just took over),
+// and does not change what it was given.
+func TestHeardWithin(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	cands := nodes("a", "b", "c", "d")
+	heard := map[string]time.Time{
+		"a": now.Add(-time.Second),
+		"b": now.Add(-6 * time.Second), // missed two heartbeats of a 10s lease
+		"c": now.Add(-5 * time.Second), // just so
+	}
+	var got []string
+	for _, n := range heardWithin(cands, heard, now, 5*time.Second) {
+		got = append(got, n.Name)
+	}
+	if want := []string{"a", "c", "d"}; !slices.Equal(got, want) {
+		t.Errorf("heard within 5s: %v, want %v", got, want)
+	}
+	if len(cands) != 4 || cands[1].Name != "b" {
+		t.Errorf("the candidates given were changed: %v", cands)
 	}
 }

@@ -248,7 +248,20 @@ func (jr *jobRuns) plan(ctx context.Context, j *coordv1.Job, req coordv1.Restart
 		if err != nil {
 			return nil, cfg, err
 		}
-		if cfg.Placement, err = restartPlacement(j, ck, cfg.Copies, cands, req.Placement); err != nil {
+		// Nodes found dead are seen so a lease after their last
+		// heartbeat; a node that missed two already has most likely
+		// failed too (failures come together), and a restart placed
+		// there would fail and wait for the next attempt. Unless the
+		// user named the nodes, or the others leave too little room.
+		heard := cands
+		if len(req.Nodes) == 0 {
+			heard = c.nodes.heardWithin(cands, time.Now(), c.opts.NodeTTL/2)
+		}
+		cfg.Placement, err = restartPlacement(j, ck, cfg.Copies, heard, req.Placement)
+		if err != nil && len(heard) < len(cands) {
+			cfg.Placement, err = restartPlacement(j, ck, cfg.Copies, cands, req.Placement)
+		}
+		if err != nil {
 			return nil, cfg, err
 		}
 		if len(req.Placement) > 0 {

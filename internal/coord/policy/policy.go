@@ -3,8 +3,8 @@
 // is replicated (and the job's automatic interval reviewed); a job that
 // lost a node, or one of whose ranks a dump left damaged, is restarted by
 // its failure policy, or marked lost or failed; an automatic restart that
-// fails is tried again a node lease later, and given up after the last
-// attempt; a node that turns unwell has its jobs' ranks moved away or a
+// fails is tried again a node lease later, or as soon as a node is found
+// dead, and given up after the last attempt; a node that turns unwell has its jobs' ranks moved away or a
 // checkpoint taken, by each job's policy; periodic rounds fall due; a job
 // whose ranks ended is settled.
 //
@@ -401,6 +401,9 @@ type pending struct {
 	// then: a rank was found damaged while it ran; a restart for that
 	// follows it (the one under way may have found nothing to do).
 	then string
+	// lost: a node was found dead while the attempt under way ran; if it
+	// fails, the next one starts at once.
+	lost bool
 }
 
 // New returns a Machine.
@@ -505,7 +508,7 @@ func (m *Machine) tick(s Snapshot) []Action {
 	for _, name := range sortedKeys(m.restarting) {
 		p := m.restarting[name]
 		if !p.at.IsZero() && !s.Now.Before(p.at) {
-			p.at = time.Time{}
+			p.at, p.lost = time.Time{}, false
 			out = append(out, Restart{Job: name, Cause: p.cause, Attempt: p.attempt})
 		}
 	}
@@ -535,9 +538,23 @@ func (m *Machine) tick(s Snapshot) []Action {
 }
 
 // nodeLost restarts, or marks lost, by its policy each running job with a
-// rank on a node not alive, and repairs the checkpoints.
+// rank on a node not alive, and repairs the checkpoints. A restart waiting
+// for its next attempt is tried now, and one under way is tried again at
+// once if it fails: what made it fail was most likely this node, alive to
+// the last attempt (it chose it, or had to reach it to stop what ran
+// there) and now seen dead, which the next attempt does without. Waiting
+// a lease more would leave the job down for nothing.
 func (m *Machine) nodeLost(s Snapshot) []Action {
 	var out []Action
+	for _, name := range sortedKeys(m.restarting) {
+		p := m.restarting[name]
+		if p.at.IsZero() {
+			p.lost = true
+			continue
+		}
+		p.at, p.lost = time.Time{}, false
+		out = append(out, Restart{Job: name, Cause: p.cause, Attempt: p.attempt})
+	}
 	for _, j := range s.Jobs {
 		if !j.Running || !s.lost(j) {
 			continue
@@ -618,6 +635,10 @@ func (m *Machine) restartEnded(s Snapshot, ev RestartEnded) []Action {
 			err = fmt.Sprintf("a rank is damaged (%s), and its restart failed: %s", p.why, ev.Err)
 		}
 		out = []Action{GiveUp{Job: ev.Job, Reason: "automatic restart gave up: " + err}}
+	case p.lost:
+		// A node was found dead while it ran: try again without it.
+		p.attempt, p.lost = ev.Attempt+1, false
+		out = []Action{Restart{Job: ev.Job, Cause: p.cause, Attempt: p.attempt}}
 	default:
 		p.attempt, p.at = ev.Attempt+1, s.Now.Add(m.cfg.RetryAfter)
 	}
