@@ -142,3 +142,42 @@ func TestRestartGivesUp(t *testing.T) {
 		t.Errorf("job.restart_failed: %+v (%v), want the reason %q", ev, ok, j.Reason)
 	}
 }
+
+// TestRestartRetriedAfterFailure: an automatic restart that failed onto
+// nodes that are all alive (it could not reach one, cut off for a while)
+// is tried again, and restarts the job: the retry is not taken for a
+// restart that some other one already did. It left the job failed, its
+// placement the failed attempt's, before.
+func TestRestartRetriedAfterFailure(t *testing.T) {
+	e := newMemEnv(t, 4, memagent.Options{}, coord.Options{})
+	c := e.start()
+	ctx := context.Background()
+	if _, err := c.RunJob(ctx, coordv1.RunJob{Name: "ring", Ranks: 2, PerNode: 1, Replicas: 1, Args: []string{"/bin/ring"}, Nodes: []string{"n0", "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	seq := c.checkpoint(t, "ring", 1)
+	// n1 stays alive (its heartbeats reach the coordinator) but the
+	// coordinator's calls to it fail: the restart after n0's loss fails.
+	e.mc.Partition("c1", "n1")
+	e.mc.Kill("n0")
+	job := func() coordv1.Job {
+		jobs, err := c.Jobs(ctx)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("jobs: %+v %v", jobs, err)
+		}
+		return jobs[0]
+	}
+	waitFor(t, 15*time.Second, "the first restart to fail", func() bool {
+		j := job()
+		return j.State == coordv1.JobFailed && j.Restarts == 0
+	})
+	e.mc.Heal("c1", "n1")
+	var j coordv1.Job
+	waitFor(t, 15*time.Second, "the job to restart", func() bool {
+		j = job()
+		return j.State == coordv1.JobRunning && j.Restarts == 1
+	})
+	if err := e.consistent(&j, seq); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -65,7 +65,7 @@ type restartCause uint8
 
 const (
 	restartAsked     restartCause = iota // a user asked
-	restartIfLost                        // a node died: only if a rank's node is dead (several nodes dying at once each ask; the first one restarts)
+	restartIfLost                        // a node died: only if a rank's node is dead (several nodes dying at once each ask; the first one restarts), or the job is failed (an earlier attempt failed)
 	restartRecovered                     // an earlier coordinator died during it
 	restartRetry                         // a user's restart failed: only if the job is failed, or lost a node
 )
@@ -82,7 +82,11 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 	if err != nil {
 		return nil, err
 	}
-	if cause == restartIfLost && (allIn(j.Placement, live) || j.State != coordv1.JobRunning && j.State != coordv1.JobFailed) {
+	// A job that lost a node restarts only if it still runs there (nodes
+	// dying together each ask for it; the first restarts it). A job left
+	// failed by a restart attempt restarts in any case: its placement is
+	// that attempt's, whose nodes may well all be alive.
+	if cause == restartIfLost && (j.State == coordv1.JobRunning && allIn(j.Placement, live) || j.State != coordv1.JobRunning && j.State != coordv1.JobFailed) {
 		return j, nil
 	}
 	if cause == restartRecovered && j.State != coordv1.JobRestarting {
@@ -131,7 +135,10 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 		case machine.PhaseFailed:
 			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 				j.State, j.Reason = coordv1.JobFailed, p.Reason
-				j.RestartFrom, j.RestartPhase, j.Leftover = 0, "", nil
+				// What it could not remove (a node it could not reach)
+				// may still run: the next restart stops it first, where
+				// the job ran before as where this one restored.
+				j.RestartFrom, j.RestartPhase, j.Leftover = 0, "", withPlacement(cfg.Leftover, cfg.Placement)
 				return nil
 			})
 			c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Ckpt: ck.Seq, Message: p.Reason})
@@ -190,6 +197,16 @@ func restartPlacement(j *coordv1.Job, ck *coordv1.Ckpt, copies [][]string, cands
 
 // liveLeftover is, by rank, the live nodes among leftover and placement.
 func liveLeftover(leftover [][]string, placement []string, live map[string]coordv1.Node) [][]string {
+	out := withPlacement(leftover, placement)
+	for r := range out {
+		out[r] = slices.DeleteFunc(out[r], func(node string) bool { _, ok := live[node]; return !ok })
+	}
+	return out
+}
+
+// withPlacement is, by rank, the nodes of leftover and the rank's node in
+// placement, each once.
+func withPlacement(leftover [][]string, placement []string) [][]string {
 	n := max(len(leftover), len(placement))
 	out := make([][]string, n)
 	for r := range n {
@@ -201,7 +218,7 @@ func liveLeftover(leftover [][]string, placement []string, live map[string]coord
 			nodes = append(nodes, placement[r])
 		}
 		for _, node := range nodes {
-			if _, ok := live[node]; ok && !slices.Contains(out[r], node) {
+			if node != "" && !slices.Contains(out[r], node) {
 				out[r] = append(out[r], node)
 			}
 		}

@@ -268,8 +268,8 @@ type Job struct {
 	// frozen) or "resuming" (every rank is restored; they are resumed).
 	RestartPhase string `json:"restart_phase,omitempty"`
 	// Leftover lists, by rank, the nodes that may still hold a container
-	// of the rank while a restart is under way: where it ran before, and
-	// where a restart cut short put it.
+	// of the rank while a restart is under way, or after one failed:
+	// where it ran before, and where a restart cut short put it.
 	Leftover   [][]string `json:"leftover,omitempty"`
 	Migrations int        `json:"migrations,omitempty"` // ranks moved so far
 	// Interval is the interval of a job with CheckpointAuto, as last
