@@ -9,6 +9,8 @@ minimize=${FUZZMINIMIZE:-1x}
 cd "$(dirname "$0")/.."
 log=$(mktemp /tmp/cairn-fuzz.XXXXXX)
 trap 'rm -f "$log"' EXIT
+# crashers lists the inputs stored for the target $t of the package in $dir.
+crashers() { ls "$dir/testdata/fuzz/$t" 2>/dev/null || true; }
 found=0
 for pkg in $(go list ./...); do
 	dir=$(go list -f '{{.Dir}}' "$pkg")
@@ -16,7 +18,6 @@ for pkg in $(go list ./...); do
 	for t in $targets; do
 		found=1
 		echo "fuzz $pkg $t ($dur)"
-		crashers() { ls "$dir/testdata/fuzz/$t" 2>/dev/null || true; }
 		before=$(crashers)
 		if go test -run '^$' -fuzz "^${t}\$" -fuzztime "$dur" -fuzzminimizetime "$minimize" "$pkg" >"$log" 2>&1; then
 			continue

@@ -292,22 +292,22 @@ func TestMeasureMatchesModel(t *testing.T) {
 func TestMeasureShortRuns(t *testing.T) {
 	p := synth{Rate: 1000, Every: 6.3, Stall: 0.2, After: 0.34, Restart: 13, Slow: 1.7, MTBF: 48, Others: 1}
 	p.Work = p.Rate * p.MTBF * 20 * 0.62
+	const n = 100
 	var sum, sq, hits float64
-	n := 0
-	for seed := uint64(1); seed <= 100; seed++ {
+	for seed := uint64(1); seed <= n; seed++ {
 		rec, _ := p.run(seed)
 		m, err := chaos.Measure(rec)
 		if err != nil || m.Predicted == 0 {
 			t.Fatalf("seed %d: predicted %.3f, %v", seed, m.Predicted, err)
 		}
 		d := 100 * (m.ETTR - m.Predicted)
-		sum, sq, hits, n = sum+d, sq+d*d, hits+float64(m.Hits), n+1
+		sum, sq, hits = sum+d, sq+d*d, hits+float64(m.Hits)
 	}
-	mean := sum / float64(n)
-	sd := math.Sqrt(sq/float64(n) - mean*mean)
-	t.Logf("%d runs of %.1f failures on average: measured − predicted %.2f ± %.2f points", n, hits/float64(n), mean, sd)
-	if hits/float64(n) < 15 || hits/float64(n) > 25 {
-		t.Errorf("%.1f failures a run on average, want about 20", hits/float64(n))
+	mean, perRun := sum/n, hits/n
+	sd := math.Sqrt(sq/n - mean*mean)
+	t.Logf("%d runs of %.1f failures on average: measured − predicted %.2f ± %.2f points", n, perRun, mean, sd)
+	if perRun < 15 || perRun > 25 {
+		t.Errorf("%.1f failures a run on average, want about 20", perRun)
 	}
 	if math.Abs(mean) > 1 || sd > 3 {
 		t.Errorf("measured − predicted %.2f ± %.2f points over %d runs: want a mean within 1 point and a deviation under 3", mean, sd, n)

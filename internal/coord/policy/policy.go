@@ -4,9 +4,9 @@
 // lost a node, or one of whose ranks a dump left damaged, is restarted by
 // its failure policy, or marked lost or failed; an automatic restart that
 // fails is tried again a node lease later, or as soon as a node is found
-// dead, and given up after the last attempt; a node that turns unwell has its jobs' ranks moved away or a
-// checkpoint taken, by each job's policy; periodic rounds fall due; a job
-// whose ranks ended is settled.
+// dead, and given up after the last attempt; a node that turns unwell has
+// its jobs' ranks moved away or a checkpoint taken, by each job's policy;
+// periodic rounds fall due; a job whose ranks ended is settled.
 //
 // Like coord/round and coord/machine it is a pure machine: Step takes
 // what happened (an Event) with a Snapshot of the jobs and the nodes
