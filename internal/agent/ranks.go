@@ -151,8 +151,23 @@ func (s *Server) rankRunWire(ctx context.Context, req agentv1.RankRun) (agentv1.
 	return toWire(in), nil
 }
 
+// rankRemove removes a rank's container, or with Keep stops it and keeps
+// its output, and detaches it from its job's network on this node: the
+// attachment the request names or, when it names none (a rank this agent
+// stops by itself: fenced, or placed elsewhere now), the one the container
+// was made with. A stopped rank left attached would hold its address here
+// as local, and this node would refuse to reach it where it runs now.
 func (s *Server) rankRemove(ctx context.Context, req agentv1.RankRemove) error {
 	name := agentv1.RankName(req.Job, req.Rank.Rank)
+	vni, addr := req.VNI, netip.Addr{}
+	if req.Addr != "" {
+		var err error
+		if addr, err = netip.ParseAddr(req.Addr); err != nil {
+			return badRequest(err)
+		}
+	} else {
+		vni, addr = s.attachedNet(ctx, name)
+	}
 	s.part.dropRank(ctx, name)
 	s.eps.close(name)
 	var errs []error
@@ -163,15 +178,27 @@ func (s *Server) rankRemove(ctx context.Context, req agentv1.RankRemove) error {
 	if err := remove(); err != nil && !errors.Is(err, container.ErrNotFound) {
 		errs = append(errs, err)
 	}
-	if req.Addr != "" {
-		addr, err := netip.ParseAddr(req.Addr)
-		if err != nil {
-			return badRequest(err)
-		}
-		n := netw.NodeJobNet{Netns: s.Node.Netns, Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: req.VNI, Prefix: s.Node.NetnsPrefix}
+	if addr.IsValid() {
+		n := netw.NodeJobNet{Netns: s.Node.Netns, Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: vni, Prefix: s.Node.NetnsPrefix}
 		errs = append(errs, n.DetachRank(ctx, addr))
 	}
 	return errors.Join(errs...)
+}
+
+// attachedNet is the job network attachment a rank's container was made
+// with on this node (its VNI and address), if any: a netns this agent
+// names for ranks, holding the address recorded beside it.
+func (s *Server) attachedNet(ctx context.Context, name string) (uint32, netip.Addr) {
+	in, err := s.Manager.Get(ctx, name)
+	if err != nil || in.Config.Net == nil {
+		return 0, netip.Addr{}
+	}
+	dir, ns := filepath.Split(in.Config.Net.Netns)
+	vni, addr, ok := netw.ParseRankNetns(s.Node.NetnsPrefix, ns)
+	if !ok || filepath.Clean(dir) != netw.NetnsDir || addr != in.Config.Net.Addr {
+		return 0, netip.Addr{}
+	}
+	return vni, addr
 }
 
 // rankRestore restores a rank frozen into a fresh, locked network

@@ -3,8 +3,9 @@ package coord
 import "sync"
 
 // jobLocks serialize the work on each job (rounds, restarts, migrations,
-// settling, kill and rm). An entry lives only while its lock is held or
-// awaited, so that names asked for in vain leave nothing behind.
+// settling, kill and rm), or on anything else a name stands for. An entry
+// lives only while its lock is held or awaited, so that names asked for in
+// vain leave nothing behind. The zero value is ready to use.
 type jobLocks struct {
 	mu   sync.Mutex
 	held map[string]*jobMutex
@@ -29,6 +30,9 @@ func (l *jobLocks) tryLock(job string) (unlock func(), ok bool) {
 
 func (l *jobLocks) take(job string, try bool) (func(), bool) {
 	l.mu.Lock()
+	if l.held == nil {
+		l.held = map[string]*jobMutex{}
+	}
 	m := l.held[job]
 	if m == nil {
 		m = &jobMutex{}

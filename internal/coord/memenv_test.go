@@ -36,6 +36,9 @@ type memEnv struct {
 	opts coord.Options
 	n    int       // coordinators started
 	last *memCoord // the one that took over, for checks
+	// wrap, if set, stands between the coordinators and each node's
+	// agent (a test's gate or count).
+	wrap func(node string, a coord.Agent) coord.Agent
 
 	mu    sync.Mutex
 	trace []string
@@ -97,7 +100,13 @@ func (e *memEnv) start() *memCoord {
 	if opts.NodeTTL == 0 {
 		opts.NodeTTL = memTTL
 	}
-	opts.Dial = func(n coordv1.Node, term agentv1.Term) coord.Agent { return e.mc.Client(name, n.Name).WithTerm(term) }
+	opts.Dial = func(n coordv1.Node, term agentv1.Term) coord.Agent {
+		var a coord.Agent = e.mc.Client(name, n.Name).WithTerm(term)
+		if e.wrap != nil {
+			a = e.wrap(n.Name, a)
+		}
+		return a
+	}
 	opts.Trace = func(job, step string) { e.note(name, step) }
 	log := slog.New(slog.NewTextHandler(e.t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})).With("coordinator", name)
 	co := coord.New(cat, nil, log, opts)

@@ -93,7 +93,14 @@ func copiesOf(r coordv1.CkptRank) []string {
 
 // replicator brings the rank images of durable checkpoints to their jobs'
 // replica counts, and repairs damaged copies.
-type replicator struct{ c *Coordinator }
+type replicator struct {
+	c *Coordinator
+	// ckpts has one replication of a checkpoint run at a time: a repair
+	// that a node's loss starts while the checkpoint's copies are being
+	// made waits for them, then makes what they left missing, instead of
+	// fetching the same images onto the same nodes beside them.
+	ckpts jobLocks
+}
 
 // replicate brings every rank image of a checkpoint to the job's replica
 // count on live nodes: each missing copy is fetched by its target node from
@@ -102,6 +109,8 @@ type replicator struct{ c *Coordinator }
 // every rank has its copies, or durable if not.
 func (rp *replicator) replicate(ctx context.Context, job string, seq int) error {
 	c := rp.c
+	unlock := rp.ckpts.lock(ckptKey(job, seq))
+	defer unlock()
 	j, err := c.rec.job(ctx, job)
 	if err != nil {
 		return err

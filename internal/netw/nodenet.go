@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -66,6 +67,28 @@ func rankNetnsPrefix(prefix string, vni uint32) string { return fmt.Sprintf("%sj
 
 func rankNetns(prefix string, vni uint32, a netip.Addr) string {
 	return rankNetnsPrefix(prefix, vni) + a.String()
+}
+
+// ParseRankNetns is the inverse of a rank's netns name made with prefix:
+// the job's VNI and the rank's address. ok is false for any other name.
+func ParseRankNetns(prefix, name string) (vni uint32, a netip.Addr, ok bool) {
+	rest, found := strings.CutPrefix(name, prefix+"j")
+	if !found {
+		return 0, netip.Addr{}, false
+	}
+	num, addr, found := strings.Cut(rest, "-")
+	if !found {
+		return 0, netip.Addr{}, false
+	}
+	v, err := strconv.ParseUint(num, 10, 32)
+	if err != nil {
+		return 0, netip.Addr{}, false
+	}
+	a, err = netip.ParseAddr(addr)
+	if err != nil || rankNetns(prefix, uint32(v), a) != name {
+		return 0, netip.Addr{}, false
+	}
+	return uint32(v), a, true
 }
 
 // newRank names the pieces of the rank with address a on node. The veth

@@ -390,3 +390,23 @@ func TestNodeJobNetHostPorts(t *testing.T) {
 		t.Fatal("a rank of a job without host ports reached its node")
 	}
 }
+
+func TestParseRankNetns(t *testing.T) {
+	a := netip.MustParseAddr("10.80.3.7")
+	for _, prefix := range []string{"", "cairn-n1-", "x-j5-"} {
+		name := rankNetns(prefix, 4242, a)
+		vni, got, ok := ParseRankNetns(prefix, name)
+		if !ok || vni != 4242 || got != a {
+			t.Errorf("ParseRankNetns(%q, %q) = %d, %s, %v; want 4242, %s", prefix, name, vni, got, ok, a)
+		}
+	}
+	for _, name := range []string{
+		"", "cairn-n1-", "cairn-n1-j", "cairn-n1-j12", "cairn-n1-j12-", "cairn-n1-jx-10.0.0.1",
+		"cairn-n1-j-1-10.0.0.1", "cairn-n1-j012-10.0.0.1", "cairn-n1-j4294967296-10.0.0.1",
+		"cairn-n1-j12-10.0.0.1/../..", "cairn-n2-j12-10.0.0.1", "cairn-n1-j12-10.0.0.01",
+	} {
+		if vni, a, ok := ParseRankNetns("cairn-n1-", name); ok {
+			t.Errorf("ParseRankNetns(%q) = %d, %s: want no rank netns", name, vni, a)
+		}
+	}
+}

@@ -21,7 +21,8 @@ var noSelfFence = flag.Bool("no-self-fence", false, "run TestPartitionedNode's c
 // rank before the coordinator, seeing the node's lease expire, restarts
 // the job elsewhere from its replicas. When the link heals, the node's
 // agent reports the frozen rank and is told it runs elsewhere now: it
-// stops it there. Exactly one copy of each rank runs at every moment
+// stops it there, and lets go of its network: a rank of the job then
+// moves onto the node. Exactly one copy of each rank runs at every moment
 // from the restart on, and the ring ends with an uninterrupted run's
 // result.
 func TestPartitionedNode(t *testing.T) {
@@ -78,10 +79,18 @@ func TestPartitionedNode(t *testing.T) {
 	if log := c.AgentLog(cut); strings.Contains(log, "rank is still this node's: thawed") {
 		t.Fatalf("the healed node thawed its rank, which runs elsewhere:\n%s", log)
 	}
+	// The stopped copy let go of its network on the node: a rank of the
+	// job moved there reaches rank 1 where it runs now. (The node held
+	// rank 1's address as attached before, and refused the move.)
+	c.CheckRestarted("ring", 1, testutil.RingOutput)
+	m := c.Migrate("ring/0", "--to", cut)
+	if p := c.Job("ring").Placement; p[0] != cut {
+		t.Fatalf("after moving rank 0 to %s the job is on %v", cut, p)
+	}
+	c.CheckRestored("ring", 0, m.Seq, testutil.RingOutput)
 	if got, want := c.Result("ring"), ringapp.Expected(2, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
-	c.CheckRestarted("ring", 1, testutil.RingOutput)
 }
 
 // logTime is the time of the first line of log (slog's text) with msg.

@@ -210,6 +210,14 @@ func (f *fixture) remove(n, r int, keep bool) error {
 	return f.agent(n).RankRemove(ctx, agentv1.RankRemove{Rank: rank(r), VNI: vni, Addr: addr(r), Keep: keep})
 }
 
+// stop stops a rank keeping its dir, naming neither its job network nor
+// its address.
+func (f *fixture) stop(n, r int) error {
+	ctx, cancel := f.ctx()
+	defer cancel()
+	return f.agent(n).RankRemove(ctx, agentv1.RankRemove{Rank: rank(r), Keep: true})
+}
+
 func (f *fixture) kill(n, r, sig int) error {
 	ctx, cancel := f.ctx()
 	defer cancel()

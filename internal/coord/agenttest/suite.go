@@ -369,7 +369,8 @@ func migrateInHoldEnds(f *fixture) {
 // jobNet: a job network is set and set again alike; a rank attached to
 // the node cannot be listed as remote, nor a remote rank at the node's
 // own address, and the refusal changes nothing; once the rank is
-// removed, or stopped keeping its dir, it may; dropping the network
+// removed, or stopped keeping its dir (with or without its network named),
+// it may; dropping the network
 // leaves the address of a rank still on it taken; dropping it twice, or
 // where there is none, succeeds.
 func jobNet(f *fixture) {
@@ -384,6 +385,12 @@ func jobNet(f *fixture) {
 	wantOK(f.t, f.remove(0, 2, true), "remove keeping the dir")
 	f.want(0, 2, exited)
 	wantOK(f.t, f.setJobNet(0, f.jobNet(0, map[int]int{1: 1, 2: 1})), "list a rank stopped here as remote")
+	// As the agent stops a rank by itself (fenced, or placed elsewhere
+	// now): the request names no address; the rank lets go of its own.
+	f.run(0, 3)
+	wantOK(f.t, f.stop(0, 3), "stop naming no network")
+	f.want(0, 3, exited)
+	wantOK(f.t, f.setJobNet(0, f.jobNet(0, map[int]int{1: 1, 2: 1, 3: 1})), "list a rank stopped here, its network not named, as remote")
 	wantOK(f.t, f.remove(0, 0, false), "remove")
 	wantOK(f.t, f.setJobNet(0, f.jobNet(0, map[int]int{0: 1, 1: 1, 2: 1})), "list a rank removed here as remote")
 
