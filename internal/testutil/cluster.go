@@ -272,6 +272,7 @@ type Ckpt struct {
 		Node   string   `json:"node"`
 		State  string   `json:"state"`
 		Copies []string `json:"copies"`
+		Size   int64    `json:"size"` // the image's bytes
 		// MemoryWait is how long the rank's lazy restore was waited for.
 		MemoryWait time.Duration `json:"memory_wait_ns"`
 	} `json:"ranks"`
