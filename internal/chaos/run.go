@@ -616,25 +616,11 @@ func (r *runner) fail(ctx context.Context, f Fault) error {
 }
 
 // repair brings a failed node back in the background, once the
-// coordinator has found it dead (a node back before that would have its
-// ranks vanish without a failure).
+// coordinator has found it dead.
 func (r *runner) repair(ctx context.Context, f Fault) {
 	node := f.Node
-	failed := r.down[node]
-	for r.seen.lost[node].Before(failed) {
-		if time.Since(failed) > lostWithin {
-			r.printf("the coordinator has not found %s dead %s after it failed; it comes back anyway", node, lostWithin)
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return // the clean-up brings it back
-		case <-r.wake:
-		case <-time.After(100 * time.Millisecond):
-		}
-		if err := r.look(); err != nil {
-			break // the caller sees it at its next look
-		}
+	if !r.awaitLost(ctx, node) {
+		return // the clean-up brings it back
 	}
 	r.reviving[node] = true
 	r.printf("%s comes back", node)
@@ -647,6 +633,30 @@ func (r *runner) repair(ctx context.Context, f Fault) {
 		}
 		r.revived <- revived{n, f, err}
 	}()
+}
+
+// awaitLost waits until the coordinator has found node dead since it
+// failed (a node back before that would have its ranks vanish without a
+// failure, and its failure go unseen), at most lostWithin after the
+// failure. It reports false if ctx ended first.
+func (r *runner) awaitLost(ctx context.Context, node string) bool {
+	failed := r.down[node]
+	for r.seen.lost[node].Before(failed) {
+		if time.Since(failed) > lostWithin {
+			r.printf("the coordinator has not found %s dead %s after it failed; it comes back anyway", node, lostWithin)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-r.wake:
+		case <-time.After(100 * time.Millisecond):
+		}
+		if err := r.look(); err != nil {
+			break // the caller sees it at its next look
+		}
+	}
+	return true
 }
 
 // revivedNode records a node back.
@@ -663,14 +673,17 @@ func (r *runner) revivedNode(rv revived) error {
 	return nil
 }
 
-// reviveAll brings back every node still down, and waits for those
-// coming back.
+// reviveAll brings back every node still down, each once the coordinator
+// has found it dead, and waits for those coming back.
 func (r *runner) reviveAll(ctx context.Context) error {
 	var errs []error
 	for len(r.reviving) > 0 {
 		errs = append(errs, r.revivedNode(<-r.revived))
 	}
 	for _, node := range slices.Sorted(maps.Keys(r.down)) {
+		// Not before it is found dead, as in the run (unless the run is
+		// being stopped).
+		r.awaitLost(ctx, node)
 		r.printf("%s comes back", node)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWithin)
 		n, err := r.env.Cluster.Revive(rctx, node)
