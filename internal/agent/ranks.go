@@ -35,13 +35,19 @@ type Node struct {
 	HostPorts []uint16
 }
 
+// nodeJobNet is job network vni on this node as its VNI alone names it:
+// enough to detach a rank from it or delete it.
+func (s *Server) nodeJobNet(vni uint32) netw.NodeJobNet {
+	return netw.NodeJobNet{Netns: s.Node.Netns, Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: vni, Prefix: s.Node.NetnsPrefix}
+}
+
 func (s *Server) jobNet(j agentv1.JobNet) (netw.NodeJobNet, map[netip.Addr]netip.Addr, error) {
 	sub, err := netip.ParsePrefix(j.Subnet)
 	if err != nil {
 		return netw.NodeJobNet{}, nil, fmt.Errorf("job subnet: %w", err)
 	}
-	n := netw.NodeJobNet{Netns: s.Node.Netns, Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: j.VNI, Subnet: sub.Masked(), Prefix: s.Node.NetnsPrefix,
-		HostPorts: s.Node.HostPorts}
+	n := s.nodeJobNet(j.VNI)
+	n.Subnet, n.HostPorts = sub.Masked(), s.Node.HostPorts
 	remotes := map[netip.Addr]netip.Addr{}
 	for r, at := range j.Remotes {
 		ra, err1 := netip.ParseAddr(r)
@@ -84,8 +90,7 @@ func (s *Server) deleteJobNet(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "?vni=N required")
 		return
 	}
-	n := netw.NodeJobNet{Netns: s.Node.Netns, Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: uint32(vni), Prefix: s.Node.NetnsPrefix}
-	if err := n.Delete(r.Context()); err != nil {
+	if err := s.nodeJobNet(uint32(vni)).Delete(r.Context()); err != nil {
 		failErr(w, err)
 		return
 	}
@@ -179,8 +184,7 @@ func (s *Server) rankRemove(ctx context.Context, req agentv1.RankRemove) error {
 		errs = append(errs, err)
 	}
 	if addr.IsValid() {
-		n := netw.NodeJobNet{Netns: s.Node.Netns, Local: s.Node.Underlay, Dev: s.Node.Dev, VNI: vni, Prefix: s.Node.NetnsPrefix}
-		errs = append(errs, n.DetachRank(ctx, addr))
+		errs = append(errs, s.nodeJobNet(vni).DetachRank(ctx, addr))
 	}
 	return errors.Join(errs...)
 }
@@ -193,9 +197,9 @@ func (s *Server) attachedNet(ctx context.Context, name string) (uint32, netip.Ad
 	if err != nil || in.Config.Net == nil {
 		return 0, netip.Addr{}
 	}
-	dir, ns := filepath.Split(in.Config.Net.Netns)
-	vni, addr, ok := netw.ParseRankNetns(s.Node.NetnsPrefix, ns)
-	if !ok || filepath.Clean(dir) != netw.NetnsDir || addr != in.Config.Net.Addr {
+	path := in.Config.Net.Netns
+	vni, addr, ok := netw.ParseRankNetns(s.Node.NetnsPrefix, filepath.Base(path))
+	if !ok || path != netw.NetnsPath(filepath.Base(path)) || addr != in.Config.Net.Addr {
 		return 0, netip.Addr{}
 	}
 	return vni, addr
