@@ -339,13 +339,16 @@ func TestSIGTERM(t *testing.T) {
 // freezer would) for longer than the progress interval and resumes them:
 // the run must complete with the expected result.
 func TestStopped(t *testing.T) {
-	const size, messages, window = 3, 5000, 64
+	// Long enough to print progress lines (every 100 ms) and be stopped
+	// between them: a run that has ended cannot be stopped.
+	const size, messages, window = 3, 200000, 64
 	out := filepath.Join(t.TempDir(), "result")
 	procs := startRanks(t, size, "-messages", fmt.Sprint(messages), "-window", fmt.Sprint(window), "-seed", "9", "-out", out)
-	procs[2].waitFor(t, "msgs", time.Minute)
-	for _, p := range procs {
+	// A progress line ("K/M msgs"), not the last one ("done M msgs").
+	procs[2].waitFor(t, fmt.Sprintf("/%d msgs", messages), time.Minute)
+	for r, p := range procs {
 		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
+			t.Fatalf("rank %d could not be stopped in the middle of the run: %v; output:\n%s", r, err, p.output())
 		}
 	}
 	time.Sleep(2 * time.Second)
