@@ -99,6 +99,12 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 	if err != nil {
 		return nil, err
 	}
+	// What may be left of the job on nodes not alive now cannot be removed
+	// now, but is not forgotten: a node whose lease lapsed (a missed
+	// heartbeat, a cut) comes back with what it ran, a rank still attached
+	// to its job network there. The record keeps those nodes, so that the
+	// restart that finds one alive again removes the rank first.
+	unreached := unreachedLeftover(j.Leftover, j.Placement, live)
 	m, err := machine.NewRestart(cfg)
 	if err != nil {
 		return nil, err
@@ -116,7 +122,7 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 		case machine.PhaseRestoring:
 			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 				j.Placement, j.State, j.Reason = cfg.Placement, coordv1.JobRestarting, ""
-				j.RestartFrom, j.RestartPhase, j.Leftover = ck.Seq, string(p.Phase), cfg.Leftover
+				j.RestartFrom, j.RestartPhase, j.Leftover = ck.Seq, string(p.Phase), mergeLeftover(cfg.Leftover, unreached)
 				return nil
 			})
 		case machine.PhaseResuming:
@@ -124,7 +130,7 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 		case machine.PhaseRunning:
 			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
 				j.State, j.Restarts, j.RestoredFrom = coordv1.JobRunning, j.Restarts+1, ck.Seq
-				j.RestartFrom, j.RestartPhase, j.Leftover = 0, "", nil
+				j.RestartFrom, j.RestartPhase, j.Leftover = 0, "", unreached
 				return nil
 			})
 			if err == nil {
@@ -138,7 +144,7 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 				// What it could not remove (a node it could not reach)
 				// may still run: the next restart stops it first, where
 				// the job ran before as where this one restored.
-				j.RestartFrom, j.RestartPhase, j.Leftover = 0, "", withPlacement(cfg.Leftover, cfg.Placement)
+				j.RestartFrom, j.RestartPhase, j.Leftover = 0, "", withPlacement(mergeLeftover(cfg.Leftover, unreached), cfg.Placement)
 				return nil
 			})
 			c.publish(evv1.Event{Type: evv1.JobRestartFailed, Job: name, Ckpt: ck.Seq, Message: p.Reason})
@@ -200,6 +206,38 @@ func liveLeftover(leftover [][]string, placement []string, live map[string]coord
 	out := withPlacement(leftover, placement)
 	for r := range out {
 		out[r] = slices.DeleteFunc(out[r], func(node string) bool { _, ok := live[node]; return !ok })
+	}
+	return out
+}
+
+// unreachedLeftover is, by rank, the nodes among leftover and placement
+// that are not alive, or nil if there are none: what a restart cannot
+// remove, for the job's record to keep.
+func unreachedLeftover(leftover [][]string, placement []string, live map[string]coordv1.Node) [][]string {
+	out := withPlacement(leftover, placement)
+	some := false
+	for r := range out {
+		out[r] = slices.DeleteFunc(out[r], func(node string) bool { _, ok := live[node]; return ok })
+		some = some || len(out[r]) > 0
+	}
+	if !some {
+		return nil
+	}
+	return out
+}
+
+// mergeLeftover is, by rank, the nodes of a and of b, each once.
+func mergeLeftover(a, b [][]string) [][]string {
+	out := withPlacement(a, nil)
+	for r := range b {
+		if r >= len(out) {
+			out = append(out, nil)
+		}
+		for _, node := range b[r] {
+			if !slices.Contains(out[r], node) {
+				out[r] = append(out[r], node)
+			}
+		}
 	}
 	return out
 }

@@ -269,7 +269,9 @@ type Job struct {
 	RestartPhase string `json:"restart_phase,omitempty"`
 	// Leftover lists, by rank, the nodes that may still hold a container
 	// of the rank while a restart is under way, or after one failed:
-	// where it ran before, and where a restart cut short put it.
+	// where it ran before, and where a restart cut short put it. It also
+	// keeps, while the job runs, the nodes a restart could not reach (not
+	// alive then), for the next restart to clear once they are back.
 	Leftover   [][]string `json:"leftover,omitempty"`
 	Migrations int        `json:"migrations,omitempty"` // ranks moved so far
 	// Interval is the interval of a job with CheckpointAuto, as last

@@ -60,27 +60,33 @@ func (cl *Client) Close() {}
 
 // JobNet sets the job's network on the node.
 func (cl *Client) JobNet(ctx context.Context, req agentv1.JobNet) error {
-	return cl.call(ctx, "jobnet", remotesWhat(req), func(n *Node) error {
-		// As the real agent (netw): no remote rank at this node's own
-		// address (this model used to take it), and a rank whose address
-		// is attached here cannot be remote. Both are the agent's answer,
-		// internal (this model's refusal used to be no answer at all,
-		// which the coordinator takes for an unreachable agent).
-		for _, a := range slices.Sorted(maps.Keys(req.Remotes)) {
-			if req.Remotes[a] == n.underlay {
-				return apiErr(agentv1.CodeInternal, "rank %s listed as remote at this node's own address %s", a, n.underlay)
+	return cl.call(ctx, "jobnet", remotesWhat(req), func(n *Node) error { return n.setNet(req) })
+}
+
+// setNet sets the job's network on the node, as the real agent's
+// ensureJobNet (netw's SetRemotes) does for JobNet and before it runs,
+// restores or takes in a rank: no remote rank at this node's own address
+// (this model used to take it), and a rank whose address is attached
+// here cannot be remote. Both are the agent's answer, internal (this
+// model's refusal used to be no answer at all, which the coordinator
+// takes for an unreachable agent; and a restore or migration here used
+// to set the network without the check, so a rank left attached on a
+// node went unseen).
+func (n *Node) setNet(req agentv1.JobNet) error {
+	for _, a := range slices.Sorted(maps.Keys(req.Remotes)) {
+		if req.Remotes[a] == n.underlay {
+			return apiErr(agentv1.CodeInternal, "rank %s listed as remote at this node's own address %s", a, n.underlay)
+		}
+	}
+	for _, ct := range n.ctrs {
+		if ct.attached && ct.vni == req.VNI {
+			if _, ok := req.Remotes[ct.Addr]; ok {
+				return apiErr(agentv1.CodeInternal, "rank %s is attached to this node (its container %s), not remote", ct.Addr, ct.Name)
 			}
 		}
-		for _, ct := range n.ctrs {
-			if ct.attached && ct.vni == req.VNI {
-				if _, ok := req.Remotes[ct.Addr]; ok {
-					return apiErr(agentv1.CodeInternal, "rank %s is attached to this node (its container %s), not remote", ct.Addr, ct.Name)
-				}
-			}
-		}
-		n.nets[req.VNI] = req
-		return nil
-	})
+	}
+	n.nets[req.VNI] = req
+	return nil
 }
 
 // DeleteJobNet removes the job's network from the node; the addresses
@@ -110,7 +116,9 @@ func (cl *Client) RankRun(ctx context.Context, req agentv1.RankRun) (agentv1.Con
 		if ct := n.ctrs[name]; ct != nil {
 			return apiErr(agentv1.CodeExists, "container %s exists", name)
 		}
-		n.nets[req.Net.VNI] = req.Net
+		if err := n.setNet(req.Net); err != nil {
+			return err
+		}
 		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusRunning, Incarnation: 1,
 			vni: req.Net.VNI, attached: true}
 		n.ctrs[name] = ct
@@ -143,13 +151,15 @@ func (cl *Client) RankRestore(ctx context.Context, req agentv1.RankRestore) (age
 		default:
 			return apiErr(agentv1.CodeNotFound, "no checkpoint %s:%d", name, req.Seq)
 		}
+		if err := n.setNet(req.Net); err != nil {
+			return err
+		}
 		n.dropPending(name)
 		inc := 1
 		if old := n.ctrs[name]; old != nil {
 			old.stopHold()
 			inc = old.Incarnation + 1
 		}
-		n.nets[req.Net.VNI] = req.Net
 		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusPaused, Locked: true,
 			RestoredFrom: req.Seq, Incarnation: inc, vni: req.Net.VNI, attached: true}
 		n.ctrs[name] = ct
@@ -390,10 +400,12 @@ func (cl *Client) MigrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1
 		if !staged {
 			return apiErr(agentv1.CodeNotFound, "no prepared image %s:%d on %s", name, req.Seq, req.FromNode)
 		}
+		if err := n.setNet(req.Net); err != nil {
+			return err
+		}
 		if old := n.ctrs[name]; old != nil {
 			old.stopHold()
 		}
-		n.nets[req.Net.VNI] = req.Net
 		ct := &Container{Name: name, Job: req.Job, Rank: req.Rank.Rank, Addr: req.Addr, Status: agentv1.StatusPaused, Locked: true, Held: true, Incarnation: 1,
 			vni: req.Net.VNI, attached: true}
 		ct.hold = n.later(n.hold(req.Hold), func() {
