@@ -10,6 +10,8 @@
 #     TCP sockets on kernels >= 6.16), installed as $CAIRN_PREFIX/bin/criu;
 #   - libcairn (C, with Fortran interfaces) and the Python module of the rank
 #     API (docs/rank-api.md), installed under $CAIRN_PREFIX;
+#   - SeaweedFS's weed, the S3 server of the durable tier's tests, built from
+#     its Go module into $CAIRN_PREFIX/bin;
 #   - Go module dependencies.
 #
 # A second run only checks and takes seconds. Nothing in the system's own apt
@@ -135,6 +137,21 @@ fi
 command -v go >/dev/null || die "no Go toolchain on PATH: install Go 1.21 or newer (go.mod's release is then fetched automatically)"
 if [ -f "$here/go.mod" ]; then
 	(cd "$here" && go mod download)
+fi
+# SeaweedFS's weed: the real S3-compatible server the durable tier's tests
+# start (internal/testutil.NewS3Server), built from its Go module (a module
+# with replace directives cannot be go-installed by version: it is built in
+# the module cache's copy). Nothing starts it but the tests that need it.
+weed_version=v0.0.0-20261109003541-7506e5f91cd6
+weed_bin="$PREFIX/bin/weed"
+if [ "$(cat "$weed_bin.version" 2>/dev/null)" != "$weed_version" ] || [ ! -x "$weed_bin" ]; then
+	log "building SeaweedFS $weed_version (the S3 server of the tests) into $weed_bin; a few minutes, once"
+	weed_dir=$(go mod download -json "github.com/seaweedfs/seaweedfs@$weed_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	[ -d "$weed_dir/weed" ] || die "could not download github.com/seaweedfs/seaweedfs@$weed_version"
+	mkdir -p "$PREFIX/bin"
+	(cd "$weed_dir/weed" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -o "$weed_bin.tmp" .)
+	mv "$weed_bin.tmp" "$weed_bin"
+	echo "$weed_version" > "$weed_bin.version"
 fi
 # The rules and dashboard check is a module of its own (Prometheus's parsers).
 if [ -f "$here/deploy/prometheus/check/go.mod" ]; then

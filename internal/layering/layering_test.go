@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -27,6 +28,9 @@ var rules = []struct {
 	{"cairn/internal/store/pack", nil, []string{"cairn/"}},
 	{"cairn/internal/store/index", []string{"cairn/internal/store/pack"}, []string{"cairn/"}},
 	{"cairn/internal/store", []string{"cairn/internal/store/pack", "cairn/internal/store/index", "cairn/internal/chunker"}, []string{"cairn/"}},
+	// The durable tier keeps the store's formats in a bucket: the store
+	// and its formats, nothing of the node stack or the coordinator.
+	{"cairn/internal/store/tier", []string{"cairn/internal/store", "cairn/internal/store/pack", "cairn/internal/store/index", "cairn/internal/store/tier"}, []string{"cairn/"}},
 	{"cairn/internal/durable", nil, []string{"cairn/"}},
 	{"cairn/internal/names", nil, []string{"cairn/"}},
 	{"cairn/internal/proc", nil, []string{"cairn/"}},
@@ -193,7 +197,7 @@ func TestLayering(t *testing.T) {
 				continue
 			}
 			if r.pkg == "cairn/internal/store" && p.ImportPath != r.pkg {
-				continue // store/pack and store/index have rules of their own
+				continue // store/pack, store/index and store/tier have rules of their own
 			}
 			for _, imp := range p.Imports {
 				if allowed(imp, r.allow) {
@@ -206,13 +210,13 @@ func TestLayering(t *testing.T) {
 				}
 			}
 		}
-		// Only store and store/index may import store/pack; only store may
-		// import store/index.
+		// Only store, store/index and the durable tier may import
+		// store/pack; only store and the tier may import store/index.
 		for _, imp := range p.Imports {
 			switch {
-			case imp == "cairn/internal/store/pack" && p.ImportPath != "cairn/internal/store" && p.ImportPath != "cairn/internal/store/index":
+			case imp == "cairn/internal/store/pack" && !slices.Contains([]string{"cairn/internal/store", "cairn/internal/store/index", "cairn/internal/store/tier"}, p.ImportPath):
 				t.Errorf("%s imports %s: only the store may", p.ImportPath, imp)
-			case imp == "cairn/internal/store/index" && p.ImportPath != "cairn/internal/store":
+			case imp == "cairn/internal/store/index" && p.ImportPath != "cairn/internal/store" && p.ImportPath != "cairn/internal/store/tier":
 				t.Errorf("%s imports %s: only the store may", p.ImportPath, imp)
 			}
 		}

@@ -53,7 +53,7 @@ func (s *Store) Get(ctx context.Context, id ID) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	data, ok, err := s.getPending(id)
+	_, _, data, ok, err := s.getPending(id)
 	if ok || err != nil {
 		return data, err
 	}
@@ -127,35 +127,36 @@ func (s *Store) closePackFiles() {
 	}
 }
 
-// getPending reads a chunk that is still in the open pack.
-func (s *Store) getPending(id ID) ([]byte, bool, error) {
+// getPending reads a chunk that is still in the open pack, or in a pack
+// being committed, and returns its entry, its blob and its bytes.
+func (s *Store) getPending(id ID) (_ pack.Entry, blob, data []byte, ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, false, fmt.Errorf("get chunk %s: %w", id, ErrClosed)
+		return pack.Entry{}, nil, nil, false, fmt.Errorf("get chunk %s: %w", id, ErrClosed)
 	}
 	e, c, ok := s.pendingEntryLocked(id)
 	if !ok {
-		return nil, false, nil
+		return e, nil, nil, false, nil
 	}
 	if c != nil {
 		<-c.done
 		if c.err != nil {
-			return nil, true, fmt.Errorf("get chunk %s: %w", id, c.err)
+			return e, nil, nil, true, fmt.Errorf("get chunk %s: %w", id, c.err)
 		}
 		f, err := os.Open(s.packPath(c.id))
 		if err != nil {
-			return nil, true, &CorruptError{ID: id, Pack: c.id, Offset: e.Offset, Err: err}
+			return e, nil, nil, true, &CorruptError{ID: id, Pack: c.id, Offset: e.Offset, Err: err}
 		}
 		defer f.Close()
-		_, data, err := s.load(f, id, index.Location{Pack: c.id, Entry: e})
-		return data, true, err
+		blob, data, err := s.load(f, id, index.Location{Pack: c.id, Entry: e})
+		return e, blob, data, true, err
 	}
 	if err := s.cur.bw.Flush(); err != nil {
-		return nil, false, fmt.Errorf("get chunk %s: flush open pack: %w", id, err)
+		return e, nil, nil, false, fmt.Errorf("get chunk %s: flush open pack: %w", id, err)
 	}
-	_, data, err := s.load(s.cur.f, id, index.Location{Entry: e})
-	return data, true, err
+	blob, data, err = s.load(s.cur.f, id, index.Location{Entry: e})
+	return e, blob, data, true, err
 }
 
 // load reads, decompresses and verifies the blob at loc, and returns the
