@@ -149,7 +149,7 @@ if [ "$(cat "$weed_bin.version" 2>/dev/null)" != "$weed_version" ] || [ ! -x "$w
 	weed_dir=$(go mod download -json "github.com/seaweedfs/seaweedfs@$weed_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 	[ -d "$weed_dir/weed" ] || die "could not download github.com/seaweedfs/seaweedfs@$weed_version"
 	mkdir -p "$PREFIX/bin"
-	(cd "$weed_dir/weed" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -o "$weed_bin.tmp" .)
+	(cd "$weed_dir/weed" && GOFLAGS=-mod=mod go build -o "$weed_bin.tmp" .)
 	mv "$weed_bin.tmp" "$weed_bin"
 	echo "$weed_version" > "$weed_bin.version"
 fi
