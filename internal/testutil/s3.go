@@ -36,10 +36,11 @@ type S3Server struct {
 	DeniedKey, DeniedSecret string
 	Dir                     string
 
-	t    testing.TB
-	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	t       testing.TB
+	args    []string
+	sockets []string // what weed leaves in /tmp
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
 // NewS3Server starts a SeaweedFS server and waits until its S3 gateway
@@ -58,6 +59,11 @@ func NewS3Server(t testing.TB) *S3Server {
 	t.Cleanup(func() {
 		s.Stop()
 		os.RemoveAll(dir)
+		// weed mini puts the unix sockets of its gRPC servers in /tmp,
+		// named by their ports: ours.
+		for _, p := range s.sockets {
+			os.Remove(p)
+		}
 	})
 	cfg := map[string]any{"identities": []map[string]any{
 		{"name": "cairn", "credentials": []map[string]string{{"accessKey": s.AccessKey, "secretKey": s.SecretKey}},
@@ -73,8 +79,14 @@ func NewS3Server(t testing.TB) *S3Server {
 	if err := os.Mkdir(data, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 9)
+	ports := freePorts(t, 10)
 	s.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	for _, g := range []struct {
+		name string
+		port int
+	}{{"s3", ports[1]}, {"master", ports[3]}, {"volume", ports[5]}, {"filer", ports[7]}, {"admin", ports[9]}} {
+		s.sockets = append(s.sockets, fmt.Sprintf("/tmp/seaweedfs-%s-grpc-%d.sock", g.name, g.port))
+	}
 	s.args = []string{"mini", "-dir=" + data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-s3.config=" + filepath.Join(dir, "s3.json"), "-s3.autoCreateBucket=false",
 		fmt.Sprintf("-s3.port=%d", ports[0]), fmt.Sprintf("-s3.port.grpc=%d", ports[1]),
@@ -82,6 +94,8 @@ func NewS3Server(t testing.TB) *S3Server {
 		fmt.Sprintf("-volume.port=%d", ports[4]), fmt.Sprintf("-volume.port.grpc=%d", ports[5]),
 		fmt.Sprintf("-filer.port=%d", ports[6]), fmt.Sprintf("-filer.port.grpc=%d", ports[7]),
 		"-filer.localSocket=" + filepath.Join(dir, "filer.sock"), "-s3.localSocket=" + filepath.Join(dir, "s3.sock"),
+		fmt.Sprintf("-admin.port=%d", ports[8]), fmt.Sprintf("-admin.port.grpc=%d", ports[9]), "-admin.port.legacy=0",
+		"-admin.dataDir=" + filepath.Join(dir, "admin"),
 		"-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
 		"-master.telemetry=false", "-master.volumeSizeLimitMB=256"}
 	s.Start()
