@@ -47,7 +47,11 @@ func (a gatedAgent) Fetch(ctx context.Context, req agentv1.Fetch) (agentv1.Image
 	}()
 	if first {
 		g.first <- a.node
-		<-g.release
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return agentv1.Image{}, ctx.Err()
+		}
 	}
 	return a.Agent.Fetch(ctx, req)
 }
@@ -61,6 +65,10 @@ func TestReplicationOnceAtATime(t *testing.T) {
 	e := newMemEnv(t, 3, memagent.Options{}, coord.Options{})
 	g := &fetchGate{inFlight: map[string]int{}, first: make(chan string, 1), release: make(chan struct{})}
 	e.wrap = func(node string, a coord.Agent) coord.Agent { return gatedAgent{a, node, g} }
+	// Released however the test ends: a test that fails while the fetch
+	// is held must not leave it holding the environment's shutdown.
+	release := sync.OnceFunc(func() { close(g.release) })
+	defer release()
 	c := e.start()
 	ctx := context.Background()
 	if _, err := c.RunJob(ctx, coordv1.RunJob{Name: "solo", Ranks: 1, PerNode: 1, Replicas: 1, Args: []string{"/bin/solo"}, Nodes: []string{"n0"}}); err != nil {
@@ -84,13 +92,13 @@ func TestReplicationOnceAtATime(t *testing.T) {
 	// The third node's loss repairs every checkpoint: this one's copy to
 	// target is the one its repair would make.
 	e.mc.Kill(other)
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if ev, ok := lost.Wait(wctx); !ok || ev.Node != other {
 		t.Fatalf("node.lost: %+v (%v), want %s", ev, ok, other)
 	}
 	time.Sleep(time.Second) // the repair's turn
-	close(g.release)
+	release()
 	waitFor(t, 10*time.Second, "the copy recorded", func() bool {
 		cks, err := c.Checkpoints(ctx, "solo")
 		return err == nil && len(cks) == 1 && cks[0].Seq == seq && cks[0].State == coordv1.CkptProtected
