@@ -366,7 +366,7 @@ func replicatedRounds(ctx context.Context, b *testing.B, endpoints, all []string
 	for i := range rounds + 1 {
 		cpu0 := cpuTime()
 		t0 := time.Now()
-		ck, err := co.Checkpoint(ctx, "big", false)
+		ck, err := co.Checkpoint(ctx, "big", coordv1.CheckpointJob{})
 		if err != nil {
 			b.Fatalf("round %d of %d ranks: %v", i, ranks, err)
 		}

@@ -83,7 +83,7 @@ func BenchmarkRoundScale(b *testing.B) {
 			for i := range rounds + 1 {
 				before := cat.Written()
 				t0 := time.Now()
-				ck, err := co.Checkpoint(ctx, "big", false)
+				ck, err := co.Checkpoint(ctx, "big", coordv1.CheckpointJob{})
 				if err != nil {
 					b.Fatalf("round %d of %d ranks: %v", i, size.ranks, err)
 				}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	coordv1 "cairn/api/coord/v1"
+
 	"cairn/internal/container"
 	"cairn/internal/human"
 	"cairn/internal/image"
@@ -15,15 +17,21 @@ import (
 func newCheckpointCmd() *cobra.Command {
 	var leaveRunning, stop, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "checkpoint NAME",
-		Short: "Checkpoint a running container (processes and files)",
+		Use:   "checkpoint NAME | JOB",
+		Short: "Checkpoint a running container (processes and files), or a whole job",
 		Long: `Checkpoint a running container: freeze it, capture the files it wrote (its
 overlay upper dir) and dump its processes with CRIU (established TCP
 connections included) into staging memory, resume it, then persist the image
 under the data dir with a manifest of sizes and hashes.
 
-By default the container keeps running (--leave-running); --stop ends it after
-the dump.`,
+With the name of a job of the cluster, take a global checkpoint of all of its
+ranks instead: one round of the two-phase commit (docs/protocols.md).
+
+By default the container, or the job, keeps running (--leave-running); --stop
+ends it at the checkpoint. A job stopped so never runs past the checkpoint:
+once the round commits, every rank is ended while still frozen, and the job
+is stopped; cairn restart JOB resumes it from there, on any nodes. A round
+that aborts stops nothing (the job runs on, and the command fails).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if stop && cmd.Flags().Changed("leave-running") && leaveRunning {
@@ -31,13 +39,10 @@ the dump.`,
 			}
 			if c, ok := asJob(cmd.Context(), args[0]); ok {
 				defer c.Close()
-				if stop || !leaveRunning {
-					return usageError{errors.New("--stop is for containers; checkpoint the job, then cairn kill it")}
-				}
 				if err := notWith(cmd, "a job (its agents' --dump-timeout applies)", "dump-timeout"); err != nil {
 					return err
 				}
-				return jobCheckpoint(cmd, c, args[0], asJSON)
+				return jobCheckpoint(cmd, c, args[0], coordv1.CheckpointJob{Stop: stop || !leaveRunning}, asJSON)
 			}
 			m, err := manager()
 			if err != nil {
@@ -61,7 +66,7 @@ the dump.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&leaveRunning, "leave-running", true, "resume the container after the dump (default)")
-	f.BoolVar(&stop, "stop", false, "stop the container after the dump")
+	f.BoolVar(&stop, "stop", false, "end the container, or every rank of the job, at the checkpoint")
 	f.BoolVar(&asJSON, "json", false, "print the checkpoint's manifest as JSON")
 	for _, pin := range []bool{true, false} {
 		use, short := "pin NAME:SEQ...", "Keep checkpoints whatever gc's retention policy says"

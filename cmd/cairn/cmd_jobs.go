@@ -136,8 +136,8 @@ func jobWait(cmd *cobra.Command, c *rpc.CoordClient, name string) error {
 	return nil
 }
 
-func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON bool) error {
-	ck, err := c.Checkpoint(cmd.Context(), name)
+func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, req coordv1.CheckpointJob, asJSON bool) error {
+	ck, err := c.Checkpoint(cmd.Context(), name, req)
 	var we *agentv1.Error
 	aborted := errors.As(err, &we) && we.Code == coordv1.CodeAborted
 	if err != nil && !aborted {
@@ -154,6 +154,9 @@ func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON b
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s:%d %s: %d ranks, %s; ranks frozen %s (slowest dump %s, coordination %s)\n",
 		ck.Job, ck.Seq, ck.State, len(ck.Ranks), human.Bytes(ck.Bytes), human.Duration(ck.Stall), human.Duration(ck.MaxDump), human.Duration(ck.Coord))
+	if ck.Stop {
+		fmt.Fprintf(cmd.OutOrStdout(), "job %s stopped at checkpoint %d: cairn restart %s resumes it\n", ck.Job, ck.Seq, ck.Job)
+	}
 	return nil
 }
 

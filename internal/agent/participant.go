@@ -54,6 +54,9 @@ type rankOps interface {
 	// aborted), before the rank is thawed for it: the rank learns it the
 	// moment it runs again (the rank API).
 	Decided(name string, seq int, committed bool)
+	// EndAtCheckpoint ends a rank that a checkpoint with stop was
+	// committed for, if it still runs (container.EndAtCheckpoint).
+	EndAtCheckpoint(ctx context.Context, name string) error
 }
 
 // stagedRank is a rank prepared by rankOps.Prepare: frozen, its network
@@ -62,6 +65,10 @@ type stagedRank interface {
 	// Thaw unlocks the rank's network and thaws the rank; the image
 	// stays. The participant calls it at most once.
 	Thaw(ctx context.Context) error
+	// Stop ends the rank without thawing it (container.Prepared.Stop);
+	// its network stays locked and the image stays, for Commit. The
+	// participant calls it at most once, instead of Thaw.
+	Stop(ctx context.Context) error
 	// Commit stores the image as the checkpoint; Abort drops it. Both
 	// thaw the rank first if it is still frozen, but leave its network
 	// as it is.
@@ -226,6 +233,19 @@ func (p *participant) prepare(ctx context.Context, key ckptKey, hold, memoryWait
 // succeeds. A thaw that failed is reported with the committed
 // checkpoint.
 func (p *participant) commit(ctx context.Context, key ckptKey) (*agentv1.Committed, error) {
+	return p.decideCommit(ctx, key, false)
+}
+
+// commitAndStop ends a prepared rank at its checkpoint instead of thawing
+// it (stagedRank.Stop), then stores its image. The rank is ended even when
+// there is nothing prepared to commit (a commit sent again, or one that
+// came after this agent restarted) or the store fails: the job is stopped
+// at this checkpoint whatever becomes of this rank's image.
+func (p *participant) commitAndStop(ctx context.Context, key ckptKey) (*agentv1.Committed, error) {
+	return p.decideCommit(ctx, key, true)
+}
+
+func (p *participant) decideCommit(ctx context.Context, key ckptKey, stop bool) (*agentv1.Committed, error) {
 	ctx = context.WithoutCancel(ctx)
 	p.mu.Lock()
 	r := p.take(key)
@@ -234,6 +254,11 @@ func (p *participant) commit(ctx context.Context, key ckptKey) (*agentv1.Committ
 		p.mu.Unlock()
 		if wait != nil {
 			<-wait
+		}
+		if stop {
+			if err := p.ops.EndAtCheckpoint(ctx, key.rank); err != nil && !errors.Is(err, container.ErrNotFound) {
+				p.log.Error("end a rank at its checkpoint", "rank", key.rank, "ckpt", key.ckpt, "err", err)
+			}
 		}
 		if rec, err := p.ops.Stored(key.rank, key.ckpt); err == nil {
 			return &agentv1.Committed{Checkpoint: checkpointWire(rec)}, nil
@@ -253,7 +278,18 @@ func (p *participant) commit(ctx context.Context, key ckptKey) (*agentv1.Committ
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p.ops.Decided(key.rank, key.ckpt, true)
-	thawErr := r.thawLocked(ctx)
+	var thawErr error
+	if stop {
+		// A rank that could not be ended is reported, not its commit
+		// failed: its image is as good, and the coordinator kills what
+		// is left of a stopped job.
+		r.thawed = true // and never will be: ended, its network locked
+		if err := r.staged.Stop(ctx); err != nil {
+			p.log.Error("end a rank at its checkpoint", "rank", key.rank, "ckpt", key.ckpt, "err", err)
+		}
+	} else {
+		thawErr = r.thawLocked(ctx)
+	}
 	rec, err := r.staged.Commit(ctx)
 	if err != nil {
 		return nil, errors.Join(err, thawErr)

@@ -63,6 +63,11 @@ func (f *fakeRanks) Prepare(ctx context.Context, name string, seq int) (stagedRa
 
 func (f *fakeRanks) Decided(name string, seq int, committed bool) {}
 
+func (f *fakeRanks) EndAtCheckpoint(ctx context.Context, name string) error {
+	f.record("end %s", name)
+	return nil
+}
+
 func (f *fakeRanks) Stored(name string, seq int) (*image.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -97,6 +102,11 @@ type fakeStaged struct {
 
 func (s *fakeStaged) Thaw(ctx context.Context) error {
 	s.f.record("thaw %s:%d", s.key.rank, s.key.ckpt)
+	return nil
+}
+
+func (s *fakeStaged) Stop(ctx context.Context) error {
+	s.f.record("stop %s:%d", s.key.rank, s.key.ckpt)
 	return nil
 }
 
@@ -190,6 +200,49 @@ func TestParticipantPrepareCommit(t *testing.T) {
 		}
 		afterEverything()
 		wantEvents(t, f)
+	})
+}
+
+// TestParticipantCommitAndStop: a commit with stop ends the rank instead
+// of thawing it, before its image is stored; sent again (or after the
+// prepare was lost), it ends whatever of the rank still runs.
+func TestParticipantCommitAndStop(t *testing.T) {
+	participantTest(t, func(t *testing.T, p *participant, f *fakeRanks) {
+		mustPrepare(t, p, r0c1)
+		c, err := p.commitAndStop(t.Context(), r0c1)
+		if err != nil || c.Seq != 1 {
+			t.Fatalf("commit and stop: %+v %v", c, err)
+		}
+		wantEvents(t, f, "prepare j.0:1", "stop j.0:1", "commit j.0:1")
+		// The hold that would have thawed it is disarmed.
+		time.Sleep(testHold + PendingTTL)
+		synctest.Wait()
+		wantEvents(t, f)
+		c, err = p.commitAndStop(t.Context(), r0c1)
+		if err != nil || c.Seq != 1 {
+			t.Fatalf("commit and stop sent again: %+v %v", c, err)
+		}
+		wantEvents(t, f, "end j.0")
+		// Nothing prepared and nothing stored: refused, and ended all
+		// the same.
+		_, err = p.commitAndStop(t.Context(), ckptKey{"j.1", 1})
+		wantCode(t, err, agentv1.CodeNoSuchRound)
+		wantEvents(t, f, "end j.1")
+	})
+}
+
+// TestParticipantStopAfterHold: a rank its hold thawed ran on; a late
+// commit with stop ends it all the same.
+func TestParticipantStopAfterHold(t *testing.T) {
+	participantTest(t, func(t *testing.T, p *participant, f *fakeRanks) {
+		mustPrepare(t, p, r0c1)
+		time.Sleep(testHold)
+		synctest.Wait()
+		wantEvents(t, f, "prepare j.0:1", "thaw j.0:1")
+		if _, err := p.commitAndStop(t.Context(), r0c1); err != nil {
+			t.Fatal(err)
+		}
+		wantEvents(t, f, "stop j.0:1", "commit j.0:1")
 	})
 }
 

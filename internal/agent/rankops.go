@@ -68,6 +68,10 @@ func (r managerRanks) Decided(name string, seq int, committed bool) {
 	}
 }
 
+func (r managerRanks) EndAtCheckpoint(ctx context.Context, name string) error {
+	return r.m.EndAtCheckpoint(ctx, name)
+}
+
 func (r managerRanks) Stored(name string, seq int) (*image.Record, error) {
 	return r.m.Repo().Load(name, seq)
 }
@@ -115,6 +119,10 @@ func (p *managerPrepared) Thaw(ctx context.Context) error {
 	}
 	p.eps.reopen(p.name)
 	return err
+}
+
+func (p *managerPrepared) Stop(ctx context.Context) error {
+	return p.Prepared.Stop(ctx)
 }
 
 func (p *managerPrepared) Commit(ctx context.Context) (*image.Record, error) {

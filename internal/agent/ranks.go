@@ -297,7 +297,11 @@ func (s *Server) prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Prep
 // "commit" holds a commit before the image is stored.
 func (s *Server) commit(ctx context.Context, req agentv1.Finish) (*agentv1.Committed, error) {
 	s.failpoint(ctx, "commit")
-	return s.part.commit(ctx, ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq})
+	key := ckptKey{agentv1.RankName(req.Job, req.Rank.Rank), req.Seq}
+	if req.Stop {
+		return s.part.commitAndStop(ctx, key)
+	}
+	return s.part.commit(ctx, key)
 }
 
 func (s *Server) abort(ctx context.Context, req agentv1.Finish) error {

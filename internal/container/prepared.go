@@ -2,7 +2,9 @@ package container
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -146,4 +148,82 @@ func (p *Prepared) Commit(ctx context.Context, progress image.Progress) (*image.
 	kept := p.m.keepImage(p.name, rec, p.imgDir)
 	p.m.log.Info("checkpoint", "ckpt", rec.Name(), "stall", rec.Timing.Stall, "bytes", rec.Size(), "kept", kept)
 	return rec, nil
+}
+
+// Stop ends the prepared container at its checkpoint, never letting it
+// run again: it is marked checkpointed, its processes are killed while
+// still frozen and only then thawed, to die. (If something thawed it
+// before, it ran on since, and is killed now.) The staged image stays for
+// Commit; the container's network is left as it is.
+func (p *Prepared) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return fmt.Errorf("checkpoint %s:%d was already committed or aborted", p.name, p.seq)
+	}
+	st, err := p.m.loadState(p.name)
+	if err != nil {
+		return err
+	}
+	if err := p.m.endAtCheckpoint(ctx, st, p.fz); err != nil {
+		return err
+	}
+	if p.frozen {
+		if p.rec != nil {
+			p.rec.Timing.Stall = time.Since(p.start)
+			p.rec.Stopped = true
+		}
+		p.frozen = false
+		os.Remove(p.marker)
+		p.m.hold(p.name, false)
+	}
+	return nil
+}
+
+// EndAtCheckpoint ends a container that a checkpoint with stop was
+// committed for, if it still runs (its prepare was lost with the process
+// that held it): it is marked checkpointed and killed, frozen or not. A
+// container that has ended already is left as it is.
+func (m *Manager) EndAtCheckpoint(ctx context.Context, name string) error {
+	unlock, err := m.lock(name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	in, err := m.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !in.Status.Live() {
+		return nil
+	}
+	fz, err := freezerFor(in.CgroupsPath)
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
+	return m.endAtCheckpoint(ctx, &in.State, fz)
+}
+
+// endAtCheckpoint marks a live container checkpointed, then kills its
+// processes, which a frozen cgroup keeps from running until the thaw that
+// follows lets them die. The caller holds the container's lock.
+func (m *Manager) endAtCheckpoint(ctx context.Context, st *State, fz freezer) error {
+	name := st.Config.Name
+	st.Checkpointed = true
+	if err := m.saveState(st); err != nil {
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
+	ctx = context.WithoutCancel(ctx)
+	if err := m.runc.run(ctx, "", "kill", m.runcID(name), "KILL"); err != nil {
+		if in, gerr := m.Get(ctx, name); gerr != nil || in.Status.Live() {
+			return fmt.Errorf("stop %s: %w", name, err)
+		}
+	}
+	// runc thaws a paused container it kills, and its cgroup may be gone
+	// with its processes already.
+	if err := fz.set(ctx, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("stop %s: thaw the killed processes: %w", name, err)
+	}
+	m.waitShim(st, 10*time.Second)
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"syscall"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
@@ -54,18 +55,12 @@ func unavailable(ck coordv1.Ckpt, live map[string]coordv1.Node) []int {
 
 // Checkpoint takes a global checkpoint of a running job: one round of the
 // two-phase commit. It returns when the round has ended, durable or
-// aborted (then with an error of code aborted). A periodic round is
-// skipped, with an error of code conflict, while anything else runs on
-// the job.
-func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool) (*coordv1.Ckpt, error) {
-	if !periodic {
-		defer c.locks.lock(name)()
-	} else if unlock, ok := c.locks.tryLock(name); ok {
-		defer unlock()
-	} else {
-		return nil, apiErr(coordv1.CodeConflict, "job %s is busy", name)
-	}
-	return c.rounds.checkpointLocked(ctx, name, periodic)
+// aborted (then with an error of code aborted). With req.Stop, a round
+// that commits ends every rank at the checkpoint instead of thawing it,
+// and the job is stopped (stopRound).
+func (c *Coordinator) Checkpoint(ctx context.Context, name string, req coordv1.CheckpointJob) (*coordv1.Ckpt, error) {
+	defer c.locks.lock(name)()
+	return c.rounds.checkpointLocked(ctx, coordv1.Ckpt{Job: name, Stop: req.Stop})
 }
 
 // rounds drives global checkpoints: each round of the two-phase commit
@@ -73,9 +68,26 @@ func (c *Coordinator) Checkpoint(ctx context.Context, name string, periodic bool
 // coordinator left.
 type rounds struct{ c *Coordinator }
 
-// checkpointLocked is Checkpoint with the job's lock held.
-func (ro *rounds) checkpointLocked(ctx context.Context, name string, periodic bool) (*coordv1.Ckpt, error) {
+// policyCheckpoint takes the round the supervisor's policy asked for. A
+// periodic round is skipped, with an error of code conflict, while
+// anything else runs on the job.
+func (ro *rounds) policyCheckpoint(ctx context.Context, a policy.Checkpoint) (*coordv1.Ckpt, error) {
+	if !a.Periodic {
+		defer ro.c.locks.lock(a.Job)()
+	} else if unlock, ok := ro.c.locks.tryLock(a.Job); ok {
+		defer unlock()
+	} else {
+		return nil, apiErr(coordv1.CodeConflict, "job %s is busy", a.Job)
+	}
+	return ro.checkpointLocked(ctx, coordv1.Ckpt{Job: a.Job, Periodic: a.Periodic})
+}
+
+// checkpointLocked takes a round of the job that ck names, with the job's
+// lock held; ck says what kind of round (Periodic, Stop), the rest of its
+// record is made here.
+func (ro *rounds) checkpointLocked(ctx context.Context, ck coordv1.Ckpt) (*coordv1.Ckpt, error) {
 	c := ro.c
+	name := ck.Job
 	j, err := c.rec.job(ctx, name)
 	if err != nil {
 		return nil, err
@@ -92,15 +104,15 @@ func (ro *rounds) checkpointLocked(ctx context.Context, name string, periodic bo
 	if err != nil {
 		return nil, err
 	}
-	ck := &coordv1.Ckpt{Job: name, Seq: seq, State: coordv1.CkptPreparing, Created: time.Now().UTC(), Periodic: periodic}
+	ck.Seq, ck.State, ck.Created = seq, coordv1.CkptPreparing, time.Now().UTC()
 	for r, node := range j.Placement {
 		ck.Ranks = append(ck.Ranks, coordv1.CkptRank{Rank: r, Node: node, State: round.RankPreparing.String()})
 	}
-	if err := c.cat.Create(ctx, ckptKey(name, seq), ck); err != nil {
+	if err := c.cat.Create(ctx, ckptKey(name, seq), &ck); err != nil {
 		return nil, err
 	}
 	c.sup.observe(policy.Started{Job: name})
-	return ro.driveRound(ctx, ck, nil)
+	return ro.driveRound(ctx, &ck, nil)
 }
 
 // driveRound runs a round to its end (package round decides, roundRun
@@ -123,6 +135,9 @@ func (ro *rounds) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovered *r
 		return nil, err
 	}
 	rr := &roundRun{c: c, ck: ck, log: c.log.With("job", ck.Job, "ckpt", ck.Seq), start: time.Now(), criu: map[int]time.Duration{}, memoryWait: map[int]time.Duration{}, newBytes: map[int]int64{}}
+	if recovered != nil {
+		rr.committed = ro.recoverStop(ctx, ck, *recovered)
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	end, err := drive(wctx, machineRun[round.Event, round.Action]{
@@ -140,8 +155,11 @@ func (ro *rounds) driveRound(ctx context.Context, ck *coordv1.Ckpt, recovered *r
 	done := end.(round.Done)
 	final, err := rr.finish(context.WithoutCancel(ctx), done)
 	rr.mu.Lock()
-	damaged := rr.damaged
+	damaged, committed := rr.damaged, rr.committed
 	rr.mu.Unlock()
+	if ck.Stop {
+		err = ro.stopRound(context.WithoutCancel(ctx), ck, committed, err)
+	}
 	c.sup.observe(policy.RoundEnded{Job: ck.Job, Seq: ck.Seq, Periodic: ck.Periodic,
 		Durable: err == nil && done.State == round.StateDurable, Damaged: damaged})
 	return final, err
@@ -202,6 +220,7 @@ type roundRun struct {
 	memoryWait map[int]time.Duration
 	newBytes   map[int]int64 // each rank's bytes its node's store lacked
 	damaged    string        // why a dump left a rank unusable, if one did
+	committed  bool          // the decision to commit is in the catalog
 }
 
 func (rr *roundRun) finishReq(rank int) agentv1.Finish {
@@ -236,7 +255,9 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 		cl, err := c.agents.client(ctx, a.Node)
 		var out agentv1.Committed
 		if err == nil {
-			out, err = cl.Commit(ctx, rr.finishReq(a.Rank))
+			req := rr.finishReq(a.Rank)
+			req.Stop = ck.Stop
+			out, err = cl.Commit(ctx, req)
 		}
 		if err != nil {
 			return agentEvent(a.Rank, err), true
@@ -279,6 +300,14 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 			typ = evv1.CkptAborted
 		}
 		c.publish(evv1.Event{Type: typ, Job: ck.Job, Ckpt: ck.Seq, Duration: time.Since(rr.start), Message: a.Reason})
+		if a.State == round.StateCommitted {
+			rr.mu.Lock()
+			rr.committed = true
+			rr.mu.Unlock()
+			if ck.Stop {
+				c.rounds.markStopping(ctx, ck)
+			}
+		}
 		c.hold(ctx, "after-decision")
 		return round.DecisionPersisted{}, true
 	case round.PersistState:
@@ -288,6 +317,91 @@ func (rr *roundRun) perform(ctx context.Context, a round.Action) (round.Event, b
 		}
 	}
 	return nil, false
+}
+
+// markStopping records, once a stop round's commit is decided and before
+// any agent hears of it, that the job is stopped at that checkpoint: from
+// then on nothing takes its ranks ending for the job's end, and a
+// coordinator that dies now finds the job stopped. It retries until the
+// record is written or ctx ends.
+func (ro *rounds) markStopping(ctx context.Context, ck *coordv1.Ckpt) {
+	c := ro.c
+	for {
+		_, err := c.rec.updateJob(ctx, ck.Job, func(j *coordv1.Job) error {
+			j.State, j.Reason, j.StoppedAt = coordv1.JobStopped, fmt.Sprintf("stopping at checkpoint %d", ck.Seq), ck.Seq
+			return nil
+		})
+		if err == nil || ctx.Err() != nil || hasCode(err, agentv1.CodeNotFound) {
+			return
+		}
+		c.log.Warn("record the job stopping", "job", ck.Job, "ckpt", ck.Seq, "err", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// recoverStop says whether a round an earlier coordinator left, found in
+// state s, was decided commit, and readies a stop round for its recovery:
+// a committed one marks the job stopped (again) before it commits again
+// with Stop. A stop round whose commit was decided can also be found
+// aborted (a commit failed, or did not reach its agent before the
+// coordinator died): the job, stopped at it, says so. Its aborts would
+// thaw the ranks still prepared, so whatever of the job runs is killed
+// first.
+func (ro *rounds) recoverStop(ctx context.Context, ck *coordv1.Ckpt, s round.State) (committed bool) {
+	c := ro.c
+	switch {
+	case s == round.StateCommitted:
+		if ck.Stop {
+			ro.markStopping(ctx, ck)
+		}
+		return true
+	case s == round.StateAborted && ck.Stop:
+		j, err := c.rec.job(ctx, ck.Job)
+		if err != nil || j.State != coordv1.JobStopped || j.StoppedAt != ck.Seq {
+			return false
+		}
+		if err := c.runs.signalRanks(ctx, j, syscall.SIGKILL); err != nil {
+			c.log.Warn("kill what is left of a stopped job", "job", ck.Job, "err", err)
+		}
+		return true
+	}
+	return false
+}
+
+// stopRound ends a stop round whose outcome err is: a round that aborted
+// before its decision stopped nothing, and the job runs on; one that
+// committed stopped the job at its checkpoint, whether or not every image
+// became durable. What of the job may still run (a rank whose commit did
+// not reach its agent) is killed, and the job's reason says where
+// cairn restart resumes it.
+func (ro *rounds) stopRound(ctx context.Context, ck *coordv1.Ckpt, committed bool, err error) error {
+	c := ro.c
+	if !committed {
+		if err != nil {
+			return fmt.Errorf("%w; the job was not stopped and runs on", err)
+		}
+		return err
+	}
+	reason := fmt.Sprintf("stopped at checkpoint %d", ck.Seq)
+	if err != nil {
+		reason = fmt.Sprintf("stopped at checkpoint %d, which is not durable on every rank (%v): cairn restart resumes it from the newest complete checkpoint", ck.Seq, err)
+	}
+	j, jerr := c.rec.updateJob(ctx, ck.Job, func(j *coordv1.Job) error {
+		j.State, j.Reason = coordv1.JobStopped, reason
+		return nil
+	})
+	if jerr != nil {
+		return errors.Join(err, fmt.Errorf("the job is stopped, but that could not be recorded: %w", jerr))
+	}
+	if kerr := c.runs.signalRanks(ctx, j, syscall.SIGKILL); kerr != nil {
+		c.log.Warn("kill what is left of a stopped job", "job", ck.Job, "err", kerr)
+	}
+	c.log.Info("job stopped", "job", ck.Job, "ckpt", ck.Seq, "reason", reason)
+	c.publish(evv1.Event{Type: evv1.JobStopped, Job: ck.Job, Ckpt: ck.Seq, Message: reason})
+	if err != nil {
+		return fmt.Errorf("%w; the job is stopped: cairn restart resumes it from the newest complete checkpoint", err)
+	}
+	return nil
 }
 
 // agentEvent turns an agent's error into Failed (the agent answered) or

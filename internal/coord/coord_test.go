@@ -205,7 +205,7 @@ func TestJobRequests(t *testing.T) {
 	wantCode(t, err, coordv1.CodeNoNodes)
 	_, err = client.Status(ctx, "nope")
 	wantCode(t, err, agentv1.CodeNotFound)
-	_, err = client.Checkpoint(ctx, "nope")
+	_, err = client.Checkpoint(ctx, "nope", coordv1.CheckpointJob{})
 	wantCode(t, err, agentv1.CodeNotFound)
 	_, err = client.Restart(ctx, "nope", coordv1.Restart{})
 	wantCode(t, err, agentv1.CodeNotFound)

@@ -135,7 +135,7 @@ var replicated = []scenario{{
 		c.checkpoint(t, "ring", 1)
 	},
 	run: func(ctx context.Context, c *memCoord) error {
-		_, err := c.Checkpoint(ctx, "ring", false)
+		_, err := c.Checkpoint(ctx, "ring", coordv1.CheckpointJob{})
 		return err
 	},
 	survives: true,

@@ -33,7 +33,7 @@ func TestStaleCoordinatorFenced(t *testing.T) {
 		return ok && newer == cur.Term()
 	})
 
-	_, err := old.Checkpoint(ctx, "ring", false)
+	_, err := old.Checkpoint(ctx, "ring", coordv1.CheckpointJob{})
 	if err == nil {
 		t.Fatal("the replaced coordinator took a round")
 	}

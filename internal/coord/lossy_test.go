@@ -73,7 +73,7 @@ func TestProtocolsOnALossyNetwork(t *testing.T) {
 			durable := map[int]bool{} // every round's outcome, as its caller was told
 			seq := 0
 			try("checkpoint", func() error {
-				ck, err := c.Checkpoint(ctx, "ring", false)
+				ck, err := c.Checkpoint(ctx, "ring", coordv1.CheckpointJob{})
 				if ck != nil {
 					durable[ck.Seq] = err == nil
 				}

@@ -209,7 +209,7 @@ func (mc *memCoord) runJob(t *testing.T, name string, ranks, k int, nodes ...str
 // (replicated k times) if k > 0.
 func (mc *memCoord) checkpoint(t *testing.T, job string, k int) int {
 	t.Helper()
-	ck, err := mc.Checkpoint(context.Background(), job, false)
+	ck, err := mc.Checkpoint(context.Background(), job, coordv1.CheckpointJob{})
 	if err != nil {
 		t.Fatalf("checkpoint %s: %v", job, err)
 	}

@@ -2,10 +2,8 @@ package coord
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync"
-	"syscall"
 
 	"golang.org/x/time/rate"
 
@@ -53,21 +51,14 @@ func (ra *rankAPI) rankJob(ctx context.Context, node string, req coordv1.RankReq
 }
 
 // RankCheckpoint takes a global checkpoint of a job that one of its
-// ranks, on node, asked for, and with Stop then kills the job's ranks
-// (the job and its checkpoints stay: cairn restart brings it back).
+// ranks, on node, asked for; with Stop, the job is stopped at it, as
+// cairn checkpoint --stop does (Checkpoint).
 func (c *Coordinator) RankCheckpoint(ctx context.Context, node string, req coordv1.RankRequest) (*coordv1.Ckpt, error) {
 	if _, err := c.ranks.rankJob(ctx, node, req); err != nil {
 		return nil, err
 	}
 	c.log.Info("a rank asks for a checkpoint of its job", "job", req.Job, "rank", req.Rank, "stop", req.Stop)
-	ck, err := c.ranks.rankCheckpoint(ctx, req.Job)
-	if err != nil || !req.Stop {
-		return ck, err
-	}
-	if _, err := c.KillJob(ctx, req.Job, syscall.SIGKILL); err != nil {
-		return ck, fmt.Errorf("checkpoint %s:%d is durable, but the job could not be stopped: %w", req.Job, ck.Seq, err)
-	}
-	return ck, nil
+	return c.ranks.rankCheckpoint(ctx, req.Job, req.Stop)
 }
 
 // rankRound is a round ranks asked for that waits for its job's lock;
@@ -76,6 +67,10 @@ type rankRound struct {
 	done chan struct{}
 	ck   *coordv1.Ckpt
 	err  error
+	// stop, set under rankAPI.mu, says that a rank asked for the job to
+	// be stopped at this round: one such ask makes the whole round a
+	// stop round.
+	stop bool
 	// dropped, set under rankAPI.mu, says why the round must not start: the
 	// job was killed or removed while it waited.
 	dropped string
@@ -93,17 +88,19 @@ func (ra *rankAPI) dropRankRound(job, why string) {
 	}
 }
 
-// rankCheckpoint takes a round of job that a rank asked for. While one
-// such round waits to start, later asks join it: however often its ranks
-// ask, a job has at most one round waiting behind the one that runs (which
-// began before the ask, and does not count for it). A kill or rm drops a
-// round that waits (dropRankRound): it waits only for the one that runs.
-// The round is not cancelled with the first asker's request.
-func (ra *rankAPI) rankCheckpoint(ctx context.Context, job string) (*coordv1.Ckpt, error) {
+// rankCheckpoint takes a round of job that a rank asked for, a stop round
+// if stop. While one such round waits to start, later asks join it (an
+// ask with stop makes it a stop round): however often its ranks ask, a
+// job has at most one round waiting behind the one that runs (which began
+// before the ask, and does not count for it). A kill or rm drops a round
+// that waits (dropRankRound): it waits only for the one that runs. The
+// round is not cancelled with the first asker's request.
+func (ra *rankAPI) rankCheckpoint(ctx context.Context, job string, stop bool) (*coordv1.Ckpt, error) {
 	c := ra.c
 	ra.mu.Lock()
 	r := ra.rounds[job]
 	if r != nil {
+		r.stop = r.stop || stop
 		ra.mu.Unlock()
 		select {
 		case <-r.done:
@@ -112,7 +109,7 @@ func (ra *rankAPI) rankCheckpoint(ctx context.Context, job string) (*coordv1.Ckp
 			return nil, ctx.Err()
 		}
 	}
-	r = &rankRound{done: make(chan struct{})}
+	r = &rankRound{done: make(chan struct{}), stop: stop}
 	ra.rounds[job] = r
 	ra.mu.Unlock()
 	unlock := c.locks.lock(job)
@@ -120,12 +117,12 @@ func (ra *rankAPI) rankCheckpoint(ctx context.Context, job string) (*coordv1.Ckp
 	if ra.rounds[job] == r {
 		delete(ra.rounds, job) // started: a later ask waits for the next one
 	}
-	dropped := r.dropped
+	dropped, stop := r.dropped, r.stop
 	ra.mu.Unlock()
 	if dropped != "" {
 		r.err = apiErr(coordv1.CodeConflict, "the checkpoint of job %s that its ranks asked for did not start: %s", job, dropped)
 	} else {
-		r.ck, r.err = c.rounds.checkpointLocked(context.WithoutCancel(ctx), job, false)
+		r.ck, r.err = c.rounds.checkpointLocked(context.WithoutCancel(ctx), coordv1.Ckpt{Job: job, Stop: stop})
 	}
 	unlock()
 	close(r.done)

@@ -47,7 +47,7 @@ var scenarios = []scenario{{
 	nodes: 3,
 	setup: func(t *testing.T, e *memEnv, c *memCoord) { c.runJob(t, "ring", 3, 0) },
 	run: func(ctx context.Context, c *memCoord) error {
-		_, err := c.Checkpoint(ctx, "ring", false)
+		_, err := c.Checkpoint(ctx, "ring", coordv1.CheckpointJob{})
 		return err
 	},
 	check: func(t *testing.T, e *memEnv, j *coordv1.Job) {
@@ -70,6 +70,37 @@ var scenarios = []scenario{{
 					t.Errorf("checkpoint durable, but %s has no image of rank %d", node, r)
 				}
 			}
+		}
+	},
+}, {
+	name:  "checkpoint-stop",
+	nodes: 3,
+	setup: func(t *testing.T, e *memEnv, c *memCoord) { c.runJob(t, "ring", 3, 0) },
+	run: func(ctx context.Context, c *memCoord) error {
+		_, err := c.Checkpoint(ctx, "ring", coordv1.CheckpointJob{Stop: true})
+		return err
+	},
+	// The round aborted before its decision and the job runs on, or it
+	// was decided commit and the job is stopped at it, nothing of it
+	// running: every image stored, unless a commit failed (the coordinator
+	// died sending it), and then the job says so.
+	check: func(t *testing.T, e *memEnv, j *coordv1.Job) {
+		var cks []coordv1.Ckpt
+		waitFor(t, 10*time.Second, "round ended", func() bool {
+			var err error
+			cks, err = e.last.Checkpoints(context.Background(), "ring")
+			return err == nil && len(cks) == 1 && (cks[0].State == coordv1.CkptAborted && !cks[0].Finished.IsZero() ||
+				cks[0].State == coordv1.CkptProtected)
+		})
+		switch {
+		case cks[0].State == coordv1.CkptProtected:
+			stoppedAt(t, e, "ring", cks[0].Seq)
+		case j.State == coordv1.JobRunning:
+			if err := e.consistent(j, 0); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			stoppedNotDurable(t, e, "ring", cks[0].Seq)
 		}
 	},
 }, {

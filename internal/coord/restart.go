@@ -129,7 +129,7 @@ func (jr *jobRuns) restart(ctx context.Context, name string, req coordv1.Restart
 			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error { j.RestartPhase = string(p.Phase); return nil })
 		case machine.PhaseRunning:
 			j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
-				j.State, j.Restarts, j.RestoredFrom = coordv1.JobRunning, j.Restarts+1, ck.Seq
+				j.State, j.Restarts, j.RestoredFrom, j.StoppedAt = coordv1.JobRunning, j.Restarts+1, ck.Seq, 0
 				j.RestartFrom, j.RestartPhase, j.Leftover = 0, "", unreached
 				return nil
 			})

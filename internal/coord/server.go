@@ -129,7 +129,11 @@ func (c *Coordinator) handler() http.Handler {
 	// Checkpoints, migrations and restarts belong to the cluster, not to
 	// the request: a CLI that goes away does not cancel them.
 	jobRoute("POST "+job(coordv1.SuffixCheckpoint), func(w http.ResponseWriter, r *http.Request, name string) {
-		ck, err := c.Checkpoint(context.WithoutCancel(r.Context()), name, false)
+		var req coordv1.CheckpointJob
+		if r.ContentLength != 0 && !decode(w, r, &req) {
+			return
+		}
+		ck, err := c.Checkpoint(context.WithoutCancel(r.Context()), name, req)
 		reply(w, http.StatusOK, ck, err)
 	})
 	jobRoute("POST "+job(coordv1.SuffixMigrate), func(w http.ResponseWriter, r *http.Request, name string) {

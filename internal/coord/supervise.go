@@ -156,7 +156,7 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 		if a.Why != "" {
 			c.log.Warn("checkpointing a job: "+a.Why, "job", a.Job)
 		}
-		if _, err := c.Checkpoint(ctx, a.Job, a.Periodic); err != nil && ctx.Err() == nil {
+		if _, err := c.rounds.policyCheckpoint(ctx, a); err != nil && ctx.Err() == nil {
 			c.log.Info("checkpoint", "job", a.Job, "periodic", a.Periodic, "result", err)
 		}
 		s.observe(policy.CheckpointEnded{Job: a.Job})

@@ -165,6 +165,8 @@ func eventEntry(ev evv1.Event) (Entry, bool) {
 		e.Kind, e.State, e.Title = KindFailure, "failed", "job failed"
 	case evv1.JobExited:
 		e.Kind, e.State, e.Title = KindStart, "done", "job exited"
+	case evv1.JobStopped:
+		e.Kind, e.State, e.Title = KindStart, "stopped", fmt.Sprintf("job stopped at checkpoint %d", ev.Ckpt)
 	case evv1.NodeLost:
 		e.Kind, e.State, e.Title = KindFailure, "dead", fmt.Sprintf("node %s lost", ev.Node)
 	case evv1.ReplicaFailed:

@@ -37,7 +37,7 @@ const snapshotEvery = time.Second
 // jobStates are the states of a job, as cairn_job_state and cairn_jobs
 // label them.
 var jobStates = []coordv1.JobState{coordv1.JobStarting, coordv1.JobRunning, coordv1.JobKilled, coordv1.JobRestarting,
-	coordv1.JobFailed, coordv1.JobLost, coordv1.JobExited}
+	coordv1.JobFailed, coordv1.JobLost, coordv1.JobExited, coordv1.JobStopped}
 
 // Coord is the coordinator's metrics. Its methods are safe for concurrent
 // use.

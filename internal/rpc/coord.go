@@ -113,9 +113,9 @@ func (c *CoordClient) KillJob(ctx context.Context, name string, sig int) (coordv
 // Checkpoint runs a global checkpoint round and returns its outcome. An
 // aborted round returns the checkpoint record and an error of code
 // aborted.
-func (c *CoordClient) Checkpoint(ctx context.Context, name string) (coordv1.Ckpt, error) {
+func (c *CoordClient) Checkpoint(ctx context.Context, name string, req coordv1.CheckpointJob) (coordv1.Ckpt, error) {
 	var out coordv1.Ckpt
-	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, coordv1.SuffixCheckpoint), nil, &out)
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, coordv1.SuffixCheckpoint), req, &out)
 }
 
 // Checkpoints lists a job's checkpoints.

@@ -178,10 +178,16 @@ type Prepared struct {
 }
 
 // Finish commits or aborts a prepared rank: in both cases the rank is
-// unlocked and thawed first.
+// unlocked and thawed first, unless Stop.
 type Finish struct {
 	Rank
 	Seq int `json:"seq"`
+	// Stop (commit only): the rank never runs again. Its processes are
+	// killed while still frozen, its network stays locked and its
+	// container shows checkpointed; then the image is stored. A commit
+	// sent again with Stop ends the rank if it still runs, whatever the
+	// reply.
+	Stop bool `json:"stop,omitempty"`
 }
 
 // Committed is the reply to a commit: the image is in the node's store.

@@ -244,6 +244,9 @@ const (
 	JobFailed JobState = "failed"
 	JobLost   JobState = "lost"   // a node of it died and its policy is stop, or restarts ran out
 	JobExited JobState = "exited" // every rank exited 0; no more rounds
+	// JobStopped: a checkpoint with Stop ended every rank at it (Reason
+	// names it); cairn restart resumes the job from there.
+	JobStopped JobState = "stopped"
 )
 
 // Job is a job as the catalog records it.
@@ -274,15 +277,18 @@ type Job struct {
 	// alive then), for the next restart to clear once they are back.
 	Leftover   [][]string `json:"leftover,omitempty"`
 	Migrations int        `json:"migrations,omitempty"` // ranks moved so far
+	// StoppedAt is the checkpoint a stop round stopped the job at (set
+	// once its commit is decided; State stopped), until a restart.
+	StoppedAt int `json:"stopped_at,omitempty"`
 	// Interval is the interval of a job with CheckpointAuto, as last
 	// chosen, and why; nil until the coordinator has chosen one.
 	Interval *Interval `json:"interval,omitempty"`
 }
 
 // Ended says whether the job has no ranks running any more (killed,
-// failed, exited), so that its nodes carry none of its load.
+// failed, exited, stopped), so that its nodes carry none of its load.
 func (j Job) Ended() bool {
-	return j.State == JobKilled || j.State == JobFailed || j.State == JobExited
+	return j.State == JobKilled || j.State == JobFailed || j.State == JobExited || j.State == JobStopped
 }
 
 // Rank is the live state of one rank.
@@ -365,6 +371,9 @@ type Ckpt struct {
 	Ingest   time.Duration `json:"ingest_ns,omitempty"`
 	Bytes    int64         `json:"bytes,omitempty"`
 	Periodic bool          `json:"periodic,omitempty"`
+	// Stop: once committed, every rank was ended at this checkpoint
+	// instead of thawed (CheckpointJob.Stop).
+	Stop bool `json:"stop,omitempty"`
 	// Copied is when its images were copied to other nodes, and how
 	// much: copies that overlap or follow each other within a second
 	// make one span (a repair after a node loss makes another).
@@ -384,6 +393,16 @@ type CopySpan struct {
 	To     time.Time `json:"to"`
 	Copies int       `json:"copies"`
 	Bytes  int64     `json:"bytes"` // what the receivers fetched
+}
+
+// CheckpointJob asks for a global checkpoint of a job (POST
+// SuffixCheckpoint; an empty body asks for a plain one).
+type CheckpointJob struct {
+	// Stop: once the checkpoint is committed, every rank is ended at it
+	// instead of thawed, so that the job never runs on past it; the job
+	// is then stopped, and cairn restart resumes it from there. A round
+	// that aborts stops nothing: the job runs on.
+	Stop bool `json:"stop,omitempty"`
 }
 
 // Restart restarts a job from a checkpoint.

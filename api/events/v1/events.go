@@ -53,6 +53,9 @@ const (
 	// otherwise (Message says how each did), and the job with it.
 	JobExited = "job.exited"
 	JobFailed = "job.failed"
+	// JobStopped: a checkpoint with stop ended every rank at it (Ckpt);
+	// cairn restart resumes the job from there.
+	JobStopped = "job.stopped"
 	// JobInterval: the coordinator chose a new checkpoint interval for a
 	// job with an automatic one; Duration is the interval, Message why.
 	JobInterval = "job.interval"

@@ -158,12 +158,32 @@ func (f *fixture) tryCommit(n, r, seq int) (agentv1.Committed, error) {
 	return f.agent(n).Commit(ctx, agentv1.Finish{Rank: rank(r), Seq: seq})
 }
 
+func (f *fixture) tryCommitStop(n, r, seq int) (agentv1.Committed, error) {
+	ctx, cancel := f.ctx()
+	defer cancel()
+	return f.agent(n).Commit(ctx, agentv1.Finish{Rank: rank(r), Seq: seq, Stop: true})
+}
+
 // commit commits checkpoint seq of rank r on node n, and checks that its
 // answer names the checkpoint.
 func (f *fixture) commit(n, r, seq int) agentv1.Committed {
 	f.t.Helper()
 	c, err := f.tryCommit(n, r, seq)
 	mustOK(f.t, err, "commit %s:%d", name(r), seq)
+	return f.committed(c, r, seq)
+}
+
+// commitStop commits checkpoint seq of rank r on node n with Stop, and
+// checks that its answer names the checkpoint.
+func (f *fixture) commitStop(n, r, seq int) agentv1.Committed {
+	f.t.Helper()
+	c, err := f.tryCommitStop(n, r, seq)
+	mustOK(f.t, err, "commit %s:%d and stop", name(r), seq)
+	return f.committed(c, r, seq)
+}
+
+func (f *fixture) committed(c agentv1.Committed, r, seq int) agentv1.Committed {
+	f.t.Helper()
 	if c.Container != name(r) || c.Seq != seq || c.Size <= 0 {
 		f.t.Errorf("commit %s:%d answered checkpoint %s:%d of %d bytes", name(r), seq, c.Container, c.Seq, c.Size)
 	}
@@ -277,6 +297,8 @@ var (
 	running = state{Status: agentv1.StatusRunning}
 	frozen  = state{Status: agentv1.StatusPaused, Locked: true}
 	exited  = state{Status: agentv1.StatusExited}
+	// stopped: ended at a checkpoint (a commit with Stop), never thawed.
+	stopped = state{Status: agentv1.StatusCheckpointed, Locked: true}
 	gone    = state{}
 )
 

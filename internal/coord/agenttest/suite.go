@@ -41,6 +41,7 @@ var cases = []struct {
 	{"StallResume", stallResume},
 	{"StallHoldEnds", stallHoldEnds},
 	{"PrepareCommit", prepareCommit},
+	{"PrepareCommitStop", prepareCommitStop},
 	{"PrepareAbort", prepareAbort},
 	{"AbortBeforePrepare", abortBeforePrepare},
 	{"PrepareHoldEnds", prepareHoldEnds},
@@ -179,6 +180,34 @@ func prepareCommit(f *fixture) {
 	wantCode(f.t, err, agentv1.CodeNoSuchRound, "commit of nothing prepared")
 	_, err = f.tryPrepare(0, 9, 1, long)
 	wantCode(f.t, err, agentv1.CodeNotFound, "prepare %s", name(9))
+	f.want(0, 0, running)
+}
+
+// prepareCommitStop: a commit with Stop ends the frozen rank instead of
+// thawing it (checkpointed, its network still locked) and stores the
+// image; sent again, it answers the stored checkpoint; a commit with Stop
+// of nothing prepared is refused but ends the rank all the same (its
+// prepare was lost: the job stops there); a stopped rank restores from
+// the checkpoint it stopped at.
+func prepareCommitStop(f *fixture) {
+	f.run(0, 0)
+	f.run(0, 1)
+	f.prepare(0, 0, 1, long)
+	first := f.commitStop(0, 0, 1)
+	f.want(0, 0, stopped)
+	again := f.commitStop(0, 0, 1)
+	if again.Size != first.Size {
+		f.t.Errorf("commit and stop again answered %d bytes, the commit %d", again.Size, first.Size)
+	}
+	f.want(0, 0, stopped)
+	_, err := f.tryCommitStop(0, 1, 1)
+	wantCode(f.t, err, agentv1.CodeNoSuchRound, "commit and stop of nothing prepared")
+	got, _ := f.state(0, 1)
+	if got.Status != agentv1.StatusCheckpointed {
+		f.t.Errorf("%s is %s after a commit with stop of nothing prepared, want it ended (%s)", name(1), got, agentv1.StatusCheckpointed)
+	}
+	f.restored(0, 0, 1)
+	wantOK(f.t, f.resume(0, 0), "resume")
 	f.want(0, 0, running)
 }
 

@@ -294,14 +294,20 @@ func (cl *Client) Prepare(ctx context.Context, req agentv1.Prepare) (agentv1.Pre
 	return out, err
 }
 
-// Commit stores a prepared rank's image and thaws the rank; a commit sent
-// again for an image already stored answers the stored checkpoint.
+// Commit stores a prepared rank's image and thaws the rank, or with Stop
+// ends it (checkpointed, its network locked); a commit sent again for an
+// image already stored answers the stored checkpoint, and one with Stop
+// ends the rank whatever it answers.
 func (cl *Client) Commit(ctx context.Context, req agentv1.Finish) (agentv1.Committed, error) {
 	var out agentv1.Committed
 	err := cl.call(ctx, "commit", ckptWhat(req.Rank, req.Seq), func(n *Node) error {
 		name := req.Name()
 		key := imageKey{name, req.Seq}
 		p := n.pending[key]
+		if ct := n.ctrs[name]; req.Stop && ct != nil && (ct.Status.Live() || ct.frozenEnded != "") {
+			ct.stopHold()
+			ct.Status, ct.frozenEnded, ct.Locked = agentv1.StatusCheckpointed, "", true
+		}
 		if p == nil {
 			if n.images[key] {
 				// As the real agent (this model used to answer nothing).
@@ -313,7 +319,7 @@ func (cl *Client) Commit(ctx context.Context, req agentv1.Finish) (agentv1.Commi
 		p.stop()
 		delete(n.pending, key)
 		n.images[key] = true
-		if ct := n.ctrs[name]; ct != nil {
+		if ct := n.ctrs[name]; ct != nil && !req.Stop {
 			n.thaw(ct)
 		}
 		out.Checkpoint = checkpoint(key)

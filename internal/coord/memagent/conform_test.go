@@ -64,7 +64,10 @@ var divergences = map[string]struct {
 	fails []string
 }{
 	// A commit sent again is refused rather than answered from the store.
-	"commit-once": {func(a agenttest.Agent) agenttest.Agent { return &commitOnce{Agent: a} }, []string{"PrepareCommit"}},
+	"commit-once": {func(a agenttest.Agent) agenttest.Agent { return &commitOnce{Agent: a} }, []string{"PrepareCommit", "PrepareCommitStop"}},
+	// A commit with Stop thaws its rank as any other commit does (the
+	// job runs on past the checkpoint it was stopped at).
+	"stop-ignored": {func(a agenttest.Agent) agenttest.Agent { return stopIgnored{a} }, []string{"PrepareCommitStop"}},
 	// No hold ever ends: stalled, prepared and moved-in ranks wait for
 	// the coordinator for good.
 	"endless-holds": {func(a agenttest.Agent) agenttest.Agent { return endlessHolds{a} },
@@ -154,6 +157,14 @@ func (a *commitOnce) Commit(ctx context.Context, req agentv1.Finish) (agentv1.Co
 		a.mu.Unlock()
 	}
 	return out, err
+}
+
+// stopIgnored drops a commit's Stop.
+type stopIgnored struct{ agenttest.Agent }
+
+func (a stopIgnored) Commit(ctx context.Context, req agentv1.Finish) (agentv1.Committed, error) {
+	req.Stop = false
+	return a.Agent.Commit(ctx, req)
 }
 
 // endlessHolds asks for holds a thousand times longer than the caller's.
