@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cairn/internal/container"
+	"cairn/internal/image"
 	"cairn/internal/criu"
 	"cairn/internal/proc"
 	"cairn/internal/testutil"
@@ -239,7 +240,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 					if err := m.Repo().Remove("bench", man.Seq); err != nil {
 						b.Fatal(err)
 					}
-					if _, err := m.Repo().GC(ctx, 1, false, nil); err != nil {
+					if _, err := m.Repo().GC(ctx, image.GCOptions{Keep: 1}); err != nil {
 						b.Fatal(err)
 					}
 				}

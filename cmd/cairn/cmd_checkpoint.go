@@ -69,33 +69,49 @@ that aborts stops nothing (the job runs on, and the command fails).`,
 	f.BoolVar(&stop, "stop", false, "end the container, or every rank of the job, at the checkpoint")
 	f.BoolVar(&asJSON, "json", false, "print the checkpoint's manifest as JSON")
 	for _, pin := range []bool{true, false} {
-		use, short := "pin NAME:SEQ...", "Keep checkpoints whatever gc's retention policy says"
+		use, short := "pin NAME:SEQ | JOB:SEQ...", "Keep checkpoints whatever gc's (or a job's --keep) retention says"
 		if !pin {
-			use, short = "unpin NAME:SEQ...", "Let gc's retention policy apply to checkpoints again"
+			use, short = "unpin NAME:SEQ | JOB:SEQ...", "Let gc's (or a job's --keep) retention apply to checkpoints again"
 		}
 		cmd.AddCommand(&cobra.Command{
 			Use:   use,
 			Short: short,
 			Args:  cobra.MinimumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				m, err := manager()
-				if err != nil {
-					return err
-				}
-				return forEachRef(args, func(name string, seq int) error { return m.Repo().SetPinned(name, seq, pin) })
+				return forEachRef(args, func(name string, seq int) error {
+					if c, ok := asJob(cmd.Context(), name); ok {
+						defer c.Close()
+						_, err := c.PinCkpt(cmd.Context(), name, seq, pin)
+						return err
+					}
+					m, err := manager()
+					if err != nil {
+						return err
+					}
+					return m.Repo().SetPinned(name, seq, pin)
+				})
 			},
 		})
 	}
 	cmd.AddCommand(&cobra.Command{
-		Use:   "rm NAME:SEQ...",
-		Short: "Delete checkpoints",
+		Use:   "rm NAME:SEQ | JOB:SEQ...",
+		Short: "Delete checkpoints (of a job: from the catalog, then from every node)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := manager()
-			if err != nil {
-				return err
-			}
 			return forEachRef(args, func(name string, seq int) error {
+				if c, ok := asJob(cmd.Context(), name); ok {
+					defer c.Close()
+					out, err := c.RemoveCkpt(cmd.Context(), name, seq)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s:%d (%d rank images dropped)\n", name, seq, out.Images)
+					return nil
+				}
+				m, err := manager()
+				if err != nil {
+					return err
+				}
 				if err := m.Repo().Remove(name, seq); err != nil {
 					return err
 				}

@@ -179,6 +179,7 @@ record and in every checkpoint of its ranks. Name what the job needs
 	f.StringVar(&job.OnHealthWarning, "on-health-warning", coordv1.HealthIgnore, "when a health probe of a node of the job goes bad: migrate (its ranks there to other nodes, spares first), checkpoint, or ignore")
 	f.StringVar(&job.OnFailure, "on-failure", coordv1.OnFailureRestart, "when a node of the job dies: restart (from the newest restorable checkpoint) or stop")
 	f.IntVar(&job.MaxRestarts, "max-restarts", 10, "automatic restarts allowed (0: no limit)")
+	f.IntVar(&job.Keep, "keep", 0, "keep the newest N protected checkpoints (plus pinned ones), removing older ones from the catalog and every node (0: keep all)")
 	f.StringVar(&replRate, "replication-rate", "", "limit each replica transfer to this many bytes/s, e.g. 50M (default: no limit)")
 	f.BoolVar(&job.KillOnBadExit, "kill-on-bad-exit", false, "end the job as soon as one of its ranks ends other than by exiting 0: its other ranks are killed and the job is failed (as srun --kill-on-bad-exit)")
 	f.BoolVar(&job.LazyRestore, "lazy-restore", false, "on restarts, restore a rank whose node lacks its image lazily: it runs before all of its memory has arrived (docs/lazy.md)")
@@ -186,7 +187,7 @@ record and in every checkpoint of its ranks. Name what the job needs
 }
 
 // jobFlags are run's flags that only a job takes.
-var jobFlags = []string{"mpi", "mode", "export", "ranks", "per-node", "nodes", "checkpoint-every", "mtbf", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate", "lazy-restore", "kill-on-bad-exit"}
+var jobFlags = []string{"mpi", "mode", "export", "ranks", "per-node", "nodes", "checkpoint-every", "mtbf", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate", "lazy-restore", "kill-on-bad-exit", "keep"}
 
 // notWith refuses (usage error) any of the given flags that was set: they
 // do not apply to what cmd was asked to do.

@@ -9,6 +9,7 @@ import (
 
 	"cairn/internal/container"
 	"cairn/internal/human"
+	"cairn/internal/image"
 	"cairn/internal/table"
 )
 
@@ -21,7 +22,11 @@ func newGCCmd() *cobra.Command {
 		Long: `Apply the retention policy: keep the newest N checkpoints of every container
 (default 3) plus every pinned one (cairn checkpoint pin), delete the others,
 and reclaim the chunks no remaining checkpoint uses by repacking the store.
-Restores may run while gc does: gc waits for them before deleting any pack.`,
+Restores may run while gc does: gc waits for them before deleting any pack.
+
+The images of a job's ranks on a node of a cluster are the cluster's: gc
+keeps them all, and the job's retention (cairn run --keep, cairn checkpoint
+rm JOB:SEQ) removes them from the catalog and every node.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := manager()
@@ -30,7 +35,7 @@ Restores may run while gc does: gc waits for them before deleting any pack.`,
 			}
 			prog, done := progressBarOf("repacking", asJSON, "packs")
 			damage := m.Repo().WatchQuarantine()
-			res, err := m.Repo().GC(cmd.Context(), keep, dryRun, prog)
+			res, err := m.Repo().GC(cmd.Context(), image.GCOptions{Keep: keep, DryRun: dryRun, Progress: prog, Retain: container.RankImage})
 			done()
 			if err != nil {
 				return errors.Join(err, damage())

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 
 	agentv1 "cairn/api/agent/v1"
@@ -127,8 +128,8 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// dropImages removes every checkpoint image of the given containers from
-// this node's catalog.
+// dropImages removes every checkpoint image of the given containers, or
+// those of req.Seqs, from this node's catalog.
 func (s *Server) dropImages(_ context.Context, req agentv1.DropImages) (agentv1.Dropped, error) {
 	var out agentv1.Dropped
 	repo := s.Manager.Repo()
@@ -139,6 +140,9 @@ func (s *Server) dropImages(_ context.Context, req agentv1.DropImages) (agentv1.
 		}
 		recs, _ := repo.List(name)
 		for _, rec := range recs {
+			if len(req.Seqs) > 0 && !slices.Contains(req.Seqs, rec.Seq) {
+				continue
+			}
 			if err := repo.Remove(name, rec.Seq); err != nil && !errors.Is(err, image.ErrNotFound) {
 				errs = append(errs, err)
 				continue

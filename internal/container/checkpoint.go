@@ -73,6 +73,18 @@ type imageConfig struct {
 	Addr string `json:"addr"`
 }
 
+// RankImage says whether an image is of a rank of a job (its container was
+// attached to a job network): a cluster's, which its coordinator's
+// retention removes, not a node's gc. A record whose config does not
+// parse is taken for one: kept rather than lost.
+func RankImage(rec *image.Record) bool {
+	var cfg imageConfig
+	if err := json.Unmarshal(rec.Config, &cfg); err != nil {
+		return true
+	}
+	return cfg.Net != nil
+}
+
 // Checkpoint captures a running container: its processes with CRIU and its
 // fs delta (only the fs delta, opts.FilesOnly). The container is paused
 // (frozen) for the capture and resumed as soon as its state is in

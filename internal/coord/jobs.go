@@ -75,6 +75,9 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 	if req.Replicas < 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "replicas must be 0 or more")
 	}
+	if req.Keep < 0 {
+		return nil, apiErr(agentv1.CodeBadRequest, "keep must be 0 (every checkpoint) or more")
+	}
 	switch req.OnHealthWarning {
 	case "":
 		req.OnHealthWarning = coordv1.HealthIgnore

@@ -43,6 +43,19 @@ func (rc *records) updateJob(ctx context.Context, name string, fn func(*coordv1.
 	return &j, err
 }
 
+// ckpt reads checkpoint seq of job; a missing one is an error of code
+// not found.
+func (rc *records) ckpt(ctx context.Context, job string, seq int) (*coordv1.Ckpt, error) {
+	var ck coordv1.Ckpt
+	if _, err := rc.c.cat.Get(ctx, ckptKey(job, seq), &ck); err != nil {
+		if errors.Is(err, catalog.ErrNotFound) {
+			return nil, apiErr(agentv1.CodeNotFound, "no checkpoint %s:%d", job, seq)
+		}
+		return nil, err
+	}
+	return &ck, nil
+}
+
 func (rc *records) ckpts(ctx context.Context, job string) ([]coordv1.Ckpt, error) {
 	c := rc.c
 	return listBySeq(ctx, c, ckptPrefix(job), func(ck coordv1.Ckpt) int { return ck.Seq })

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -134,6 +135,29 @@ func (c *Coordinator) handler() http.Handler {
 			return
 		}
 		ck, err := c.Checkpoint(context.WithoutCancel(r.Context()), name, req)
+		reply(w, http.StatusOK, ck, err)
+	})
+	// A job's checkpoint: removed, pinned or unpinned.
+	ckptRoute := func(pattern string, h func(w http.ResponseWriter, r *http.Request, name string, seq int)) {
+		jobRoute(pattern, func(w http.ResponseWriter, r *http.Request, name string) {
+			seq, err := strconv.Atoi(r.PathValue("seq"))
+			if err != nil || seq < 1 {
+				fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, fmt.Sprintf("checkpoint number %q: a number from 1", r.PathValue("seq")))
+				return
+			}
+			h(w, r, name, seq)
+		})
+	}
+	ckptRoute("DELETE "+job(coordv1.SuffixCheckpoints+"/{seq}"), func(w http.ResponseWriter, r *http.Request, name string, seq int) {
+		out, err := c.RemoveCkpt(context.WithoutCancel(r.Context()), name, seq)
+		reply(w, http.StatusOK, out, err)
+	})
+	ckptRoute("POST "+job(coordv1.SuffixCheckpoints+"/{seq}"+coordv1.SuffixPin), func(w http.ResponseWriter, r *http.Request, name string, seq int) {
+		var req coordv1.Pin
+		if !decode(w, r, &req) {
+			return
+		}
+		ck, err := c.PinCkpt(r.Context(), name, seq, req)
 		reply(w, http.StatusOK, ck, err)
 	})
 	jobRoute("POST "+job(coordv1.SuffixMigrate), func(w http.ResponseWriter, r *http.Request, name string) {

@@ -126,7 +126,7 @@ func (s *supervisor) snapshot(ctx context.Context) (policy.Snapshot, error) {
 // policyJob is what the policy sees of a job.
 func policyJob(j coordv1.Job) policy.Job {
 	pj := policy.Job{Name: j.Name, Running: j.State == coordv1.JobRunning, Placement: j.Placement,
-		MayRestart: mayRestart(&j), Every: j.CheckpointEvery, Auto: j.CheckpointAuto}
+		MayRestart: mayRestart(&j), Every: j.CheckpointEvery, Auto: j.CheckpointAuto, Keep: j.Keep}
 	switch j.OnHealthWarning {
 	case coordv1.HealthMigrate:
 		pj.OnHealth = policy.HealthMigrate
@@ -160,6 +160,10 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 			c.log.Info("checkpoint", "job", a.Job, "periodic", a.Periodic, "result", err)
 		}
 		s.observe(policy.CheckpointEnded{Job: a.Job})
+	case policy.Retain:
+		if err := c.retain(ctx, a.Job); err != nil && ctx.Err() == nil {
+			c.log.Warn("retention", "job", a.Job, "err", err)
+		}
 	case policy.Replicate:
 		err := c.repl.replicate(ctx, a.Job, a.Seq)
 		if ctx.Err() != nil {

@@ -23,13 +23,28 @@ type GCResult struct {
 	After   store.Stats   `json:"after"`
 }
 
-// GC applies the retention policy, keeping the newest keep checkpoints of
-// every container plus every pinned one, deletes the other records, and
-// then reclaims every chunk and manifest that no remaining checkpoint uses
-// (including what interrupted checkpoints left behind). With dryRun it
-// only reports what it would remove.
-func (r Repo) GC(ctx context.Context, keep int, dryRun bool, progress Progress) (GCResult, error) {
+// GCOptions says what GC keeps.
+type GCOptions struct {
+	// Keep is how many of every container's newest checkpoints are kept
+	// (at least 1); pinned ones are kept besides.
+	Keep int
+	// Retain, if set, names more checkpoints to keep whatever Keep says:
+	// those another retention governs (a job's rank images, which its
+	// coordinator removes).
+	Retain func(*Record) bool
+	// DryRun only reports what would be removed.
+	DryRun   bool
+	Progress Progress
+}
+
+// GC applies the retention policy, keeping the newest opts.Keep
+// checkpoints of every container plus every pinned (or retained) one,
+// deletes the other records, and then reclaims every chunk and manifest
+// that no remaining checkpoint uses (including what interrupted
+// checkpoints left behind).
+func (r Repo) GC(ctx context.Context, opts GCOptions) (GCResult, error) {
 	var res GCResult
+	keep, dryRun, progress := opts.Keep, opts.DryRun, opts.Progress
 	res.DryRun = dryRun
 	if keep < 1 {
 		return res, fmt.Errorf("keep %d: at least the newest checkpoint of each container is kept", keep)
@@ -48,7 +63,7 @@ func (r Repo) GC(ctx context.Context, keep int, dryRun bool, progress Progress) 
 	for _, list := range byContainer {
 		sort.Slice(list, func(i, j int) bool { return list[i].Seq < list[j].Seq })
 		for i, rec := range list {
-			if i >= len(list)-keep || rec.Pinned {
+			if i >= len(list)-keep || rec.Pinned || opts.Retain != nil && opts.Retain(rec) {
 				res.Kept = append(res.Kept, rec.Name())
 				keepIDs = append(keepIDs, rec.Manifest)
 				continue

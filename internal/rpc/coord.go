@@ -118,6 +118,19 @@ func (c *CoordClient) Checkpoint(ctx context.Context, name string, req coordv1.C
 	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, coordv1.SuffixCheckpoint), req, &out)
 }
 
+// RemoveCkpt removes checkpoint seq of a job from the catalog and its
+// rank images from every live node.
+func (c *CoordClient) RemoveCkpt(ctx context.Context, name string, seq int) (coordv1.CkptRemoved, error) {
+	var out coordv1.CkptRemoved
+	return out, c.rpc.Do(ctx, http.MethodDelete, jobPath(name, coordv1.SuffixCheckpoints+"/"+strconv.Itoa(seq)), nil, &out)
+}
+
+// PinCkpt pins checkpoint seq of a job, or unpins it.
+func (c *CoordClient) PinCkpt(ctx context.Context, name string, seq int, pinned bool) (coordv1.Ckpt, error) {
+	var out coordv1.Ckpt
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, coordv1.SuffixCheckpoints+"/"+strconv.Itoa(seq)+coordv1.SuffixPin), coordv1.Pin{Pinned: pinned}, &out)
+}
+
 // Checkpoints lists a job's checkpoints.
 func (c *CoordClient) Checkpoints(ctx context.Context, name string) ([]coordv1.Ckpt, error) {
 	var out []coordv1.Ckpt

@@ -324,6 +324,9 @@ type MigrateOut struct {
 // chunks at its next gc.
 type DropImages struct {
 	Containers []string `json:"containers"`
+	// Seqs, if set, narrows the drop to those checkpoints of the
+	// containers (retention); a checkpoint the node lacks is skipped.
+	Seqs []int `json:"seqs,omitempty"`
 }
 
 // Dropped is the reply to DropImages.

@@ -25,8 +25,9 @@ const (
 	SuffixKill        = "/kill"        // Kill: Job
 	SuffixCheckpoint  = "/checkpoint"  // Ckpt, once the round has ended
 	SuffixRestart     = "/restart"     // Restart: Job
-	SuffixCheckpoints = "/checkpoints" // GET: []Ckpt
+	SuffixCheckpoints = "/checkpoints" // GET: []Ckpt; + "/" + SEQ: DELETE: CkptRemoved; + SuffixPin: POST Pin: Ckpt
 	SuffixSpare       = "/spare"       // (nodes) POST Spare: Node
+	SuffixPin         = "/pin"         // (a job's checkpoint) POST Pin: Ckpt
 	SuffixMigrate     = "/migrate"     // POST Migrate: Migration, once it has ended
 	SuffixMigrations  = "/migrations"  // GET: []Migration
 	SuffixDrain       = "/drain"       // (nodes) POST Drain: DrainResult
@@ -214,6 +215,12 @@ type RunJob struct {
 	// killed and the job is failed. Without it the job is failed once
 	// every rank has ended.
 	KillOnBadExit bool `json:"kill_on_bad_exit,omitempty"`
+	// Keep is how many of its newest protected checkpoints the job keeps
+	// (0: all). Each time one more is protected, the coordinator removes
+	// the older ones, pinned ones excepted, from the catalog, then from
+	// every live node's store and replica (cairn checkpoint pin keeps
+	// one).
+	Keep int `json:"keep,omitempty"`
 }
 
 // Health warning policies of a job.
@@ -374,6 +381,8 @@ type Ckpt struct {
 	// Stop: once committed, every rank was ended at this checkpoint
 	// instead of thawed (CheckpointJob.Stop).
 	Stop bool `json:"stop,omitempty"`
+	// Pinned: retention (RunJob.Keep) never removes it.
+	Pinned bool `json:"pinned,omitempty"`
 	// Copied is when its images were copied to other nodes, and how
 	// much: copies that overlap or follow each other within a second
 	// make one span (a repair after a node loss makes another).
@@ -393,6 +402,18 @@ type CopySpan struct {
 	To     time.Time `json:"to"`
 	Copies int       `json:"copies"`
 	Bytes  int64     `json:"bytes"` // what the receivers fetched
+}
+
+// Pin pins a job's checkpoint (retention never removes it) or unpins it.
+type Pin struct {
+	Pinned bool `json:"pinned"`
+}
+
+// CkptRemoved says what removing a job's checkpoint did.
+type CkptRemoved struct {
+	Job    string `json:"job"`
+	Seq    int    `json:"seq"`
+	Images int    `json:"images"` // rank images (own copies and replicas) dropped on live nodes
 }
 
 // CheckpointJob asks for a global checkpoint of a job (POST

@@ -61,6 +61,9 @@ const (
 	JobInterval = "job.interval"
 
 	CkptPrepared  = "checkpoint.prepared" // every rank dumped; Duration: the prepare phase
+	// CkptRemoved: a checkpoint was removed by the job's retention (Keep)
+	// or by a user; Message says which and why.
+	CkptRemoved = "checkpoint.removed"
 	CkptCommitted = "checkpoint.committed"
 	CkptAborted   = "checkpoint.aborted"
 	CkptDurable   = "checkpoint.durable" // every rank image stored on its node

@@ -279,9 +279,15 @@ func (f *fixture) dropJobNet(n int) error {
 }
 
 func (f *fixture) dropImages(n, r int) (agentv1.Dropped, error) {
+	return f.dropImagesOf(n, r)
+}
+
+// dropImagesOf drops rank r's images of checkpoints seqs on node n (all
+// of them if none is given).
+func (f *fixture) dropImagesOf(n, r int, seqs ...int) (agentv1.Dropped, error) {
 	ctx, cancel := f.ctx()
 	defer cancel()
-	return f.agent(n).DropImages(ctx, agentv1.DropImages{Containers: []string{name(r)}})
+	return f.agent(n).DropImages(ctx, agentv1.DropImages{Containers: []string{name(r)}, Seqs: seqs})
 }
 
 // state is what a coordinator can see of a rank container on a node:

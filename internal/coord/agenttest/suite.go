@@ -464,10 +464,21 @@ func fetch(f *fixture) {
 
 // dropImages: dropped images are gone from the node: a restore from one
 // is refused, and so is a commit sent again; dropping again drops none.
+// A drop narrowed to checkpoints drops only those.
 func dropImages(f *fixture) {
 	f.run(0, 0)
 	f.checkpoint(0, 0, 1)
-	d, err := f.dropImages(0, 0)
+	f.checkpoint(0, 0, 2)
+	// Narrowed to checkpoints: only those go (retention).
+	d, err := f.dropImagesOf(0, 0, 2, 7)
+	mustOK(f.t, err, "drop image 2")
+	if d.Images != 1 {
+		f.t.Errorf("dropped %d images of checkpoints 2 and 7, want 1", d.Images)
+	}
+	_, err = f.restore(0, 0, 2)
+	wantCode(f.t, err, agentv1.CodeNotFound, "restore from a dropped image")
+	f.want(0, 0, running)
+	d, err = f.dropImages(0, 0)
 	mustOK(f.t, err, "drop images")
 	if d.Images != 1 {
 		f.t.Errorf("dropped %d images, want 1", d.Images)

@@ -442,13 +442,14 @@ func (cl *Client) MigrateOut(ctx context.Context, req agentv1.MigrateOut) error 
 	})
 }
 
-// DropImages drops every image of the containers.
+// DropImages drops every image of the containers, or only those of
+// req.Seqs.
 func (cl *Client) DropImages(ctx context.Context, req agentv1.DropImages) (agentv1.Dropped, error) {
 	var out agentv1.Dropped
 	err := cl.call(ctx, "drop-images", "", func(n *Node) error {
 		for k := range n.images {
 			for _, name := range req.Containers {
-				if k.name == name {
+				if k.name == name && (len(req.Seqs) == 0 || slices.Contains(req.Seqs, k.seq)) {
 					delete(n.images, k)
 					out.Images++
 				}

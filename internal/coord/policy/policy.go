@@ -1,6 +1,8 @@
 // Package policy decides what the coordinator does on its own: which
 // protocol follows what happened to a job or a node. A durable checkpoint
-// is replicated (and the job's automatic interval reviewed); a job that
+// is replicated (and the job's automatic interval reviewed); once it is
+// protected, a job that keeps only its newest checkpoints has the older
+// ones removed; a job that
 // lost a node, or one of whose ranks a dump left damaged, is restarted by
 // its failure policy, or marked lost or failed; an automatic restart that
 // fails is tried again a node lease later, or as soon as a node is found
@@ -61,6 +63,10 @@ type Job struct {
 	NeedsInterval bool
 	// Auto: its interval is automatic (reviewed after each durable round).
 	Auto bool
+	// Keep is how many of its newest protected checkpoints it keeps (0:
+	// all); the others but the pinned ones go once a new one is
+	// protected.
+	Keep int
 }
 
 // Snapshot is what a decision is taken on, read once for it.
@@ -316,6 +322,9 @@ type (
 	}
 	// Settle sets the job's state by how its ranks stand.
 	Settle struct{ Job string }
+	// Retain removes the job's checkpoints beyond its Keep newest
+	// protected ones (and the pinned ones).
+	Retain struct{ Job string }
 )
 
 // Action is an output of Step.
@@ -334,6 +343,7 @@ func (GiveUp) isAction()         {}
 func (Repair) isAction()         {}
 func (MoveAway) isAction()       {}
 func (Settle) isAction()         {}
+func (Retain) isAction()         {}
 
 func (a Checkpoint) String() string {
 	s := "checkpoint " + a.Job
@@ -362,6 +372,7 @@ func (a MoveAway) String() string {
 	return fmt.Sprintf("move-away %s ranks=%s from=%s", a.Job, strings.Join(rs, ","), a.Node)
 }
 func (a Settle) String() string { return "settle " + a.Job }
+func (a Retain) String() string { return "retain " + a.Job }
 
 // Machine is the policy's state: when each job's last round began, which
 // reactions are under way, and the restarts waiting for their next
@@ -461,7 +472,7 @@ func (m *Machine) Step(s Snapshot, ev Event) []Action {
 			return m.damaged(s, ev.Job, ev.Reason)
 		}
 	case ReplicateEnded:
-		m.replicateEnded(s, ev)
+		return m.replicateEnded(s, ev)
 	case IntervalReviewed:
 		// reviewing keeps the time: a job still without an interval (no
 		// MTBF yet) is reviewed again a retry later.
@@ -648,12 +659,17 @@ func (m *Machine) restartEnded(s Snapshot, ev RestartEnded) []Action {
 // replicateEnded tries an incomplete replication again a retry later, up
 // to Attempts times in all; after that the next node loss's repair makes
 // the copies.
-func (m *Machine) replicateEnded(s Snapshot, ev ReplicateEnded) {
+func (m *Machine) replicateEnded(s Snapshot, ev ReplicateEnded) []Action {
 	k := ckpt{ev.Job, ev.Seq}
 	p := m.copying[k]
-	if _, ok := s.job(ev.Job); !ok || !ev.Incomplete {
+	j, ok := s.job(ev.Job)
+	if !ok || !ev.Incomplete {
 		delete(m.copying, k)
-		return
+		if ok && j.Keep > 0 {
+			// The checkpoint is protected: one more to count.
+			return []Action{Retain{Job: ev.Job}}
+		}
+		return nil
 	}
 	if p == nil {
 		p = &pending{attempt: 1}
@@ -661,9 +677,10 @@ func (m *Machine) replicateEnded(s Snapshot, ev ReplicateEnded) {
 	}
 	if p.attempt >= m.cfg.Attempts {
 		delete(m.copying, k)
-		return
+		return nil
 	}
 	p.attempt, p.at = p.attempt+1, s.Now.Add(m.cfg.RetryAfter)
+	return nil
 }
 
 // nodeUnwell acts, by each job's policy, on a node turning unwell.
