@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"cairn/internal/container"
-	"cairn/internal/image"
 	"cairn/internal/criu"
+	"cairn/internal/image"
 	"cairn/internal/proc"
 	"cairn/internal/testutil"
 )

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -169,11 +170,11 @@ func jobCheckpoints(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON 
 }
 
 func newRestartCmd() *cobra.Command {
-	var from int
+	var from, tierURL string
 	var nodes, placement []string
 	var asJSON, lazy bool
 	cmd := &cobra.Command{
-		Use:   "restart JOB [--from N] [--nodes n1,n2,... | --placement NODE0,NODE1,...]",
+		Use:   "restart JOB [--from N | --from URL] [--nodes n1,n2,... | --placement NODE0,NODE1,...]",
 		Short: "Restart a whole job from a global checkpoint, on any nodes",
 		Long: `Restart every rank of JOB from checkpoint N (default: the newest durable one
 whose every rank image is on a live node). Whatever is left of the job is
@@ -185,12 +186,31 @@ those nodes (default: where their images are, else the least loaded);
 --placement gives the node of every rank, in rank order. --lazy restores the
 ranks whose node lacks their image lazily (docs/lazy.md): they run before
 all of their memory has arrived, which comes from the image's holders while
-they run; --lazy=false does not, whatever the job says (--lazy-restore).`,
+they run; --lazy=false does not, whatever the job says (--lazy-restore).
+
+--from URL restarts the job from the newest checkpoint in a durable tier
+(s3://BUCKET/PREFIX, file:///DIR: where cairn flush, or the job's --tier,
+put it), on a cluster that need not know the job: a new allocation with new
+nodes and data dirs. The tier's record of the checkpoint gives the job and
+each rank's image, which its node fetches (every chunk verified) before the
+restart; --tier URL --from N picks checkpoint N there. The agents reach the
+tier with the credentials of their own environment (docs/hpc.md).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withCoord(func(c *rpc.CoordClient) error {
+				var err error
 				start := time.Now()
-				req := coordv1.Restart{From: from, Nodes: nodes, Placement: placement}
+				req := coordv1.Restart{Nodes: nodes, Placement: placement, Tier: tierURL}
+				if from != "" {
+					if isTierURL(from) {
+						if tierURL != "" {
+							return usageError{errors.New("--from URL and --tier: give the tier once")}
+						}
+						req.Tier = from
+					} else if req.From, err = strconv.Atoi(from); err != nil || req.From < 1 {
+						return usageError{fmt.Errorf("--from %q: a checkpoint number, or a tier URL (s3://BUCKET/PREFIX, file:///DIR)", from)}
+					}
+				}
 				if cmd.Flags().Changed("lazy") {
 					req.Lazy = &lazy
 				}
@@ -208,7 +228,8 @@ they run; --lazy=false does not, whatever the job says (--lazy-restore).`,
 			})
 		},
 	}
-	cmd.Flags().IntVar(&from, "from", 0, "checkpoint number (default: the newest restorable)")
+	cmd.Flags().StringVar(&from, "from", "", "checkpoint number (default: the newest restorable), or a durable tier's URL (s3://BUCKET/PREFIX, file:///DIR) to restart from its newest checkpoint")
+	cmd.Flags().StringVar(&tierURL, "tier", "", "restart from checkpoint --from N of this durable tier")
 	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "nodes to place the ranks on")
 	cmd.Flags().StringSliceVar(&placement, "placement", nil, "node of each rank, in rank order")
 	cmd.Flags().BoolVar(&lazy, "lazy", false, "restore ranks whose node lacks their image lazily (default: as the job says)")
@@ -281,3 +302,59 @@ func withDown(list []coordv1.Coordinator, local []testbed.Coord) []coordv1.Coord
 	slices.SortFunc(list, func(a, b coordv1.Coordinator) int { return strings.Compare(a.Name, b.Name) })
 	return list
 }
+
+// isTierURL says whether s names a durable tier rather than a checkpoint
+// number.
+func isTierURL(s string) bool {
+	return strings.HasPrefix(s, "s3://") || strings.HasPrefix(s, "file://")
+}
+
+func newFlushCmd() *cobra.Command {
+	var tierURL string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "flush JOB[:SEQ] [--tier URL]",
+		Short: "Flush a job's checkpoint to its durable tier (an object store, a shared file system)",
+		Long: `Flush checkpoint SEQ of JOB (default: the newest restorable one) to the job's
+durable tier (cairn run --tier), or to --tier URL: s3://BUCKET[/PREFIX] for an
+S3-compatible object store (AWS S3, Ceph RGW, MinIO, SeaweedFS), file:///DIR
+for a shared file system. The job's images go under JOB/ there. Each rank's
+image is uploaded by a node that holds it, only the chunks the tier lacks,
+then the checkpoint's record: the tier never lists a checkpoint it cannot
+give back whole. cairn restart JOB --from URL restarts the job from there on
+any cluster. The agents reach the tier with the credentials of their own
+environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3, or
+AWS_SHARED_CREDENTIALS_FILE): never in a URL, the catalog or a log.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			job, seqS, hasSeq := strings.Cut(args[0], ":")
+			req := coordv1.Flush{Tier: tierURL}
+			if hasSeq {
+				seq, err := strconv.Atoi(seqS)
+				if err != nil || seq < 1 {
+					return usageError{fmt.Errorf("checkpoint %q: want JOB or JOB:SEQ", args[0])}
+				}
+				req.Seq = seq
+			}
+			return withCoord(func(c *rpc.CoordClient) error {
+				ck, err := c.Flush(cmd.Context(), job, req)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), ck)
+				}
+				f := ck.Flushed
+				fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s:%d flushed to %s in %s: %s uploaded, %d of %d chunks new\n",
+					ck.Job, ck.Seq, jobTier(f.URL, ck.Job), human.Duration(f.Duration), human.Bytes(f.Bytes), f.NewChunks, f.Chunks)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tierURL, "tier", "", "the durable tier to flush to (default: the job's --tier)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the checkpoint as JSON")
+	return cmd
+}
+
+// jobTier is where job's checkpoints are in the tier at base.
+func jobTier(base, job string) string { return strings.TrimSuffix(base, "/") + "/" + job }

@@ -179,6 +179,8 @@ record and in every checkpoint of its ranks. Name what the job needs
 	f.StringVar(&job.OnHealthWarning, "on-health-warning", coordv1.HealthIgnore, "when a health probe of a node of the job goes bad: migrate (its ranks there to other nodes, spares first), checkpoint, or ignore")
 	f.StringVar(&job.OnFailure, "on-failure", coordv1.OnFailureRestart, "when a node of the job dies: restart (from the newest restorable checkpoint) or stop")
 	f.IntVar(&job.MaxRestarts, "max-restarts", 10, "automatic restarts allowed (0: no limit)")
+	f.StringVar(&job.Tier, "tier", "", "durable tier the job's checkpoints are flushed to: s3://BUCKET[/PREFIX] or file:///DIR (cairn flush; docs/hpc.md)")
+	f.IntVar(&job.FlushEvery, "flush-every", 0, "flush every Nth checkpoint to --tier once it is protected (0: only cairn flush)")
 	f.IntVar(&job.Keep, "keep", 0, "keep the newest N protected checkpoints (plus pinned ones), removing older ones from the catalog and every node (0: keep all)")
 	f.StringVar(&replRate, "replication-rate", "", "limit each replica transfer to this many bytes/s, e.g. 50M (default: no limit)")
 	f.BoolVar(&job.KillOnBadExit, "kill-on-bad-exit", false, "end the job as soon as one of its ranks ends other than by exiting 0: its other ranks are killed and the job is failed (as srun --kill-on-bad-exit)")
@@ -187,7 +189,7 @@ record and in every checkpoint of its ranks. Name what the job needs
 }
 
 // jobFlags are run's flags that only a job takes.
-var jobFlags = []string{"mpi", "mode", "export", "ranks", "per-node", "nodes", "checkpoint-every", "mtbf", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate", "lazy-restore", "kill-on-bad-exit", "keep"}
+var jobFlags = []string{"mpi", "mode", "export", "ranks", "per-node", "nodes", "checkpoint-every", "mtbf", "replicas", "on-health-warning", "on-failure", "max-restarts", "replication-rate", "lazy-restore", "kill-on-bad-exit", "keep", "tier", "flush-every"}
 
 // notWith refuses (usage error) any of the given flags that was set: they
 // do not apply to what cmd was asked to do.

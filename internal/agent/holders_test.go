@@ -130,7 +130,7 @@ func TestFetchHolderServesDamage(t *testing.T) {
 	if err := repo1.Remove("c", 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := repo1.GC(context.Background(), 1, false, nil); err != nil {
+	if _, err := repo1.GC(context.Background(), image.GCOptions{Keep: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fetchOnN1(t, ca, addrs, "n2", "n3"); err == nil {

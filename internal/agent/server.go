@@ -160,6 +160,13 @@ func (s *Server) routes() []route {
 		{post, agentv1.PathChunkData, true, s.chunkData},
 		{post, agentv1.PathDropImages, false, call(http.StatusOK, s.dropImages)},
 
+		// The durable tier (coordinator), tier.go.
+		{post, agentv1.PathTierFlush, false, call(http.StatusOK, s.tierFlush)},
+		{post, agentv1.PathTierFetch, false, call(http.StatusOK, s.tierFetch)},
+		{post, agentv1.PathTierRecord, false, do(s.tierRecord)},
+		{post, agentv1.PathTierRead, false, call(http.StatusOK, s.tierRead)},
+		{post, agentv1.PathTierPrune, false, call(http.StatusOK, s.tierPrune)},
+
 		// The node's metrics, metrics.go.
 		{get, metrics.Path, false, s.serveMetrics},
 	}

@@ -36,6 +36,12 @@ type Agent interface {
 	MigrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.MigratedIn, error)
 	MigrateOut(ctx context.Context, req agentv1.MigrateOut) error
 	DropImages(ctx context.Context, req agentv1.DropImages) (agentv1.Dropped, error)
+	// The durable tier (api/agent/v1/tier.go).
+	TierFlush(ctx context.Context, req agentv1.TierFlush) (agentv1.TierFlushed, error)
+	TierFetch(ctx context.Context, req agentv1.TierFetch) (agentv1.Image, error)
+	TierRecord(ctx context.Context, req agentv1.TierRecord) error
+	TierRead(ctx context.Context, req agentv1.TierRead) (agentv1.TierRecord, error)
+	TierPrune(ctx context.Context, req agentv1.TierPrune) (agentv1.TierPruned, error)
 	Kill(ctx context.Context, name string, sig int) error
 	Get(ctx context.Context, name string) (agentv1.Container, error)
 	// Close releases the client's connections.

@@ -101,8 +101,14 @@ const MaxRanks = 10000
 // its size) for a job of more than 253 ranks.
 func (rc *records) allocNet(ctx context.Context, ranks int) (uint32, netip.Prefix, error) {
 	c := rc.c
-	var vni uint32
-	if err := rc.advance(ctx, "counters/vni", &vni, func() { vni++ }, func() { vni = 1 }); err != nil {
+	vni, err := rc.allocVNI(ctx)
+	if err != nil {
+		return 0, netip.Prefix{}, err
+	}
+	// A job restarted from the durable tier kept its subnet, which the
+	// counter knows nothing of: blocks that overlap a job's are skipped.
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
 		return 0, netip.Prefix{}, err
 	}
 	bits := 24
@@ -118,19 +124,41 @@ func (rc *records) allocNet(ctx context.Context, ranks int) (uint32, netip.Prefi
 	// the next multiple of its size. Clusters from before jobs could be
 	// larger than a /24 gave one /24 per VNI.
 	var used, start uint32
+	prefixAt := func(start uint32) netip.Prefix {
+		idx := start % (uint32(1) << (24 - base.Bits()))
+		b := base.Addr().As4()
+		v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		v += idx << 8
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), 0}), bits)
+	}
+	taken := func(p netip.Prefix) bool {
+		for _, j := range jobs {
+			if o, err := netip.ParsePrefix(j.Subnet); err == nil && o.Overlaps(p) {
+				return true
+			}
+		}
+		return false
+	}
 	take := func() {
-		start = (used + blocks - 1) / blocks * blocks
-		used = start + blocks
+		for range uint32(1) << (24 - base.Bits()) {
+			start = (used + blocks - 1) / blocks * blocks
+			used = start + blocks
+			if !taken(prefixAt(start)) {
+				return
+			}
+		}
 	}
 	if err := rc.advance(ctx, "counters/subnet", &used, take, func() { used = vni - 1; take() }); err != nil {
 		return 0, netip.Prefix{}, err
 	}
-	idx := start % (uint32(1) << (24 - base.Bits()))
-	b := base.Addr().As4()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	v += idx << 8
-	a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), 0})
-	return vni, netip.PrefixFrom(a, bits), nil
+	return vni, prefixAt(start), nil
+}
+
+// allocVNI gives out the next job network identifier.
+func (rc *records) allocVNI(ctx context.Context) (uint32, error) {
+	var vni uint32
+	err := rc.advance(ctx, "counters/vni", &vni, func() { vni++ }, func() { vni = 1 })
+	return vni, err
 }
 
 // jobNet is the job network as node sees it under the job's placement.

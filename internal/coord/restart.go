@@ -57,6 +57,9 @@ func restorable(cks []coordv1.Ckpt, from int, live map[string]coordv1.Node) (*co
 // is tried again by the supervisor, from the newest restorable
 // checkpoint, if the job's failure policy lets it restart.
 func (c *Coordinator) Restart(ctx context.Context, name string, req coordv1.Restart) (*coordv1.Job, error) {
+	if req.Tier != "" {
+		return c.runs.restartFromTier(ctx, name, req)
+	}
 	return c.runs.restart(ctx, name, req, restartAsked)
 }
 

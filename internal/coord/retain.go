@@ -44,8 +44,10 @@ func (c *Coordinator) retain(ctx context.Context, job string) error {
 
 // retired returns the checkpoints of j that its Keep no longer covers:
 // each one older than the oldest of its Keep newest protected ones,
-// unless it is pinned or a round or restart may still need it (not yet
-// ended). Nothing while the job has fewer than Keep protected ones.
+// unless it is pinned, a round or restart may still need it (not yet
+// ended), or it is the newest one flushed to the durable tier (which
+// keeps what the catalog lists: the tier is never left empty). Nothing
+// while the job has fewer than Keep protected ones.
 func retired(j *coordv1.Job, cks []coordv1.Ckpt) []coordv1.Ckpt {
 	if j.Keep <= 0 {
 		return nil
@@ -61,9 +63,15 @@ func retired(j *coordv1.Job, cks []coordv1.Ckpt) []coordv1.Ckpt {
 	}
 	slices.Sort(protected)
 	oldest := protected[len(protected)-j.Keep]
+	flushed := 0
+	for _, ck := range cks {
+		if ck.Flushed != nil {
+			flushed = ck.Seq
+		}
+	}
 	var out []coordv1.Ckpt
 	for _, ck := range cks {
-		if ck.Seq >= oldest || ck.Pinned || !ended(ck) || ck.Seq == j.RestartFrom || ck.Seq == j.StoppedAt {
+		if ck.Seq >= oldest || ck.Pinned || !ended(ck) || ck.Seq == j.RestartFrom || ck.Seq == j.StoppedAt || ck.Seq == flushed {
 			continue
 		}
 		out = append(out, ck)
@@ -139,8 +147,12 @@ func (c *Coordinator) removeCkpts(ctx context.Context, j *coordv1.Job, cks []coo
 		return err
 	})
 	if err != nil {
-		// Listed nowhere now: what a node kept, its gc reclaims.
 		c.log.Warn("drop the images of removed checkpoints", "job", j.Name, "ckpts", seqs, "err", err)
+	}
+	if j.Tier != "" && slices.ContainsFunc(cks, func(ck coordv1.Ckpt) bool { return ck.Flushed != nil }) {
+		if err := c.pruneTier(ctx, j); err != nil {
+			return out, fmt.Errorf("checkpoints %v removed here, but not yet from the durable tier: %w", seqs, err)
+		}
 	}
 	c.log.Info("checkpoints removed", "job", j.Name, "ckpts", seqs, "images", out.Images, "why", why)
 	return out, nil

@@ -137,6 +137,14 @@ func (c *Coordinator) handler() http.Handler {
 		ck, err := c.Checkpoint(context.WithoutCancel(r.Context()), name, req)
 		reply(w, http.StatusOK, ck, err)
 	})
+	jobRoute("POST "+job(coordv1.SuffixFlush), func(w http.ResponseWriter, r *http.Request, name string) {
+		var req coordv1.Flush
+		if !decode(w, r, &req) {
+			return
+		}
+		ck, err := c.Flush(context.WithoutCancel(r.Context()), name, req)
+		reply(w, http.StatusOK, ck, err)
+	})
 	// A job's checkpoint: removed, pinned or unpinned.
 	ckptRoute := func(pattern string, h func(w http.ResponseWriter, r *http.Request, name string, seq int)) {
 		jobRoute(pattern, func(w http.ResponseWriter, r *http.Request, name string) {

@@ -127,6 +127,9 @@ func (s *supervisor) snapshot(ctx context.Context) (policy.Snapshot, error) {
 func policyJob(j coordv1.Job) policy.Job {
 	pj := policy.Job{Name: j.Name, Running: j.State == coordv1.JobRunning, Placement: j.Placement,
 		MayRestart: mayRestart(&j), Every: j.CheckpointEvery, Auto: j.CheckpointAuto, Keep: j.Keep}
+	if j.Tier != "" {
+		pj.FlushEvery = j.FlushEvery
+	}
 	switch j.OnHealthWarning {
 	case coordv1.HealthMigrate:
 		pj.OnHealth = policy.HealthMigrate
@@ -160,6 +163,10 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 			c.log.Info("checkpoint", "job", a.Job, "periodic", a.Periodic, "result", err)
 		}
 		s.observe(policy.CheckpointEnded{Job: a.Job})
+	case policy.Flush:
+		if _, err := c.Flush(ctx, a.Job, coordv1.Flush{Seq: a.Seq}); err != nil && ctx.Err() == nil {
+			c.log.Warn("flush to the durable tier", "job", a.Job, "ckpt", a.Seq, "err", err)
+		}
 	case policy.Retain:
 		if err := c.retain(ctx, a.Job); err != nil && ctx.Err() == nil {
 			c.log.Warn("retention", "job", a.Job, "err", err)

@@ -35,7 +35,7 @@ var rules = []struct {
 	{"cairn/internal/names", nil, []string{"cairn/"}},
 	{"cairn/internal/proc", nil, []string{"cairn/"}},
 	{"cairn/internal/launch", nil, []string{"cairn/"}},
-	{"cairn/internal/image", []string{"cairn/internal/store", "cairn/internal/chunker", "cairn/internal/durable", "cairn/internal/names"}, []string{"cairn/"}},
+	{"cairn/internal/image", []string{"cairn/internal/store", "cairn/internal/store/tier", "cairn/internal/chunker", "cairn/internal/durable", "cairn/internal/names"}, []string{"cairn/"}},
 	{"cairn/internal/criu", nil, []string{"cairn/"}},
 	{"cairn/internal/lazy", nil, []string{"cairn/"}},
 	{"cairn/internal/failpoint", nil, []string{"cairn/"}},

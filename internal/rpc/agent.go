@@ -194,6 +194,35 @@ func (c *AgentClient) DropImages(ctx context.Context, req agentv1.DropImages) (a
 	return out, c.do(ctx, http.MethodPost, agentv1.PathDropImages, req, &out)
 }
 
+// TierFlush uploads images of the node into the durable tier.
+func (c *AgentClient) TierFlush(ctx context.Context, req agentv1.TierFlush) (agentv1.TierFlushed, error) {
+	var out agentv1.TierFlushed
+	return out, c.do(ctx, http.MethodPost, agentv1.PathTierFlush, req, &out)
+}
+
+// TierFetch brings an image from the durable tier into the node's store.
+func (c *AgentClient) TierFetch(ctx context.Context, req agentv1.TierFetch) (agentv1.Image, error) {
+	var out agentv1.Image
+	return out, c.do(ctx, http.MethodPost, agentv1.PathTierFetch, req, &out)
+}
+
+// TierRecord writes a global checkpoint's record into the durable tier.
+func (c *AgentClient) TierRecord(ctx context.Context, req agentv1.TierRecord) error {
+	return c.do(ctx, http.MethodPost, agentv1.PathTierRecord, req, nil)
+}
+
+// TierRead reads a global checkpoint's record from the durable tier.
+func (c *AgentClient) TierRead(ctx context.Context, req agentv1.TierRead) (agentv1.TierRecord, error) {
+	var out agentv1.TierRecord
+	return out, c.do(ctx, http.MethodPost, agentv1.PathTierRead, req, &out)
+}
+
+// TierPrune deletes what is no longer kept from the durable tier.
+func (c *AgentClient) TierPrune(ctx context.Context, req agentv1.TierPrune) (agentv1.TierPruned, error) {
+	var out agentv1.TierPruned
+	return out, c.do(ctx, http.MethodPost, agentv1.PathTierPrune, req, &out)
+}
+
 // ErrNoStagedSize is matched by the error of Staged when the agent did
 // not announce the stream's size: a damaged stream.
 var ErrNoStagedSize = errors.New("no size announced")

@@ -118,6 +118,13 @@ func (c *CoordClient) Checkpoint(ctx context.Context, name string, req coordv1.C
 	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, coordv1.SuffixCheckpoint), req, &out)
 }
 
+// Flush flushes a job's checkpoint to the durable tier and returns it once
+// flushed.
+func (c *CoordClient) Flush(ctx context.Context, name string, req coordv1.Flush) (coordv1.Ckpt, error) {
+	var out coordv1.Ckpt
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(name, coordv1.SuffixFlush), req, &out)
+}
+
 // RemoveCkpt removes checkpoint seq of a job from the catalog and its
 // rank images from every live node.
 func (c *CoordClient) RemoveCkpt(ctx context.Context, name string, seq int) (coordv1.CkptRemoved, error) {

@@ -48,6 +48,7 @@ func TestAgentConformance(t *testing.T) {
 		PendingTTL: pendingTTL,
 		Settle:     10 * time.Second,
 		Parallel:   true,
+		Tier:       func(t *testing.T) string { return "file://" + t.TempDir() },
 	})
 }
 

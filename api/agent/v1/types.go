@@ -32,6 +32,9 @@ const (
 	CodeDamaged      = "damaged" // a dump died half-way and left the container's processes unusable
 	CodeInternal     = "internal"
 	CodeUnauthorized = "unauthenticated"
+	// CodeTierUnreachable: the durable tier (an object store, a shared
+	// file system) did not answer; nothing was changed by the request.
+	CodeTierUnreachable = "tier_unreachable"
 	// CodeStaleTerm: the calling coordinator's term is older than one
 	// that has already called this agent: a newer coordinator leads, and
 	// the old one may no longer act (see TermHeader).

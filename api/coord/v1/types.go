@@ -28,6 +28,7 @@ const (
 	SuffixCheckpoints = "/checkpoints" // GET: []Ckpt; + "/" + SEQ: DELETE: CkptRemoved; + SuffixPin: POST Pin: Ckpt
 	SuffixSpare       = "/spare"       // (nodes) POST Spare: Node
 	SuffixPin         = "/pin"         // (a job's checkpoint) POST Pin: Ckpt
+	SuffixFlush       = "/flush"       // POST Flush: Ckpt, once flushed
 	SuffixMigrate     = "/migrate"     // POST Migrate: Migration, once it has ended
 	SuffixMigrations  = "/migrations"  // GET: []Migration
 	SuffixDrain       = "/drain"       // (nodes) POST Drain: DrainResult
@@ -221,6 +222,12 @@ type RunJob struct {
 	// every live node's store and replica (cairn checkpoint pin keeps
 	// one).
 	Keep int `json:"keep,omitempty"`
+	// Tier is the durable tier the job's checkpoints are flushed to
+	// (s3://BUCKET[/PREFIX] or file:///DIR; the job's images go under
+	// JOB/ there), with the agents' credentials; "" for none. FlushEvery
+	// flushes every Nth checkpoint once protected (0: only cairn flush).
+	Tier       string `json:"tier,omitempty"`
+	FlushEvery int    `json:"flush_every,omitempty"`
 }
 
 // Health warning policies of a job.
@@ -383,6 +390,9 @@ type Ckpt struct {
 	Stop bool `json:"stop,omitempty"`
 	// Pinned: retention (RunJob.Keep) never removes it.
 	Pinned bool `json:"pinned,omitempty"`
+	// Flushed says where the checkpoint was flushed to the durable tier,
+	// nil if it was not.
+	Flushed *Flushed `json:"flushed,omitempty"`
 	// Copied is when its images were copied to other nodes, and how
 	// much: copies that overlap or follow each other within a second
 	// make one span (a repair after a node loss makes another).
@@ -403,6 +413,40 @@ type CopySpan struct {
 	Copies int       `json:"copies"`
 	Bytes  int64     `json:"bytes"` // what the receivers fetched
 }
+
+// Flush flushes a job's checkpoint (Seq; 0: the newest restorable one) to
+// the job's durable tier, or to Tier if given (POST SuffixFlush).
+type Flush struct {
+	Seq  int    `json:"seq,omitempty"`
+	Tier string `json:"tier,omitempty"`
+}
+
+// Flushed is a checkpoint in the durable tier: where (the job's repo
+// there), when, what its flush uploaded, and its images' manifests (what
+// the tier's retention keeps).
+type Flushed struct {
+	URL       string        `json:"url"`
+	At        time.Time     `json:"at"`
+	Duration  time.Duration `json:"duration_ns"`
+	Chunks    int           `json:"chunks"`
+	NewChunks int           `json:"new_chunks"`
+	Bytes     int64         `json:"bytes"` // uploaded
+	Manifests []string      `json:"manifests"`
+}
+
+// TierCkpt is the record of a global checkpoint in the durable tier:
+// what a restart elsewhere needs besides the images (the job as it was,
+// the checkpoint, each rank's image record), written once every image is
+// flushed. A record read back is hostile input: checked before use.
+type TierCkpt struct {
+	Version int                 `json:"version"`
+	Job     Job                 `json:"job"`
+	Ckpt    Ckpt                `json:"ckpt"`
+	Images  []agentv1.TierImage `json:"images"` // by rank
+}
+
+// TierCkptVersion is the version of TierCkpt this cairn writes.
+const TierCkptVersion = 1
 
 // Pin pins a job's checkpoint (retention never removes it) or unpins it.
 type Pin struct {
@@ -435,6 +479,12 @@ type Restart struct {
 	// Lazy, if set, says whether ranks restored on nodes that lack their
 	// image restore lazily (RunJob.LazyRestore); nil: as the job says.
 	Lazy *bool `json:"lazy,omitempty"`
+	// Tier, if set, restarts the job from the durable tier at that URL
+	// (its checkpoint From, or the newest there), on a cluster that may
+	// not know the job: the job's record comes from the tier's, each
+	// rank's image is fetched to its node first, and the job keeps
+	// flushing there.
+	Tier string `json:"tier,omitempty"`
 }
 
 // Migrate moves one rank of a running job to another node (To; empty:

@@ -60,10 +60,13 @@ const (
 	// job with an automatic one; Duration is the interval, Message why.
 	JobInterval = "job.interval"
 
-	CkptPrepared  = "checkpoint.prepared" // every rank dumped; Duration: the prepare phase
+	CkptPrepared = "checkpoint.prepared" // every rank dumped; Duration: the prepare phase
 	// CkptRemoved: a checkpoint was removed by the job's retention (Keep)
 	// or by a user; Message says which and why.
 	CkptRemoved = "checkpoint.removed"
+	// CkptFlushed: a checkpoint was flushed to the job's durable tier;
+	// Bytes were uploaded, Message says where and how much was new.
+	CkptFlushed   = "checkpoint.flushed"
 	CkptCommitted = "checkpoint.committed"
 	CkptAborted   = "checkpoint.aborted"
 	CkptDurable   = "checkpoint.durable" // every rank image stored on its node

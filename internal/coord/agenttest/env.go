@@ -26,6 +26,11 @@ type Agent interface {
 	MigrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.MigratedIn, error)
 	MigrateOut(ctx context.Context, req agentv1.MigrateOut) error
 	DropImages(ctx context.Context, req agentv1.DropImages) (agentv1.Dropped, error)
+	TierFlush(ctx context.Context, req agentv1.TierFlush) (agentv1.TierFlushed, error)
+	TierFetch(ctx context.Context, req agentv1.TierFetch) (agentv1.Image, error)
+	TierRecord(ctx context.Context, req agentv1.TierRecord) error
+	TierRead(ctx context.Context, req agentv1.TierRead) (agentv1.TierRecord, error)
+	TierPrune(ctx context.Context, req agentv1.TierPrune) (agentv1.TierPruned, error)
 	Kill(ctx context.Context, name string, sig int) error
 	Get(ctx context.Context, name string) (agentv1.Container, error)
 	Close()
@@ -76,4 +81,7 @@ type Env struct {
 	Settle time.Duration
 	// Parallel runs the cases side by side.
 	Parallel bool
+	// Tier returns the URL of a durable tier both nodes of a case reach,
+	// empty, for that case alone.
+	Tier func(t *testing.T) string
 }

@@ -55,6 +55,7 @@ var cases = []struct {
 	{"JobNet", jobNet},
 	{"Fetch", fetch},
 	{"DropImages", dropImages},
+	{"Tier", tierFlushFetch},
 }
 
 // rankRun: a rank runs, with its address, and Get says so; a second start
@@ -460,6 +461,67 @@ func fetch(f *fixture) {
 	defer cancel()
 	_, err = f.agent(1).Fetch(ctx, agentv1.Fetch{Container: name(0), Seq: 2, From: silent.Addr, FromNode: silent.Name})
 	wantCode(f.t, err, agentv1.CodeInternal, "fetch from a holder that does not answer")
+}
+
+// tierFlushFetch: an image flushed to the tier by one node is fetched by
+// the other from its record, and restores there; a second flush uploads
+// nothing new; a record of another image is refused as damaged; a
+// checkpoint record written through one node is read through the other,
+// and goes with a prune that keeps nothing; a flush of an image the node
+// lacks is not found.
+func tierFlushFetch(f *fixture) {
+	ctx, cancel := f.ctx()
+	defer cancel()
+	url := f.env.Tier(f.t)
+	f.run(0, 0)
+	f.checkpoint(0, 0, 1)
+	ref := agentv1.ImageRef{Container: name(0), Seq: 1}
+	out, err := f.agent(0).TierFlush(ctx, agentv1.TierFlush{URL: url, Images: []agentv1.ImageRef{ref}})
+	mustOK(f.t, err, "flush %s:1", name(0))
+	if len(out.Images) != 1 || out.Images[0].ImageRef != ref || len(out.Images[0].Record) == 0 || out.Images[0].Manifest == "" ||
+		out.Images[0].Chunks == 0 || out.Images[0].NewChunks != out.Images[0].Chunks {
+		f.t.Fatalf("flush answered %+v, want %s:1 with its record, every chunk new", out, name(0))
+	}
+	again, err := f.agent(0).TierFlush(ctx, agentv1.TierFlush{URL: url, Images: []agentv1.ImageRef{ref}})
+	mustOK(f.t, err, "flush again")
+	if len(again.Images) != 1 || again.Images[0].NewChunks != 0 {
+		f.t.Errorf("flush again answered %+v, want nothing new", again)
+	}
+	_, err = f.agent(0).TierFlush(ctx, agentv1.TierFlush{URL: url, Images: []agentv1.ImageRef{{Container: name(0), Seq: 9}}})
+	wantCode(f.t, err, agentv1.CodeNotFound, "flush of an image the node lacks")
+
+	rec := out.Images[0].Record
+	_, err = f.agent(1).TierFetch(ctx, agentv1.TierFetch{URL: url, ImageRef: agentv1.ImageRef{Container: name(1), Seq: 1}, Record: rec})
+	wantCode(f.t, err, agentv1.CodeCorrupt, "fetch with the record of another image")
+	img, err := f.agent(1).TierFetch(ctx, agentv1.TierFetch{URL: url, ImageRef: ref, Record: rec})
+	mustOK(f.t, err, "fetch %s:1 from the tier", name(0))
+	if !img.Fetched || img.Container != name(0) || img.Seq != 1 {
+		f.t.Errorf("fetch answered %+v, want %s:1 fetched", img, name(0))
+	}
+	img, err = f.agent(1).TierFetch(ctx, agentv1.TierFetch{URL: url, ImageRef: ref, Record: rec})
+	mustOK(f.t, err, "fetch again")
+	if img.Fetched {
+		f.t.Errorf("fetch again fetched it again")
+	}
+	f.restored(1, 0, 1)
+	wantOK(f.t, f.resume(1, 0), "resume")
+	f.want(1, 0, running)
+
+	data := []byte(`{"checkpoint":1}`)
+	mustOK(f.t, f.agent(0).TierRecord(ctx, agentv1.TierRecord{URL: url, Seq: 1, Data: data}), "write a record")
+	got, err := f.agent(1).TierRead(ctx, agentv1.TierRead{URL: url})
+	mustOK(f.t, err, "read the newest record")
+	if got.Seq != 1 || string(got.Data) != string(data) {
+		f.t.Errorf("read the newest record: %d %s, want 1 %s", got.Seq, got.Data, data)
+	}
+	_, err = f.agent(1).TierPrune(ctx, agentv1.TierPrune{URL: url, Records: []int{}, Manifests: []string{}})
+	mustOK(f.t, err, "prune everything")
+	_, err = f.agent(1).TierRead(ctx, agentv1.TierRead{URL: url})
+	wantCode(f.t, err, agentv1.CodeNotFound, "read after the prune")
+	_, err = f.agent(0).TierFetch(ctx, agentv1.TierFetch{URL: url, ImageRef: agentv1.ImageRef{Container: name(0), Seq: 2}, Record: rec})
+	if err == nil {
+		f.t.Errorf("fetch of a pruned image answered no error")
+	}
 }
 
 // dropImages: dropped images are gone from the node: a restore from one

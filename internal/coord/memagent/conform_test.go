@@ -45,6 +45,7 @@ func env(wrap func(agenttest.Agent) agenttest.Agent) agenttest.Env {
 			}
 			return out
 		},
+		Tier:       func(t *testing.T) string { return "mem://" + t.Name() },
 		Args:       []string{"/bin/true"},
 		Hold:       200 * time.Millisecond,
 		PendingTTL: pendingTTL,

@@ -81,6 +81,8 @@ type Cluster struct {
 	byOp    map[string]*atomic.Int64 // calls carried out, by operation
 	joiner  Joiner                   // the coordinator nodes report to
 	beating map[string]chan struct{} // heartbeat loops, closed to stop them
+	tiersMu sync.Mutex               // a lock of its own: taken under a node's
+	tiers   map[string]*memTier      // the durable tiers, by URL (tier.go)
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -213,7 +215,7 @@ func (c *Cluster) setApart(a, b string, apart bool) {
 
 // ops are the operations a node carries out, as Ops counts them.
 var ops = []string{"jobnet", "drop-jobnet", "run", "restore", "resume", "remove", "stall", "prepare", "commit", "abort",
-	"fetch", "move-in", "move-out", "drop-images", "kill", "get"}
+	"fetch", "move-in", "move-out", "drop-images", "kill", "get", "tier-flush", "tier-fetch", "tier-record", "tier-read", "tier-prune"}
 
 func (c *Cluster) caller(name string) *caller {
 	c.mu.RLock()

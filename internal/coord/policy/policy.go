@@ -1,8 +1,9 @@
 // Package policy decides what the coordinator does on its own: which
 // protocol follows what happened to a job or a node. A durable checkpoint
 // is replicated (and the job's automatic interval reviewed); once it is
-// protected, a job that keeps only its newest checkpoints has the older
-// ones removed; a job that
+// protected, it is flushed to the job's durable tier if it is one of
+// those the job flushes, and a job that keeps only its newest checkpoints
+// has the older ones removed; a job that
 // lost a node, or one of whose ranks a dump left damaged, is restarted by
 // its failure policy, or marked lost or failed; an automatic restart that
 // fails is tried again a node lease later, or as soon as a node is found
@@ -67,6 +68,9 @@ type Job struct {
 	// all); the others but the pinned ones go once a new one is
 	// protected.
 	Keep int
+	// FlushEvery: every such checkpoint (by number) is flushed to the
+	// job's durable tier once protected (0: none).
+	FlushEvery int
 }
 
 // Snapshot is what a decision is taken on, read once for it.
@@ -325,6 +329,11 @@ type (
 	// Retain removes the job's checkpoints beyond its Keep newest
 	// protected ones (and the pinned ones).
 	Retain struct{ Job string }
+	// Flush flushes the checkpoint to the job's durable tier.
+	Flush struct {
+		Job string
+		Seq int
+	}
 )
 
 // Action is an output of Step.
@@ -344,6 +353,7 @@ func (Repair) isAction()         {}
 func (MoveAway) isAction()       {}
 func (Settle) isAction()         {}
 func (Retain) isAction()         {}
+func (Flush) isAction()          {}
 
 func (a Checkpoint) String() string {
 	s := "checkpoint " + a.Job
@@ -373,6 +383,7 @@ func (a MoveAway) String() string {
 }
 func (a Settle) String() string { return "settle " + a.Job }
 func (a Retain) String() string { return "retain " + a.Job }
+func (a Flush) String() string  { return fmt.Sprintf("flush %s:%d", a.Job, a.Seq) }
 
 // Machine is the policy's state: when each job's last round began, which
 // reactions are under way, and the restarts waiting for their next
@@ -665,11 +676,16 @@ func (m *Machine) replicateEnded(s Snapshot, ev ReplicateEnded) []Action {
 	j, ok := s.job(ev.Job)
 	if !ok || !ev.Incomplete {
 		delete(m.copying, k)
-		if ok && j.Keep > 0 {
-			// The checkpoint is protected: one more to count.
-			return []Action{Retain{Job: ev.Job}}
+		// The checkpoint is protected: flushed if it is one of those,
+		// then one more for retention to count.
+		var out []Action
+		if ok && j.FlushEvery > 0 && ev.Seq%j.FlushEvery == 0 {
+			out = append(out, Flush{Job: ev.Job, Seq: ev.Seq})
 		}
-		return nil
+		if ok && j.Keep > 0 {
+			out = append(out, Retain{Job: ev.Job})
+		}
+		return out
 	}
 	if p == nil {
 		p = &pending{attempt: 1}

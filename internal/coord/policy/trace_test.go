@@ -84,6 +84,11 @@ func (tr *tracer) run(line string) ([]string, error) {
 				return nil, err
 			}
 		}
+		if k, ok := kv["flush-every"]; ok {
+			if j.FlushEvery, err = strconv.Atoi(k); err != nil {
+				return nil, err
+			}
+		}
 		tr.drop(arg)
 		tr.jobs = append(tr.jobs, j)
 		return nil, nil
