@@ -99,6 +99,8 @@ type Coordinator struct {
 	ranks     *rankAPI
 	feed      *metricsFeed
 	tally     *failureTally
+	keep      *retention // retention of jobs' checkpoints (retain.go)
+	tiers     *tiers     // the durable tier, through the agents (tier.go)
 
 	wg     sync.WaitGroup
 	runCtx context.Context // Start's; background work ends with it
@@ -145,6 +147,7 @@ func New(cat *catalog.Catalog, creds *pki.Credentials, log *slog.Logger, opts Op
 	c.sup = newSupervisor(c)
 	c.rec, c.nodes, c.repl, c.rounds, c.migs, c.runs = &records{c: c}, &nodeReports{c: c, members: map[string]*catalog.Membership{}}, &replicator{c: c}, &rounds{c: c}, &migrations{c: c}, &jobRuns{c: c}
 	c.intervals, c.fence, c.life, c.ranks, c.feed, c.tally = &intervals{c: c}, &fence{c: c}, &lifecycle{c: c}, &rankAPI{c: c, events: map[string]*rate.Limiter{}, rounds: map[string]*rankRound{}}, &metricsFeed{c: c}, &failureTally{c: c}
+	c.keep, c.tiers = &retention{c: c}, &tiers{c: c}
 	if opts.Metrics != nil {
 		opts.Metrics.SetCatalog(c)
 	}

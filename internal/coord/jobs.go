@@ -78,6 +78,14 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 	if req.Keep < 0 {
 		return nil, apiErr(agentv1.CodeBadRequest, "keep must be 0 (every checkpoint) or more")
 	}
+	if req.FlushEvery < 0 || req.FlushEvery > 0 && req.Tier == "" {
+		return nil, apiErr(agentv1.CodeBadRequest, "flush-every must be 0 or more, and needs a durable tier (--tier URL)")
+	}
+	if req.Tier != "" {
+		if err := checkTierURL(req.Tier); err != nil {
+			return nil, err
+		}
+	}
 	switch req.OnHealthWarning {
 	case "":
 		req.OnHealthWarning = coordv1.HealthIgnore

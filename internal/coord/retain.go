@@ -22,9 +22,14 @@ import (
 	"cairn/internal/catalog"
 )
 
+// retention removes jobs' checkpoints: those a job's Keep no longer
+// covers, and those users remove.
+type retention struct{ c *Coordinator }
+
 // retain removes the checkpoints of job beyond its Keep newest protected
 // ones (retired).
-func (c *Coordinator) retain(ctx context.Context, job string) error {
+func (rt *retention) retain(ctx context.Context, job string) error {
+	c := rt.c
 	defer c.locks.lock(job)()
 	j, err := c.rec.job(ctx, job)
 	if err != nil {
@@ -38,7 +43,7 @@ func (c *Coordinator) retain(ctx context.Context, job string) error {
 	if len(gone) == 0 {
 		return nil
 	}
-	_, err = c.removeCkpts(ctx, j, gone, fmt.Sprintf("retention: the job keeps its newest %d", j.Keep))
+	_, err = rt.removeCkpts(ctx, j, gone, fmt.Sprintf("retention: the job keeps its newest %d", j.Keep))
 	return err
 }
 
@@ -114,12 +119,13 @@ func (c *Coordinator) RemoveCkpt(ctx context.Context, job string, seq int) (*coo
 	case seq == j.StoppedAt && j.State == coordv1.JobStopped:
 		return nil, apiErr(coordv1.CodeConflict, "job %s is stopped at checkpoint %d, which cairn restart resumes it from: remove the job (cairn rm -f) to drop it", job, seq)
 	}
-	return c.removeCkpts(ctx, j, []coordv1.Ckpt{*ck}, "removed by a user")
+	return c.keep.removeCkpts(ctx, j, []coordv1.Ckpt{*ck}, "removed by a user")
 }
 
 // removeCkpts deletes cks of job j from the catalog, then has every live
 // node drop their rank images, for why. The caller holds the job's lock.
-func (c *Coordinator) removeCkpts(ctx context.Context, j *coordv1.Job, cks []coordv1.Ckpt, why string) (*coordv1.CkptRemoved, error) {
+func (rt *retention) removeCkpts(ctx context.Context, j *coordv1.Job, cks []coordv1.Ckpt, why string) (*coordv1.CkptRemoved, error) {
+	c := rt.c
 	out := &coordv1.CkptRemoved{Job: j.Name}
 	var seqs []int
 	for _, ck := range cks {
@@ -150,7 +156,7 @@ func (c *Coordinator) removeCkpts(ctx context.Context, j *coordv1.Job, cks []coo
 		c.log.Warn("drop the images of removed checkpoints", "job", j.Name, "ckpts", seqs, "err", err)
 	}
 	if j.Tier != "" && slices.ContainsFunc(cks, func(ck coordv1.Ckpt) bool { return ck.Flushed != nil }) {
-		if err := c.pruneTier(ctx, j); err != nil {
+		if err := c.tiers.prune(ctx, j); err != nil {
 			return out, fmt.Errorf("checkpoints %v removed here, but not yet from the durable tier: %w", seqs, err)
 		}
 	}

@@ -168,7 +168,7 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 			c.log.Warn("flush to the durable tier", "job", a.Job, "ckpt", a.Seq, "err", err)
 		}
 	case policy.Retain:
-		if err := c.retain(ctx, a.Job); err != nil && ctx.Err() == nil {
+		if err := c.keep.retain(ctx, a.Job); err != nil && ctx.Err() == nil {
 			c.log.Warn("retention", "job", a.Job, "err", err)
 		}
 	case policy.Replicate:

@@ -54,12 +54,16 @@ func jobTierURL(base, job string) string { return strings.TrimSuffix(base, "/") 
 // Flush flushes a job's checkpoint to its durable tier (or req.Tier).
 func (c *Coordinator) Flush(ctx context.Context, job string, req coordv1.Flush) (*coordv1.Ckpt, error) {
 	defer c.locks.lock(job)()
-	return c.flushLocked(ctx, job, req)
+	return c.tiers.flush(ctx, job, req)
 }
 
-// flushLocked is Flush with the job's lock held: the images of the
-// checkpoint, each from a live node that holds it, then its record.
-func (c *Coordinator) flushLocked(ctx context.Context, job string, req coordv1.Flush) (*coordv1.Ckpt, error) {
+// tiers reach the durable tier through the agents.
+type tiers struct{ c *Coordinator }
+
+// flush is Flush with the job's lock held: the images of the checkpoint,
+// each from a live node that holds it, then its record.
+func (ts *tiers) flush(ctx context.Context, job string, req coordv1.Flush) (*coordv1.Ckpt, error) {
+	c := ts.c
 	j, err := c.rec.job(ctx, job)
 	if err != nil {
 		return nil, err
@@ -158,10 +162,11 @@ func (c *Coordinator) flushLocked(ctx context.Context, job string, req coordv1.F
 	return &out, nil
 }
 
-// pruneTier has the job's tier keep only what the catalog lists: the
-// records of its flushed checkpoints and their images. The caller holds
-// the job's lock.
-func (c *Coordinator) pruneTier(ctx context.Context, j *coordv1.Job) error {
+// prune has the job's tier keep only what the catalog lists: the records
+// of its flushed checkpoints and their images. The caller holds the job's
+// lock.
+func (ts *tiers) prune(ctx context.Context, j *coordv1.Job) error {
+	c := ts.c
 	cks, err := c.rec.ckpts(ctx, j.Name)
 	if err != nil {
 		return err
@@ -173,7 +178,7 @@ func (c *Coordinator) pruneTier(ctx context.Context, j *coordv1.Job) error {
 			req.Manifests = append(req.Manifests, ck.Flushed.Manifests...)
 		}
 	}
-	return c.onAnyNode(ctx, func(cl Agent) error {
+	return ts.onAnyNode(ctx, func(cl Agent) error {
 		out, err := cl.TierPrune(ctx, req)
 		if err == nil {
 			c.log.Info("tier pruned", "job", j.Name, "tier", req.URL, "records", out.Records, "manifests", out.Manifests, "packs", out.Packs, "bytes", out.Bytes)
@@ -184,7 +189,8 @@ func (c *Coordinator) pruneTier(ctx context.Context, j *coordv1.Job) error {
 
 // onAnyNode calls fn with the agent of one live node after another until
 // one answers: an error that is an agent's answer is returned as it is.
-func (c *Coordinator) onAnyNode(ctx context.Context, fn func(cl Agent) error) error {
+func (ts *tiers) onAnyNode(ctx context.Context, fn func(cl Agent) error) error {
+	c := ts.c
 	live, err := c.rec.liveNodes(ctx)
 	if err != nil {
 		return err
@@ -220,7 +226,7 @@ func (jr *jobRuns) restartFromTier(ctx context.Context, name string, req coordv1
 	}
 	repo := jobTierURL(req.Tier, name)
 	var raw agentv1.TierRecord
-	err := c.onAnyNode(ctx, func(cl Agent) error {
+	err := c.tiers.onAnyNode(ctx, func(cl Agent) error {
 		var err error
 		raw, err = cl.TierRead(ctx, agentv1.TierRead{URL: repo, Seq: req.From})
 		return err
