@@ -103,6 +103,17 @@ func reserveUnderlay(t testing.TB, first byte) byte {
 	return 0
 }
 
+// Gateway is the host's address on the cluster's underlay: what its
+// nodes reach the host at (the coordinator listens there).
+func (c *Cluster) Gateway() string {
+	c.t.Helper()
+	p, err := netip.ParsePrefix(c.File().Underlay)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return p.Masked().Addr().Next().String()
+}
+
 // File is the cluster's record (cluster.json), as it is now.
 func (c *Cluster) File() *testbed.Cluster {
 	c.t.Helper()

@@ -47,6 +47,14 @@ type S3Server struct {
 // answers; without the binary the test fails, naming what to run.
 func NewS3Server(t testing.TB) *S3Server {
 	t.Helper()
+	return NewS3ServerOn(t, "127.0.0.1")
+}
+
+// NewS3ServerOn is NewS3Server listening on ip instead of loopback: an
+// address of the test's own, such as a local cluster's underlay gateway,
+// which the agents in its nodes' network namespaces reach.
+func NewS3ServerOn(t testing.TB, ip string) *S3Server {
+	t.Helper()
 	if _, err := os.Stat(Weed); err != nil {
 		t.Fatalf("%s: %v (make setup builds SeaweedFS's weed, the S3 server of the tests)", Weed, err)
 	}
@@ -80,14 +88,14 @@ func NewS3Server(t testing.TB) *S3Server {
 		t.Fatal(err)
 	}
 	ports := freePorts(t, 10)
-	s.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	s.Endpoint = fmt.Sprintf("http://%s:%d", ip, ports[0])
 	for _, g := range []struct {
 		name string
 		port int
 	}{{"s3", ports[1]}, {"master", ports[3]}, {"volume", ports[5]}, {"filer", ports[7]}, {"admin", ports[9]}} {
 		s.sockets = append(s.sockets, fmt.Sprintf("/tmp/seaweedfs-%s-grpc-%d.sock", g.name, g.port))
 	}
-	s.args = []string{"mini", "-dir=" + data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+	s.args = []string{"mini", "-dir=" + data, "-ip=" + ip, "-ip.bind=" + ip,
 		"-s3.config=" + filepath.Join(dir, "s3.json"), "-s3.autoCreateBucket=false",
 		fmt.Sprintf("-s3.port=%d", ports[0]), fmt.Sprintf("-s3.port.grpc=%d", ports[1]),
 		fmt.Sprintf("-master.port=%d", ports[2]), fmt.Sprintf("-master.port.grpc=%d", ports[3]),

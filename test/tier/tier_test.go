@@ -27,21 +27,7 @@ func TestRestartFromTierOnFreshCluster(t *testing.T) {
 	dir := t.TempDir()
 	url := "file://" + dir
 	a := testutil.NewCluster(t, 2)
-	a.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--per-node", "1", "--tier", url}, a.RingArgs(testutil.RingMessages)...)...)
-	a.WaitProgress("ring", 2, 0, 60*time.Second)
-	a.OK("checkpoint", "ring")
-	first := flush(t, a, "ring")
-	if first.Seq != 1 || first.Flushed.NewChunks == 0 || first.Flushed.NewChunks != first.Flushed.Chunks {
-		t.Fatalf("first flush: checkpoint %d, %+v; want checkpoint 1, every chunk new", first.Seq, first.Flushed)
-	}
-	a.OK("checkpoint", "ring", "--stop")
-	second := flush(t, a, "ring")
-	f1, f2 := first.Flushed, second.Flushed
-	t.Logf("flush of checkpoint 1: %d of %d chunks, %d bytes uploaded; of checkpoint 2: %d of %d chunks, %d bytes",
-		f1.NewChunks, f1.Chunks, f1.Bytes, f2.NewChunks, f2.Chunks, f2.Bytes)
-	if second.Seq != 2 || f2.NewChunks >= f2.Chunks || f2.Bytes >= f1.Bytes {
-		t.Fatalf("second flush uploaded %d of %d chunks (%d bytes, the first %d): want only what changed", f2.NewChunks, f2.Chunks, f2.Bytes, f1.Bytes)
-	}
+	flushTwice(t, a, url)
 
 	b := testutil.NewCluster(t, 2)
 	// A tier that holds nothing of the job, then one whose packs are
@@ -75,6 +61,53 @@ func TestRestartFromTierOnFreshCluster(t *testing.T) {
 		t.Fatalf("result %s, want %s (an uninterrupted run's)", got, want)
 	}
 	b.CheckRestarted("ring", 2, testutil.RingOutput)
+}
+
+// TestRestartFromS3OnFreshCluster: the same with a real S3 server
+// (SeaweedFS) as the tier: the job flushed from one cluster, whose agents
+// have the store's endpoint and keys in their environment, restarts on a
+// fresh cluster from the bucket alone and ends exactly.
+func TestRestartFromS3OnFreshCluster(t *testing.T) {
+	a := testutil.NewCluster(t, 2)
+	s3 := testutil.NewS3ServerOn(t, a.Gateway())
+	s3.MakeBucket(t, "ckpts")
+	for _, n := range a.Nodes {
+		a.RestartAgent(n, s3.Env()...)
+	}
+	url := "s3://ckpts/cairn"
+	flushTwice(t, a, url)
+	for _, kv := range s3.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v) // the agents of the next cluster take it
+	}
+	b := testutil.NewCluster(t, 2)
+	b.OK("restart", "ring", "--from", url)
+	if got, want := b.Result("ring"), ringapp.Expected(2, testutil.RingMessages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s (an uninterrupted run's)", got, want)
+	}
+	b.CheckRestarted("ring", 2, testutil.RingOutput)
+}
+
+// flushTwice runs the ring job on c with its tier at url, flushes a first
+// checkpoint, then stops the job at a second one and flushes that: the
+// second flush must upload only what changed.
+func flushTwice(t *testing.T, c *testutil.Cluster, url string) {
+	t.Helper()
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--per-node", "1", "--tier", url}, c.RingArgs(testutil.RingMessages)...)...)
+	c.WaitProgress("ring", 2, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+	first := flush(t, c, "ring")
+	if first.Seq != 1 || first.Flushed.NewChunks == 0 || first.Flushed.NewChunks != first.Flushed.Chunks {
+		t.Fatalf("first flush: checkpoint %d, %+v; want checkpoint 1, every chunk new", first.Seq, first.Flushed)
+	}
+	c.OK("checkpoint", "ring", "--stop")
+	second := flush(t, c, "ring")
+	f1, f2 := first.Flushed, second.Flushed
+	t.Logf("flush to %s of checkpoint 1: %d of %d chunks, %d bytes uploaded; of checkpoint 2: %d of %d chunks, %d bytes",
+		url, f1.NewChunks, f1.Chunks, f1.Bytes, f2.NewChunks, f2.Chunks, f2.Bytes)
+	if second.Seq != 2 || f2.NewChunks >= f2.Chunks || f2.Bytes >= f1.Bytes {
+		t.Fatalf("second flush uploaded %d of %d chunks (%d bytes, the first %d): want only what changed", f2.NewChunks, f2.Chunks, f2.Bytes, f1.Bytes)
+	}
 }
 
 // flush flushes job's newest checkpoint and returns it.
