@@ -293,14 +293,7 @@ func (r *Repo) uploadPacks(ctx context.Context, ids []store.ID, get func(context
 	g.Go(func() error {
 		buf := new(bytes.Buffer)
 		w := pack.NewWriter(buf)
-		for _, id := range ids {
-			if err := gctx.Err(); err != nil {
-				return err
-			}
-			b, err := get(gctx, id)
-			if err != nil {
-				return err
-			}
+		err := inOrder(gctx, ids, get, func(b store.Blob) error {
 			if _, err := w.Add(b.ID, b.Data, int(b.RawLength), b.Compression); err != nil {
 				return err
 			}
@@ -311,6 +304,10 @@ func (r *Repo) uploadPacks(ctx context.Context, ids []store.ID, get func(context
 				buf = new(bytes.Buffer)
 				w = pack.NewWriter(buf)
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		if w.Len() > 0 {
 			return upload(buf, w)
@@ -319,6 +316,63 @@ func (r *Repo) uploadPacks(ctx context.Context, ids []store.ID, get func(context
 	})
 	err := g.Wait()
 	return done, total, err
+}
+
+// Reading and verifying a flush's blobs (decompressing and hashing each)
+// costs as much CPU as the upload: readers get readBatch blobs each,
+// readers batches at once, and the packs take them in order.
+const (
+	readers   = 2
+	readBatch = 256
+)
+
+// inOrder gets the blobs of ids, readers batches at once, and hands them
+// to add in the order of ids. The first error, of get or add, ends it.
+func inOrder(ctx context.Context, ids []store.ID, get func(context.Context, store.ID) (store.Blob, error), add func(store.Blob) error) error {
+	type batch struct {
+		blobs []store.Blob
+		err   error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Each batch's result comes on a channel of its own, queued in
+	// order: at most readers batches wait to be added.
+	queue := make(chan chan batch, readers)
+	go func() {
+		defer close(queue)
+		for lo := 0; lo < len(ids); lo += readBatch {
+			done := make(chan batch, 1)
+			select {
+			case queue <- done:
+			case <-ctx.Done():
+				return
+			}
+			go func(part []store.ID) {
+				var b batch
+				for _, id := range part {
+					blob, err := get(ctx, id)
+					if err != nil {
+						b.err = err
+						break
+					}
+					b.blobs = append(b.blobs, blob)
+				}
+				done <- b
+			}(ids[lo:min(lo+readBatch, len(ids))])
+		}
+	}()
+	for done := range queue {
+		b := <-done
+		if b.err != nil {
+			return b.err
+		}
+		for _, blob := range b.blobs {
+			if err := add(blob); err != nil {
+				return err
+			}
+		}
+	}
+	return ctx.Err()
 }
 
 // putIndex uploads an index file of packs and adds them to the repo's.
