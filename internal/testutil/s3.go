@@ -156,6 +156,26 @@ func (s *S3Server) ready() error {
 	return err
 }
 
+// Rebind restarts the server, its data kept, listening on ip instead:
+// where the nodes of another local cluster reach it (a node reaches only
+// its own cluster's gateway).
+func (s *S3Server) Rebind(ip string) {
+	s.t.Helper()
+	s.Stop()
+	old := strings.TrimPrefix(s.Endpoint, "http://")
+	_, port, _ := strings.Cut(old, ":")
+	for i, a := range s.args {
+		switch {
+		case strings.HasPrefix(a, "-ip="):
+			s.args[i] = "-ip=" + ip
+		case strings.HasPrefix(a, "-ip.bind="):
+			s.args[i] = "-ip.bind=" + ip
+		}
+	}
+	s.Endpoint = "http://" + ip + ":" + port
+	s.Start()
+}
+
 // Stop kills the server, by pid, and waits for it to end.
 func (s *S3Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
