@@ -253,7 +253,7 @@ func faultInvariants(t *testing.T, e *memEnv, c *memCoord, job string) string {
 		}
 		for r, vs := range ranks {
 			for _, v := range vs {
-				if v.Status == agentv1.StatusRunning || v.Status == agentv1.StatusPaused || v.Locked || v.Held {
+				if v.Status == agentv1.StatusRunning || v.Status == agentv1.StatusPaused || v.Locked && v.Status != agentv1.StatusCheckpointed || v.Held {
 					t.Errorf("job %s is %s, but rank %d on %s is %s locked=%v held=%v", job, j.State, r, v.Node, v.Status, v.Locked, v.Held)
 				}
 			}
@@ -327,9 +327,11 @@ func jobRecord(e *memEnv, c *memCoord, job string) string {
 			// What agents hold frozen or locked is theirs to release at
 			// the end of its hold (a migration's is the coordinator's hold
 			// and a minute): the invariants hold from then on.
+			// A rank ended at a checkpoint (a stop round) stays locked
+			// until it is removed: it is settled.
 			for _, vs := range e.mc.Ranks(job) {
 				for _, v := range vs {
-					if v.Held || v.Locked || v.Status == agentv1.StatusPaused {
+					if v.Held || v.Locked && v.Status != agentv1.StatusCheckpointed || v.Status == agentv1.StatusPaused {
 						return "frozen " + time.Now().String() // not settled yet
 					}
 				}

@@ -63,12 +63,12 @@ func TestRankRequests(t *testing.T) {
 		t.Fatalf("the rank's event on the stream: %+v", ev)
 	}
 
-	// Stop: checkpoint, then the ranks are killed; the job is killed.
+	// Stop: the job is stopped at the checkpoint.
 	if _, err := c.RankCheckpoint(ctx, node, coordv1.RankRequest{Job: "ring", Rank: 1, Stop: true}); err != nil {
 		t.Fatal(err)
 	}
 	j2, err := c.Status(ctx, "ring")
-	if err != nil || j2.State != coordv1.JobKilled {
+	if err != nil || j2.State != coordv1.JobStopped {
 		t.Fatalf("after checkpoint-and-stop the job is %v (%v)", j2.State, err)
 	}
 }
