@@ -99,8 +99,10 @@ func flushTwice(t *testing.T, c *testutil.Cluster, url string) {
 	c.WaitProgress("ring", 2, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
 	first := flush(t, c, "ring")
-	if first.Seq != 1 || first.Flushed.NewChunks == 0 || first.Flushed.NewChunks != first.Flushed.Chunks {
-		t.Fatalf("first flush: checkpoint %d, %+v; want checkpoint 1, every chunk new", first.Seq, first.Flushed)
+	// The ranks' images share chunks (the same program's pages): the
+	// first flush to reach the tier uploads them, the other not.
+	if first.Seq != 1 || first.Flushed.NewChunks == 0 {
+		t.Fatalf("first flush: checkpoint %d, %+v; want checkpoint 1, its chunks uploaded", first.Seq, first.Flushed)
 	}
 	c.OK("checkpoint", "ring", "--stop")
 	second := flush(t, c, "ring")
