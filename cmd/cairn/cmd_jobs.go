@@ -346,7 +346,7 @@ AWS_SHARED_CREDENTIALS_FILE): never in a URL, the catalog or a log.`,
 				}
 				f := ck.Flushed
 				fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s:%d flushed to %s in %s: %s uploaded, %d of %d chunks new\n",
-					ck.Job, ck.Seq, jobTier(f.URL, ck.Job), human.Duration(f.Duration), human.Bytes(f.Bytes), f.NewChunks, f.Chunks)
+					ck.Job, ck.Seq, coordv1.TierRepo(f.URL, ck.Job), human.Duration(f.Duration), human.Bytes(f.Bytes), f.NewChunks, f.Chunks)
 				return nil
 			})
 		},
@@ -355,6 +355,3 @@ AWS_SHARED_CREDENTIALS_FILE): never in a URL, the catalog or a log.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the checkpoint as JSON")
 	return cmd
 }
-
-// jobTier is where job's checkpoints are in the tier at base.
-func jobTier(base, job string) string { return strings.TrimSuffix(base, "/") + "/" + job }

@@ -48,9 +48,6 @@ func checkTierURL(raw string) error {
 	return apiErr(agentv1.CodeBadRequest, "tier URL %q: want s3://BUCKET[/PREFIX] or file:///DIR", raw)
 }
 
-// jobTierURL is where job's checkpoints go in the tier at base.
-func jobTierURL(base, job string) string { return strings.TrimSuffix(base, "/") + "/" + job }
-
 // Flush flushes a job's checkpoint to its durable tier (or req.Tier).
 func (c *Coordinator) Flush(ctx context.Context, job string, req coordv1.Flush) (*coordv1.Ckpt, error) {
 	defer c.locks.lock(job)()
@@ -101,7 +98,7 @@ func (ts *tiers) flush(ctx context.Context, job string, req coordv1.Flush) (*coo
 		}
 		byNode[from] = append(byNode[from], agentv1.ImageRef{Container: agentv1.RankName(job, r.Rank), Seq: ck.Seq})
 	}
-	repo := jobTierURL(base, job)
+	repo := coordv1.TierRepo(base, job)
 	start := time.Now()
 	images := make([]agentv1.TierImage, len(ck.Ranks))
 	var mu sync.Mutex
@@ -171,7 +168,7 @@ func (ts *tiers) prune(ctx context.Context, j *coordv1.Job) error {
 	if err != nil {
 		return err
 	}
-	req := agentv1.TierPrune{URL: jobTierURL(j.Tier, j.Name), Records: []int{}, Manifests: []string{}}
+	req := agentv1.TierPrune{URL: coordv1.TierRepo(j.Tier, j.Name), Records: []int{}, Manifests: []string{}}
 	for _, ck := range cks {
 		if ck.Flushed != nil && ck.Flushed.URL == j.Tier {
 			req.Records = append(req.Records, ck.Seq)
@@ -224,7 +221,7 @@ func (jr *jobRuns) restartFromTier(ctx context.Context, name string, req coordv1
 	if err := checkTierURL(req.Tier); err != nil {
 		return nil, err
 	}
-	repo := jobTierURL(req.Tier, name)
+	repo := coordv1.TierRepo(req.Tier, name)
 	var raw agentv1.TierRecord
 	err := c.tiers.onAnyNode(ctx, func(cl Agent) error {
 		var err error

@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"strings"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
@@ -444,6 +445,10 @@ type TierCkpt struct {
 	Ckpt    Ckpt                `json:"ckpt"`
 	Images  []agentv1.TierImage `json:"images"` // by rank
 }
+
+// TierRepo is where job's checkpoints are in the durable tier at base:
+// base/JOB.
+func TierRepo(base, job string) string { return strings.TrimSuffix(base, "/") + "/" + job }
 
 // TierCkptVersion is the version of TierCkpt this cairn writes.
 const TierCkptVersion = 1
