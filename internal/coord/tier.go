@@ -333,7 +333,7 @@ func (jr *jobRuns) importFromTier(ctx context.Context, rec *coordv1.TierCkpt, re
 	j.VNI, j.Placement, j.Leftover, j.Interval = vni, placement, nil, nil
 	j.State, j.Reason, j.StoppedAt = coordv1.JobStopped, fmt.Sprintf("imported from the durable tier: checkpoint %d of %s", seq, repo), seq
 	j.RestartFrom, j.RestartPhase, j.LastCkpt, j.NextCkpt = 0, "", seq, max(j.NextCkpt, seq+1)
-	j.Tier = strings.TrimSuffix(repo, "/"+name)
+	j.Tier = req.Tier
 	ck := rec.Ckpt
 	ck.State, ck.Unavailable, ck.Pinned = coordv1.CkptDurable, nil, false
 	ck.Flushed = &coordv1.Flushed{URL: j.Tier, At: time.Now().UTC()}
