@@ -77,6 +77,10 @@ soak: setup ## The long matrices (about 2.5 h): every MPI scenario, the MPI soak
 	wait $$mpi; m=$$?; \
 	test $$rest -eq 0 && test $$m -eq 0
 
+.PHONY: slurm
+slurm: setup ## A job across three allocations of a real Slurm (slurm-wlm, a slurmd per network-namespace node): deploy/slurm/cairn.sbatch, the durable tier (about 6 min)
+	CAIRN_SLURM=1 $(GO) test -count=1 -timeout 30m -v -run 'TestJobAcrossAllocations' ./test/slurm/
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 5s; try FUZZTIME=10m)
 	@./scripts/fuzz.sh $(FUZZTIME)

@@ -92,7 +92,7 @@ or a new name.`,
 		newCheckpointCmd(), newCheckpointsCmd(), newRestoreCmd(), newVerifyCmd(),
 		newGCCmd(), newDuCmd(), newExportCmd(), newImportCmd(), newPlanCmd(), newReportCmd(),
 		newInitCmd(), newNodeCmd(), newAgentCmd(), newCoordinatorCmd(), newUpCmd(), newDownCmd(),
-		newJobsCmd(), newNodesCmd(), newCoordinatorsCmd(), newRestartCmd(), newFlushCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
+		newJobsCmd(), newNodesCmd(), newCoordinatorsCmd(), newRestartCmd(), newFlushCmd(), newSlurmCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
 		newCheckCmd(), newDemoCmd(), newChaosCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(), newRankCmd(),
 	)
 	root.Version = version.Get().String()

@@ -155,15 +155,15 @@ func (s *Slurm) Command(name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// Sbatch submits script with env added to the environment it is
-// submitted from, and returns the job's id.
-func (s *Slurm) Sbatch(script string, env ...string) int {
+// Sbatch runs sbatch with args (options, the script, its arguments) and
+// env added to the environment it submits from, and returns the job's id.
+func (s *Slurm) Sbatch(env []string, args ...string) int {
 	s.t.Helper()
-	cmd := s.Command("/usr/bin/sbatch", "--parsable", script)
+	cmd := s.Command("/usr/bin/sbatch", append([]string{"--parsable"}, args...)...)
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		s.t.Fatalf("sbatch %s: %v\n%s", script, err, out)
+		s.t.Fatalf("sbatch %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	id, err := strconv.Atoi(strings.TrimSpace(strings.Split(string(out), ";")[0]))
 	if err != nil {

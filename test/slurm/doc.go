@@ -1,0 +1,7 @@
+// Package slurm tests cairn under a real Slurm (Debian's slurm-wlm, a
+// slurmd per network-namespace node on this machine, testutil.NewSlurm):
+// a job submitted with sbatch and deploy/slurm/cairn.sbatch is signalled
+// before its time limit, stopped at a checkpoint, flushed to the durable
+// tier, requeued, and restarted from the tier in its next allocation,
+// across three allocations, to an exact result. It runs in make slurm.
+package slurm
