@@ -78,8 +78,8 @@ soak: setup ## The long matrices (about 2.5 h): every MPI scenario, the MPI soak
 	test $$rest -eq 0 && test $$m -eq 0
 
 .PHONY: slurm
-slurm: setup ## A job across three allocations of a real Slurm (slurm-wlm, a slurmd per network-namespace node): deploy/slurm/cairn.sbatch, the durable tier (about 6 min)
-	CAIRN_SLURM=1 $(GO) test -count=1 -timeout 30m -v -run 'TestJobAcrossAllocations' ./test/slurm/
+slurm: setup ## Only the Slurm tests (also in make test): deploy/slurm/cairn.sbatch under a real Slurm, across allocations and preempted (about 3 min)
+	$(GO) test -count=1 -timeout 30m -v ./test/slurm/
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 5s; try FUZZTIME=10m)

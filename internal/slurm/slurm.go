@@ -95,6 +95,7 @@ type Config struct {
 
 // state is what Up leaves in Dir for Down.
 type state struct {
+	JobID       string `json:"job_id"`
 	Coordinator string `json:"coordinator"` // host:port
 	CoordPID    int    `json:"coord_pid"`
 	SrunPID     int    `json:"srun_pid"`
@@ -142,7 +143,7 @@ func Up(ctx context.Context, a Allocation, cfg Config) (addr string, err error) 
 	if err := issue("client", pki.Client, ClientCreds(cfg.Dir)); err != nil {
 		return "", err
 	}
-	st := state{Coordinator: addr, Local: filepath.Join(cfg.Local, "cairn-"+a.JobID+"-coordinator")}
+	st := state{JobID: a.JobID, Coordinator: addr, Local: filepath.Join(cfg.Local, "cairn-"+a.JobID+"-coordinator")}
 	defer func() {
 		if err != nil {
 			stop(st)
@@ -155,7 +156,7 @@ func Up(ctx context.Context, a Allocation, cfg Config) (addr string, err error) 
 		return "", err
 	}
 	n := fmt.Sprint(len(a.Nodes))
-	agents := append([]string{"srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--overlap", "--kill-on-bad-exit=0", "--export=ALL",
+	agents := append([]string{"srun", "--job-name=" + agentStep, "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--overlap", "--kill-on-bad-exit=0", "--export=ALL",
 		cfg.Exe}, cfg.Extra...)
 	agents = append(agents, "slurm", "agent", "--dir", cfg.Dir, "--coordinator", addr, "--local", cfg.Local)
 	if st.SrunPID, err = spawn(filepath.Join(cfg.Dir, "agents.log"), agents); err != nil {
@@ -224,8 +225,20 @@ func Down(dir string) error {
 	return os.Remove(statePath(dir))
 }
 
-// stop ends what Up started, agents first.
+// agentStep is the name of the agents' srun step.
+const agentStep = "cairn-agents"
+
+// stop ends what Up started, agents first. srun answers SIGTERM by
+// killing its step's tasks outright, which would leave each node's data
+// behind: the agents are sent SIGTERM through Slurm first (scancel), to
+// stop and remove their data, and srun only after.
 func stop(st state) {
+	if st.SrunPID > 0 && proc.Runs(st.SrunPID) {
+		if step := agentStepID(st.JobID); step != "" {
+			_ = exec.Command("scancel", "--signal=TERM", step).Run()
+			wait(st.SrunPID, time.Minute)
+		}
+	}
 	for _, pid := range []int{st.SrunPID, st.CoordPID} {
 		if pid > 0 {
 			end(pid, 30*time.Second)
@@ -236,19 +249,38 @@ func stop(st state) {
 	}
 }
 
+// agentStepID is the id (JOB.STEP) of job's step of agents, or "".
+func agentStepID(job string) string {
+	out, err := exec.Command("squeue", "-h", "-s", "-j", job, "-o", "%i %j").Output()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if id, name, ok := strings.Cut(strings.TrimSpace(line), " "); ok && name == agentStep {
+			return id
+		}
+	}
+	return ""
+}
+
 // end sends pid SIGTERM, and SIGKILL if it has not exited within d.
 func end(pid int, d time.Duration) {
 	if !proc.Runs(pid) {
 		return
 	}
 	_ = syscall.Kill(pid, syscall.SIGTERM)
+	if !wait(pid, d) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// wait waits up to d for pid to exit, and says whether it has.
+func wait(pid int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for proc.Runs(pid) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if proc.Runs(pid) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	return !proc.Runs(pid)
 }
 
 // spawn starts argv in a session of its own, its output appended to log.
@@ -280,7 +312,7 @@ type AgentConfig struct {
 // Agent runs this node's agent (srun starts it on every node): it issues
 // the node's credentials from the allocation's CA, runs the agent with its
 // data and staging on the node, and removes them when the agent ends
-// (SIGTERM from srun, at cairn slurm down).
+// (SIGTERM through Slurm, at cairn slurm down).
 func Agent(ctx context.Context, cfg AgentConfig) error {
 	name := strings.ToLower(os.Getenv("SLURMD_NODENAME"))
 	if name == "" {

@@ -21,7 +21,8 @@ import (
 // slurmd per node) on this machine: each node is a network namespace on a
 // bridge of the test's own, as a local cluster's nodes are, with a slurmd
 // named after it (several slurmd on one machine, each with -N), and the
-// controller listens on the bridge's gateway. Jobs run as root. Nothing
+// controller listens on the bridge's gateway. Jobs run as root, in
+// partition batch, which partition urgent's jobs preempt. Nothing
 // of it listens beyond the bridge; the test's cleanup cancels every job,
 // stops the daemons it started, by pid, and removes the namespaces, the
 // bridge and its directory.
@@ -34,6 +35,10 @@ type Slurm struct {
 	net  netw.Cluster
 	pids []string // pid files of the daemons started
 }
+
+// SlurmGraceTime is how long a preempted job of partition batch has to
+// end before it is killed and requeued.
+const SlurmGraceTime = 90 * time.Second
 
 // Slurm's daemons, as Debian installs them (make setup).
 var slurmBins = []string{"/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch", "/usr/bin/scontrol", "/usr/bin/srun"}
@@ -65,7 +70,7 @@ func NewSlurm(t testing.TB, n int) *Slurm {
 	if err := s.net.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"state", "spool", "log", "munge"} {
+	for _, d := range []string{"state", "spool", "log", "munge", "submit"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -109,12 +114,20 @@ SelectType=select/linear
 MpiDefault=none
 ReturnToService=2
 KillWait=10
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
 `, host, gw, ports[0], ports[1], sock, dir)
 	for _, nd := range s.net.Nodes {
 		s.Nodes = append(s.Nodes, nd.Name)
 		fmt.Fprintf(&b, "NodeName=%s NodeAddr=%s NodeHostname=%s CPUs=2 State=UNKNOWN\n", nd.Name, nd.Addr, host)
 	}
-	fmt.Fprintf(&b, "PartitionName=test Nodes=%s Default=YES MaxTime=INFINITE State=UP\n", strings.Join(s.Nodes, ","))
+	// Jobs run in "batch" unless they ask for "urgent", whose jobs
+	// preempt batch's: requeued, after a grace time that starts with the
+	// job's own --signal (preempt_send_user_signal).
+	nodes := strings.Join(s.Nodes, ",")
+	fmt.Fprintf(&b, "PartitionName=batch Nodes=%s Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=%d\n", nodes, int(SlurmGraceTime.Seconds()))
+	fmt.Fprintf(&b, "PartitionName=urgent Nodes=%s MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF\n", nodes)
 	if err := os.WriteFile(s.Conf, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +136,7 @@ KillWait=10
 		s.daemon(filepath.Join(dir, "slurmd-"+nd.Name+".pid"), "nsenter", "--net="+nd.Path(), "--", "/usr/sbin/slurmd", "-N", nd.Name)
 	}
 	WaitUntil(t, 60*time.Second, func() (bool, string) {
-		out, err := s.Command("sinfo", "-h", "-o", "%t %D").CombinedOutput()
+		out, err := s.Command("sinfo", "-h", "-p", "batch", "-o", "%t %D").CombinedOutput()
 		return err == nil && strings.TrimSpace(string(out)) == fmt.Sprintf("idle %d", n), fmt.Sprintf("sinfo: %s %v", out, err)
 	})
 	return s
@@ -157,9 +170,11 @@ func (s *Slurm) Command(name string, args ...string) *exec.Cmd {
 
 // Sbatch runs sbatch with args (options, the script, its arguments) and
 // env added to the environment it submits from, and returns the job's id.
+// It submits from SubmitDir.
 func (s *Slurm) Sbatch(env []string, args ...string) int {
 	s.t.Helper()
 	cmd := s.Command("/usr/bin/sbatch", append([]string{"--parsable"}, args...)...)
+	cmd.Dir = s.SubmitDir()
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -171,6 +186,10 @@ func (s *Slurm) Sbatch(env []string, args ...string) int {
 	}
 	return id
 }
+
+// SubmitDir is the directory jobs are submitted from (their
+// SLURM_SUBMIT_DIR), in the Slurm's directory.
+func (s *Slurm) SubmitDir() string { return filepath.Join(s.Dir, "submit") }
 
 // Job returns the fields of job id as scontrol shows them (JobState,
 // Restarts, Reason, NodeList...).
@@ -189,12 +208,15 @@ func (s *Slurm) Job(id int) map[string]string {
 	return f
 }
 
-// Release starts job id now if it waits for its begin time (Slurm holds a
-// requeued job a while before it runs again).
+// Release lets pending job id start now: Slurm holds a requeued job a
+// while before it runs again (its begin time, which may be set only after
+// the job shows as pending).
 func (s *Slurm) Release(id int) {
 	s.t.Helper()
-	if j := s.Job(id); j["JobState"] == "PENDING" && j["Reason"] == "BeginTime" {
-		_ = s.Command("/usr/bin/scontrol", "update", "JobId="+strconv.Itoa(id), "StartTime=now").Run()
+	if j := s.Job(id); j["JobState"] == "PENDING" {
+		if out, err := s.Command("/usr/bin/scontrol", "update", "JobId="+strconv.Itoa(id), "StartTime=now").CombinedOutput(); err != nil {
+			s.t.Fatalf("scontrol update JobId=%d StartTime=now: %v\n%s", id, err, out)
+		}
 	}
 }
 
