@@ -20,8 +20,8 @@ type ringJob struct {
 	s        *testutil.Slurm
 	id       int
 	messages int
-	out   string // its output, every allocation's
-	local string // TMPDIR: each node's data, while an allocation runs
+	out      string // its output, every allocation's
+	local    string // TMPDIR: each node's data, while an allocation runs
 }
 
 // submit submits the ring job of messages on 2 nodes with opts (--time, --signal),
