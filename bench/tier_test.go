@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,4 +156,71 @@ func putPages(b *testing.B, s *store.Store, data []byte) store.ID {
 		b.Fatal(err)
 	}
 	return id
+}
+
+// BenchmarkRestartFromTier measures a restart from the durable tier next
+// to a restart from local images, in one run: a 1-rank job holding
+// CAIRN_BENCH_REPL_MIB (512) MiB of random memory, its tier a real S3
+// server (SeaweedFS), is checkpointed and flushed. The baseline restarts
+// it on its own node from that node's store (the agents keep no image in
+// staging: CAIRN_KEEP_IMAGES=0). Then a second cluster, which has never
+// seen the job, restarts it from the tier: fetched whole and verified,
+// then restored; and with --lazy. Each is timed from cairn restart to the
+// job running again, median of CAIRN_BENCH_REPS (3); between two restarts
+// from the tier the job is removed and its node's store reclaimed, so
+// each fetches everything again.
+func BenchmarkRestartFromTier(b *testing.B) {
+	mib := envInt("CAIRN_BENCH_REPL_MIB", 512)
+	reps := envInt("CAIRN_BENCH_REPS", 3)
+	b.Setenv("CAIRN_KEEP_IMAGES", "0")
+	a := testutil.NewCluster(b, 1)
+	srv := testutil.NewS3ServerOn(b, a.Gateway())
+	srv.MakeBucket(b, "ckpts")
+	a.RestartAgent(a.Nodes[0], srv.Env()...)
+	url := "s3://ckpts/bench"
+	a.OK("run", "--job", "mem", "--ranks", "1", "--tier", url, "--on-failure", "stop", "--", a.Bin, "stateapp", "-no-stream", "-mem", strconv.Itoa(mib), "-dirty-every", "0", "-dir", "/var/lib/stateapp")
+	time.Sleep(time.Duration(mib/64+2) * time.Second) // the memory is written
+	a.OK("checkpoint", "mem")                         // durable: a 1-node cluster has no replica to wait for
+	t := time.Now()
+	a.OK("flush", "mem")
+	flushed := time.Since(t)
+	timed := func(c *testutil.Cluster, args ...string) time.Duration {
+		start := time.Now()
+		c.OK(append([]string{"restart", "mem"}, args...)...)
+		return time.Since(start)
+	}
+	var local []time.Duration
+	for range reps {
+		a.OK("kill", "mem")
+		local = append(local, timed(a))
+	}
+	a.OK("kill", "mem")
+
+	c := testutil.NewCluster(b, 1)
+	srv.Rebind(c.Gateway())
+	c.RestartAgent(c.Nodes[0], srv.Env()...)
+	reclaimed := func() int { return strings.Count(c.AgentLog(c.Nodes[0]), `msg="store reclaimed"`) }
+	fromTier := func(args ...string) []time.Duration {
+		var ds []time.Duration
+		for range reps {
+			ds = append(ds, timed(c, append([]string{"--from", url}, args...)...))
+			before := reclaimed()
+			c.OK("rm", "-f", "mem")
+			testutil.WaitUntil(b, 5*time.Minute, func() (bool, string) {
+				return reclaimed() > before, "the node's store was not reclaimed after the job's removal"
+			})
+		}
+		return ds
+	}
+	full := fromTier()
+	lazy := fromTier("--lazy")
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	l := median(local)
+	fmt.Printf("\nrestart of a %d MiB rank, median of %d; its flush to the tier (SeaweedFS, the node's gateway) took %s\n", mib, reps, ms(flushed))
+	fmt.Printf("%-58s %10s %7s\n", "what", "time", "ratio")
+	fmt.Printf("%-58s %10s\n", "from its own node's store", ms(l))
+	fmt.Printf("%-58s %10s %6.2fx\n", "from the tier, on a cluster that never saw it", ms(median(full)), median(full).Seconds()/l.Seconds())
+	fmt.Printf("%-58s %10s %6.2fx (target <= 1.5)\n", "from the tier, --lazy", ms(median(lazy)), median(lazy).Seconds()/l.Seconds())
+	b.ReportMetric(median(full).Seconds()/l.Seconds(), "tier/local")
+	b.ReportMetric(median(lazy).Seconds()/l.Seconds(), "lazy-tier/local")
 }

@@ -46,6 +46,7 @@ type Server struct {
 	netMu   sync.Mutex   // job network changes on this node
 	sources chunkSources
 	fetches fetches
+	reclaim reclaimer
 }
 
 func (s *Server) log() *slog.Logger {

@@ -129,7 +129,8 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 }
 
 // dropImages removes every checkpoint image of the given containers, or
-// those of req.Seqs, from this node's catalog.
+// those of req.Seqs, from this node's catalog, then has their space
+// reclaimed in the background.
 func (s *Server) dropImages(_ context.Context, req agentv1.DropImages) (agentv1.Dropped, error) {
 	var out agentv1.Dropped
 	repo := s.Manager.Repo()
@@ -149,6 +150,9 @@ func (s *Server) dropImages(_ context.Context, req agentv1.DropImages) (agentv1.
 			}
 			out.Images++
 		}
+	}
+	if out.Images > 0 {
+		s.reclaim.kick(repo, s.log())
 	}
 	return out, errors.Join(errs...)
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"cairn/internal/image"
+	"cairn/internal/store"
 )
 
 // TestGCRetains: gc keeps the newest Keep checkpoints of each container,
@@ -44,5 +46,51 @@ func TestGCRetains(t *testing.T) {
 	}
 	if _, err := repo.GC(ctx, image.GCOptions{}); err == nil {
 		t.Error("gc keeping nothing succeeded")
+	}
+}
+
+// TestGCDuringCheckpoint: a gc that starts while a checkpoint is being
+// written (the store's writer held) waits for it, and keeps it: it reads
+// the catalog only once it holds the store.
+func TestGCDuringCheckpoint(t *testing.T) {
+	repo := newRepo(t)
+	ctx := context.Background()
+	delta := tarOf(t, &tar.Header{Name: "f", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644})
+	if err := repo.Ingest(ctx, stage(t, map[string][]byte{"core-1.img": randBytes(4096)}, delta), &image.Record{Container: "c", Seq: 1, Config: []byte(`{}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	w, err := repo.OpenWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := repo.GC(ctx, image.GCOptions{Keep: 10})
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // gc has begun, and waits for the store
+	// The checkpoint's chunks, manifest and record, then the store let go.
+	id, _, err := w.Put(ctx, randBytes(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := w.PutManifest(ctx, &store.Manifest{Nodes: []store.Node{
+		{Path: image.CRIUDir, Kind: store.KindDir, Mode: 0o700},
+		{Path: image.CRIUDir + "/core-1.img", Kind: store.KindFile, Mode: 0o600, Size: 4096, Chunks: []store.ID{id}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := image.SaveRecord(repo, &image.Record{Container: "c", Seq: 2, Config: []byte(`{}`), Manifest: m}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.ChunkIDs(ctx, "c", 2); err != nil {
+		t.Fatalf("the checkpoint written during gc: %v", err)
 	}
 }

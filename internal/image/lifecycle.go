@@ -49,6 +49,14 @@ func (r Repo) GC(ctx context.Context, opts GCOptions) (GCResult, error) {
 	if keep < 1 {
 		return res, fmt.Errorf("keep %d: at least the newest checkpoint of each container is kept", keep)
 	}
+	// The store first, then the catalog: a checkpoint being written holds
+	// the store until its record is written, so the catalog read then
+	// lists every image whose chunks are in the store.
+	st, err := r.OpenWriter(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer st.Close()
 	recs, errs := r.All()
 	if len(errs) > 0 {
 		// A record that does not parse may name data still needed: refuse
@@ -81,11 +89,6 @@ func (r Repo) GC(ctx context.Context, opts GCOptions) (GCResult, error) {
 	if dryRun {
 		return res, nil
 	}
-	st, err := r.OpenWriter(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer st.Close()
 	res.Before = st.Stats()
 	res.Store, err = st.GC(ctx, keepIDs, store.GCOptions{Progress: progress})
 	if err != nil {

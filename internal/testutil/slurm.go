@@ -210,9 +210,15 @@ func (s *Slurm) Job(id int) map[string]string {
 
 // Release lets pending job id start now: Slurm holds a requeued job a
 // while before it runs again (its begin time, which may be set only after
-// the job shows as pending).
+// the job shows as pending). It waits first for the job's last allocation
+// to be over on every node (none completing): a job started again before
+// its last batch script is gone is killed ("job credential revoked").
 func (s *Slurm) Release(id int) {
 	s.t.Helper()
+	WaitUntil(s.t, time.Minute, func() (bool, string) {
+		out, err := s.Command("sinfo", "-h", "-N", "-p", "batch", "-o", "%N %t").CombinedOutput()
+		return err == nil && !strings.Contains(string(out), "comp"), fmt.Sprintf("nodes still completing a job: %s %v", out, err)
+	})
 	if j := s.Job(id); j["JobState"] == "PENDING" {
 		if out, err := s.Command("/usr/bin/scontrol", "update", "JobId="+strconv.Itoa(id), "StartTime=now").CombinedOutput(); err != nil {
 			s.t.Fatalf("scontrol update JobId=%d StartTime=now: %v\n%s", id, err, out)
@@ -223,6 +229,9 @@ func (s *Slurm) Release(id int) {
 // stop cancels every job, waits for them to end, stops the daemons and
 // removes the namespaces, the bridge and the directory.
 func (s *Slurm) stop() {
+	if s.t.Failed() {
+		s.logTails()
+	}
 	_ = s.Command("/usr/bin/scancel", "--full", "--user=root").Run()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -248,4 +257,17 @@ func (s *Slurm) stop() {
 		s.t.Errorf("remove Slurm's nodes: %v", err)
 	}
 	os.RemoveAll(s.Dir)
+}
+
+// logTails logs the end of the controller's and every slurmd's log, for a
+// failed test.
+func (s *Slurm) logTails() {
+	logs, _ := filepath.Glob(filepath.Join(s.Dir, "log", "*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		if len(b) > 6000 {
+			b = b[len(b)-6000:]
+		}
+		s.t.Logf("--- %s:\n%s", filepath.Base(l), b)
+	}
 }

@@ -17,7 +17,8 @@ import (
 // A Bucket is a flat space of immutable objects named by keys: what a
 // Repo needs of an object store. Put writes an object whole (a reader
 // sees all of it or nothing); Get of a missing object gives an error
-// matching ErrNotExist, as does GetRange; Delete of a missing object is
+// matching ErrNotExist, as does GetRange, whose range past the object's
+// end gives one matching ErrShort; Delete of a missing object is
 // no error. List returns the objects whose keys start with prefix, in
 // key order. Keys are made by this package: slash-separated, without
 // empty, "." or ".." components.
@@ -43,6 +44,9 @@ var (
 	// ErrCorrupt is matched by the error of reading an object whose
 	// content does not verify: it is never used, and never deleted.
 	ErrCorrupt = errors.New("damaged object in the durable tier")
+	// ErrShort is matched by GetRange of a range that ends past the
+	// object: of a pack the repo's index says holds it, a truncated one.
+	ErrShort = errors.New("range past the end of the object")
 	// ErrUnreachable is matched when the tier cannot be reached at all.
 	ErrUnreachable = errors.New("durable tier unreachable")
 	// ErrDenied is matched when the tier refuses the credentials.

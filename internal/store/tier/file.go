@@ -144,7 +144,7 @@ func (b *FileBucket) GetRange(ctx context.Context, key string, off, n int64) ([]
 	}
 	defer f.Close()
 	if off < 0 || n < 0 || off+n > size {
-		return nil, fmt.Errorf("get %s: range %d+%d outside its %d bytes", key, off, n, size)
+		return nil, fmt.Errorf("get %s: range %d+%d outside its %d bytes: %w", key, off, n, size, ErrShort)
 	}
 	buf := make([]byte, n)
 	if _, err := f.ReadAt(buf, off); err != nil {

@@ -56,7 +56,7 @@ func (m *MemBucket) GetRange(ctx context.Context, key string, off, n int64) ([]b
 		return nil, err
 	}
 	if off < 0 || n < 0 || off+n > int64(len(b)) {
-		return nil, fmt.Errorf("get %s: range %d+%d outside its %d bytes", key, off, n, len(b))
+		return nil, fmt.Errorf("get %s: range %d+%d outside its %d bytes: %w", key, off, n, len(b), ErrShort)
 	}
 	return b[off : off+n], nil
 }

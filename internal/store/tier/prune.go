@@ -89,6 +89,9 @@ func (r *Repo) Prune(ctx context.Context, keep []store.ID) (PruneStats, error) {
 	get := func(ctx context.Context, id store.ID) (store.Blob, error) {
 		l := from[id]
 		b, err := r.b.GetRange(ctx, r.key(packsDir, l.pack), int64(l.Offset), int64(l.Length))
+		if errors.Is(err, ErrShort) || errors.Is(err, ErrNotExist) {
+			return store.Blob{}, fmt.Errorf("%w: pack %s, indexed, is truncated or gone: %w", ErrCorrupt, l.pack, err)
+		}
 		if err != nil {
 			return store.Blob{}, err
 		}

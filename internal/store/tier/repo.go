@@ -484,6 +484,9 @@ func (r *Repo) fetchRun(ctx context.Context, dst *store.Store, p store.ID, run [
 		if errors.Is(err, ErrNotExist) {
 			return 0, fmt.Errorf("%w: pack %s is indexed but gone: %w", ErrCorrupt, p, err)
 		}
+		if errors.Is(err, ErrShort) {
+			return 0, fmt.Errorf("%w: pack %s is shorter than its index says (truncated): %w", ErrCorrupt, p, err)
+		}
 		return 0, err
 	}
 	if uint64(len(b)) != end-start {

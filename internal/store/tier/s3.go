@@ -112,6 +112,8 @@ func (b *S3Bucket) err(err error) error {
 	switch resp.Code {
 	case minio.NoSuchKey, "NotFound":
 		return fmt.Errorf("%w: %w", ErrNotExist, err)
+	case "InvalidRange":
+		return fmt.Errorf("%w: %w", ErrShort, err)
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AllAccessDisabled":
 		return fmt.Errorf("%w: %w", ErrDenied, err)
 	}
@@ -184,7 +186,7 @@ func (b *S3Bucket) GetRange(ctx context.Context, key string, off, n int64) ([]by
 			return nil, fmt.Errorf("get %s/%s: %w", b, key, b.err(err))
 		}
 		if off > st.Size {
-			return nil, fmt.Errorf("get %s/%s: range %d+0 outside its %d bytes", b, key, off, st.Size)
+			return nil, fmt.Errorf("get %s/%s: range %d+0 outside its %d bytes: %w", b, key, off, st.Size, ErrShort)
 		}
 		return []byte{}, nil
 	}
@@ -194,7 +196,7 @@ func (b *S3Bucket) GetRange(ctx context.Context, key string, off, n int64) ([]by
 	}
 	buf, err := b.get(ctx, key, opts, n)
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("get %s/%s: range %d+%d outside the object: %w", b, key, off, n, err)
+		return nil, fmt.Errorf("get %s/%s: range %d+%d outside the object: %w: %w", b, key, off, n, ErrShort, err)
 	}
 	return buf, err
 }

@@ -231,11 +231,13 @@ func testFlushFetch(t *testing.T, open func(t *testing.T) tier.Bucket) {
 	}
 }
 
-func TestFetchDamaged(t *testing.T) {
+// flushedImage flushes an image of 300 pages (from seed) into a repo of
+// a memory bucket.
+func flushedImage(t *testing.T, seed uint64) (*tier.MemBucket, *tier.Repo, store.ID) {
+	t.Helper()
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(3, 4))
 	src := store.TestStore(t)
-	m := put(t, src, newImage(rng, 300))
+	m := put(t, src, newImage(rand.New(rand.NewPCG(seed, seed+1)), 300))
 	b := tier.NewMemBucket()
 	repo, err := tier.OpenRepo(ctx, b, "")
 	if err != nil {
@@ -244,12 +246,46 @@ func TestFetchDamaged(t *testing.T) {
 	if _, err := repo.Flush(ctx, src, m); err != nil {
 		t.Fatal(err)
 	}
+	return b, repo, m
+}
+
+// TestFetchTruncated: a pack cut short (an upload that lost its end, a
+// store that lost a block) is damage: fetch gives ErrCorrupt and stores
+// nothing of the image.
+func TestFetchTruncated(t *testing.T) {
+	ctx := context.Background()
+	b, repo, m := flushedImage(t, 5)
+	objs, _ := b.List(ctx, "packs/")
+	if len(objs) == 0 {
+		t.Fatal("no pack")
+	}
+	for _, o := range objs {
+		data, err := b.Get(ctx, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Put(ctx, o.Key, data[:len(data)/2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst := store.TestStore(t)
+	if _, err := repo.Fetch(ctx, dst, m); !errors.Is(err, tier.ErrCorrupt) {
+		t.Fatalf("fetch of truncated packs: %v, want ErrCorrupt", err)
+	}
+	if ms, _ := dst.Manifests(ctx); len(ms) != 0 {
+		t.Fatalf("the truncated image was stored: %v", ms)
+	}
+}
+
+func TestFetchDamaged(t *testing.T) {
+	ctx := context.Background()
+	b, repo, m := flushedImage(t, 3)
 	objs, _ := b.List(ctx, "packs/")
 	if len(objs) == 0 || !b.Damage(objs[0].Key, 100) {
 		t.Fatal("no pack to damage")
 	}
 	dst := store.TestStore(t)
-	_, err = repo.Fetch(ctx, dst, m)
+	_, err := repo.Fetch(ctx, dst, m)
 	if !errors.Is(err, tier.ErrCorrupt) {
 		t.Fatalf("fetch of a damaged pack: %v, want ErrCorrupt", err)
 	}
