@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -216,8 +217,9 @@ func (s *Slurm) Job(id int) map[string]string {
 func (s *Slurm) Release(id int) {
 	s.t.Helper()
 	WaitUntil(s.t, time.Minute, func() (bool, string) {
-		out, err := s.Command("sinfo", "-h", "-N", "-p", "batch", "-o", "%N %t").CombinedOutput()
-		return err == nil && !strings.Contains(string(out), "comp"), fmt.Sprintf("nodes still completing a job: %s %v", out, err)
+		out, err := s.Command("sinfo", "-h", "-N", "-p", "batch", "-o", "%t").CombinedOutput()
+		return err == nil && !slices.ContainsFunc(strings.Fields(string(out)), func(st string) bool { return strings.HasPrefix(st, "comp") }),
+			fmt.Sprintf("nodes still completing a job: %s %v", out, err)
 	})
 	if j := s.Job(id); j["JobState"] == "PENDING" {
 		if out, err := s.Command("/usr/bin/scontrol", "update", "JobId="+strconv.Itoa(id), "StartTime=now").CombinedOutput(); err != nil {

@@ -14,7 +14,6 @@ import (
 	"cairn/internal/testutil"
 )
 
-// About 7,000 messages a second: the ring job's rate on 2 nodes here.
 // ringJob is the ring job submitted with deploy/slurm/cairn.sbatch.
 type ringJob struct {
 	s        *testutil.Slurm
@@ -114,8 +113,8 @@ func (j *ringJob) check(t *testing.T, allocs int) {
 // finish with exactly an uninterrupted run's result.
 func TestJobAcrossAllocations(t *testing.T) {
 	s := testutil.NewSlurm(t, 2)
-	// Two minutes of work: about 25 s in each of the first two
-	// allocations.
+	// Two minutes of work (the ring passes about 7,000 messages a second
+	// on 2 nodes here): about 25 s in each of the first two allocations.
 	j := submit(t, s, 800_000, "--time=1", "--signal=B:USR1@35")
 	j.waitRequeued(t, 1)
 	s.Release(j.id) // Slurm holds a requeued job a while before it runs again

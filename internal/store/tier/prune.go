@@ -88,10 +88,7 @@ func (r *Repo) Prune(ctx context.Context, keep []store.ID) (PruneStats, error) {
 	slices.SortFunc(copyIDs, func(a, b store.ID) int { return cmpLoc(from[a], from[b]) })
 	get := func(ctx context.Context, id store.ID) (store.Blob, error) {
 		l := from[id]
-		b, err := r.b.GetRange(ctx, r.key(packsDir, l.pack), int64(l.Offset), int64(l.Length))
-		if errors.Is(err, ErrShort) || errors.Is(err, ErrNotExist) {
-			return store.Blob{}, fmt.Errorf("%w: pack %s, indexed, is truncated or gone: %w", ErrCorrupt, l.pack, err)
-		}
+		b, err := r.readPack(ctx, l.pack, int64(l.Offset), int64(l.Length))
 		if err != nil {
 			return store.Blob{}, err
 		}

@@ -475,18 +475,25 @@ func runs(ls []loc) [][]loc {
 	return out
 }
 
+// readPack reads n bytes at off of pack p, which an index file lists: a
+// pack gone, or shorter than the index says (truncated), is damage.
+func (r *Repo) readPack(ctx context.Context, p store.ID, off, n int64) ([]byte, error) {
+	b, err := r.b.GetRange(ctx, r.key(packsDir, p), off, n)
+	switch {
+	case errors.Is(err, ErrNotExist):
+		return nil, fmt.Errorf("%w: pack %s is indexed but gone: %w", ErrCorrupt, p, err)
+	case errors.Is(err, ErrShort):
+		return nil, fmt.Errorf("%w: pack %s is shorter than its index says (truncated): %w", ErrCorrupt, p, err)
+	}
+	return b, err
+}
+
 // fetchRun reads one run of blobs of pack p and stores each in dst once
 // verified.
 func (r *Repo) fetchRun(ctx context.Context, dst *store.Store, p store.ID, run []loc) (int64, error) {
 	start, end := run[0].Offset, run[len(run)-1].End()
-	b, err := r.b.GetRange(ctx, r.key(packsDir, p), int64(start), int64(end-start))
+	b, err := r.readPack(ctx, p, int64(start), int64(end-start))
 	if err != nil {
-		if errors.Is(err, ErrNotExist) {
-			return 0, fmt.Errorf("%w: pack %s is indexed but gone: %w", ErrCorrupt, p, err)
-		}
-		if errors.Is(err, ErrShort) {
-			return 0, fmt.Errorf("%w: pack %s is shorter than its index says (truncated): %w", ErrCorrupt, p, err)
-		}
 		return 0, err
 	}
 	if uint64(len(b)) != end-start {
