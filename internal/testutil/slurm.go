@@ -212,8 +212,10 @@ func (s *Slurm) Job(id int) map[string]string {
 // Release lets pending job id start now: Slurm holds a requeued job a
 // while before it runs again (its begin time, which may be set only after
 // the job shows as pending). It waits first for the job's last allocation
-// to be over on every node (none completing): a job started again before
-// its last batch script is gone is killed ("job credential revoked").
+// to be over on every node (none completing), and for the second of its
+// requeue to pass: a slurmd revokes the job's credentials as of the second
+// it ends it, so a start within that same second is killed ("job
+// credential revoked").
 func (s *Slurm) Release(id int) {
 	s.t.Helper()
 	WaitUntil(s.t, time.Minute, func() (bool, string) {
@@ -221,6 +223,7 @@ func (s *Slurm) Release(id int) {
 		return err == nil && !slices.ContainsFunc(strings.Fields(string(out)), func(st string) bool { return strings.HasPrefix(st, "comp") }),
 			fmt.Sprintf("nodes still completing a job: %s %v", out, err)
 	})
+	time.Sleep(2 * time.Second)
 	if j := s.Job(id); j["JobState"] == "PENDING" {
 		if out, err := s.Command("/usr/bin/scontrol", "update", "JobId="+strconv.Itoa(id), "StartTime=now").CombinedOutput(); err != nil {
 			s.t.Fatalf("scontrol update JobId=%d StartTime=now: %v\n%s", id, err, out)
