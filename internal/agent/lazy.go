@@ -32,25 +32,49 @@ func (s *Server) lazySource(ctx context.Context, container string, seq int, hold
 		f.close()
 		return nil, nil, err
 	}
-	lc := &lazyChunks{f: f}
+	return head, s.lazyChunks(&holderChunks{f: f}), nil
+}
+
+// lazyChunks returns the chunks of an image a lazy restore asks for: from
+// this node's store if it has them (chunks of the rank's earlier
+// checkpoints), else from remote.
+func (s *Server) lazyChunks(remote remoteChunks) *lazyChunks {
+	lc := &lazyChunks{remote: remote}
 	if st, err := s.Manager.Repo().OpenReader(); err == nil {
-		lc.local = st // chunks of earlier checkpoints of the rank
+		lc.local = st
 	}
-	return head, lc, nil
+	return lc
 }
 
 // lazyChunks gets the chunks of an image a lazy restore asks for: from
-// this node's store if it has them, else from the image's holders. A
-// request is shared out among the holders still serving (lazyShare chunks
-// or more each, fetched at once); a holder that fails or serves damage is
-// given up and its share fetched from the next. Every chunk is verified
-// as it arrives.
+// this node's store if it has them, else from remote. Every chunk is
+// verified as it arrives.
 type lazyChunks struct {
-	f     *fetcher
-	local *store.Store // nil: no store here yet
-	next  atomic.Uint32
-	once  sync.Once
+	remote remoteChunks
+	local  *store.Store // nil: no store here yet
+	once   sync.Once
 }
+
+// remoteChunks is where a lazy restore gets the chunks this node lacks:
+// the image's holders (holderChunks) or the durable tier (tierChunks).
+type remoteChunks interface {
+	// get hands keep each of ids, verified, once, from any goroutine.
+	get(ctx context.Context, ids []store.ID, keep func(store.ID, []byte) error) error
+	// done is called once every page of the image is here.
+	done(image string)
+	close()
+}
+
+// holderChunks gets chunks from an image's holders. A request is shared
+// out among the holders still serving (lazyShare chunks or more each,
+// fetched at once); a holder that fails or serves damage is given up and
+// its share fetched from the next.
+type holderChunks struct {
+	f    *fetcher
+	next atomic.Uint32
+}
+
+func (c *holderChunks) close() { c.f.close() }
 
 // lazyShare is the least a holder is asked for at once.
 const lazyShare = 64
@@ -60,7 +84,7 @@ const lazyWindow = 1024
 
 func (c *lazyChunks) close() {
 	c.once.Do(func() {
-		c.f.close()
+		c.remote.close()
 		if c.local != nil {
 			c.local.Close()
 		}
@@ -105,14 +129,21 @@ func (c *lazyChunks) get(ctx context.Context, ids []store.ID) ([][]byte, error) 
 		return data, nil
 	}
 	var mu sync.Mutex
-	keep := func(id store.ID, b []byte) error {
+	err := c.remote.get(ctx, remote, func(id store.ID, b []byte) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, i := range at[id] {
 			data[i] = b
 		}
 		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return data, nil
+}
+
+func (c *holderChunks) get(ctx context.Context, remote []store.ID, keep func(store.ID, []byte) error) error {
 	live := 0
 	for _, h := range c.f.holders {
 		if h.failed() == nil {
@@ -129,15 +160,12 @@ func (c *lazyChunks) get(ctx context.Context, ids []store.ID) ([][]byte, error) 
 		wg.Go(func() { errs[p] = c.fetch(ctx, part, first, keep) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return data, nil
+	return errors.Join(errs...)
 }
 
 // fetch fetches part from the holders, starting with holder first (mod
 // their number) and going on to the next when one fails.
-func (c *lazyChunks) fetch(ctx context.Context, part []store.ID, first int, keep func(store.ID, []byte) error) error {
+func (c *holderChunks) fetch(ctx context.Context, part []store.ID, first int, keep func(store.ID, []byte) error) error {
 	hs := c.f.holders
 	for k := range hs {
 		if len(part) == 0 {
@@ -177,11 +205,18 @@ func (c *lazyChunks) fetch(ctx context.Context, part []store.ID, first int, keep
 	return nil
 }
 
-// lazyRestore is the container.Lazy of a rank restored from holders, and
-// what to call if the restore fails before it starts. Once every page is
-// here, a holder that served damage is repaired from one that did not.
-func (s *Server) lazyRestore(ctx context.Context, name string, seq int, holders []agentv1.Holder) (*container.Lazy, func(), error) {
-	head, lc, err := s.lazySource(ctx, name, seq, holders)
+// lazyRestore is the container.Lazy of a rank restored lazily from
+// holders (RankRestore.Lazy) or from the durable tier (RankRestore.Tier),
+// and what to call if the restore fails before it starts.
+func (s *Server) lazyRestore(ctx context.Context, name string, req agentv1.RankRestore) (*container.Lazy, func(), error) {
+	var head *image.Head
+	var lc *lazyChunks
+	var err error
+	if req.Tier != nil {
+		head, lc, err = s.lazyTierSource(ctx, name, req.Seq, *req.Tier)
+	} else {
+		head, lc, err = s.lazySource(ctx, name, req.Seq, req.Lazy)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -192,13 +227,16 @@ func (s *Server) lazyRestore(ctx context.Context, name string, seq int, holders 
 			return
 		}
 		s.log().Info("lazy restore: every page is here", "ckpt", head.Record.Name(), "pages", st.Pages, "took", st.Took)
-		lc.repairDamaged(head.Record.Name())
+		lc.remote.done(head.Record.Name())
 	}}, lc.close, nil
 }
 
+// done repairs the copies of holders that served damage.
+func (c *holderChunks) done(image string) { c.repairDamaged(image) }
+
 // repairDamaged asks every holder that served damage to repair its copy
 // from a holder that served without fault.
-func (c *lazyChunks) repairDamaged(image string) {
+func (c *holderChunks) repairDamaged(image string) {
 	var good *holder
 	var damaged []*holder
 	for _, h := range c.f.holders {

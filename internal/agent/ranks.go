@@ -219,9 +219,9 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 	var lz *container.Lazy
 	if staged == "" {
 		_, err = s.Manager.Repo().Load(name, req.Seq)
-		if errors.Is(err, image.ErrNotFound) && len(req.Lazy) > 0 {
+		if errors.Is(err, image.ErrNotFound) && (len(req.Lazy) > 0 || req.Tier != nil) {
 			var abandon func()
-			if lz, abandon, err = s.lazyRestore(ctx, name, req.Seq, req.Lazy); err != nil {
+			if lz, abandon, err = s.lazyRestore(ctx, name, req); err != nil {
 				return nil, err
 			}
 			defer func() {

@@ -11,11 +11,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
+	"cairn/internal/image"
 	"cairn/internal/names"
 	"cairn/internal/store"
 	"cairn/internal/store/tier"
@@ -188,3 +191,40 @@ func (s *Server) tierPrune(ctx context.Context, req agentv1.TierPrune) (agentv1.
 	out.Manifests, out.Packs, out.Bytes = st.Manifests, st.Packs, st.Bytes
 	return out, tierErr(err)
 }
+
+// lazyTierSource prepares a lazy restore of checkpoint container:seq from
+// the durable tier: the head first (its record, checked as a fetch checks
+// it, and its manifest), then chunks as the restore and the page server
+// ask for them (tierChunks).
+func (s *Server) lazyTierSource(ctx context.Context, container string, seq int, src agentv1.TierSource) (*image.Head, *lazyChunks, error) {
+	tr, err := openTier(ctx, src.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	head, err := s.Manager.Repo().TierHead(ctx, tr, src.Record, container, seq)
+	if err != nil {
+		return nil, nil, tierErr(fmt.Errorf("lazy restore of %s:%d from %s: %w", container, seq, tr, err))
+	}
+	return head, s.lazyChunks(&tierChunks{tr: tr, log: s.log(), start: time.Now()}), nil
+}
+
+// tierChunks gets the chunks of a lazy restore from the durable tier, by
+// ranges of its packs, each verified (tier.Repo.Get).
+type tierChunks struct {
+	tr    *tier.Repo
+	log   *slog.Logger
+	start time.Time
+	read  atomic.Int64
+}
+
+func (c *tierChunks) get(ctx context.Context, ids []store.ID, keep func(store.ID, []byte) error) error {
+	n, err := c.tr.Get(ctx, ids, keep)
+	c.read.Add(n)
+	return tierErr(err)
+}
+
+func (c *tierChunks) done(image string) {
+	c.log.Info("lazy restore: read from the durable tier", "ckpt", image, "tier", c.tr.String(), "bytes", c.read.Load(), "took", time.Since(c.start))
+}
+
+func (c *tierChunks) close() {}

@@ -19,9 +19,10 @@ import (
 
 // Checkpoints lists a job's global checkpoints, oldest first; a durable or
 // protected one says which of its ranks have no copy on a live node now
-// (Unavailable).
+// (Unavailable), unless it is in the job's durable tier.
 func (c *Coordinator) Checkpoints(ctx context.Context, job string) ([]coordv1.Ckpt, error) {
-	if _, err := c.rec.job(ctx, job); err != nil {
+	j, err := c.rec.job(ctx, job)
+	if err != nil {
 		return nil, err
 	}
 	cks, err := c.rec.ckpts(ctx, job)
@@ -33,7 +34,9 @@ func (c *Coordinator) Checkpoints(ctx context.Context, job string) ([]coordv1.Ck
 		return nil, err
 	}
 	for i := range cks {
-		cks[i].Unavailable = unavailable(cks[i], live)
+		if !inTier(&cks[i], j.Tier) {
+			cks[i].Unavailable = unavailable(cks[i], live)
+		}
 	}
 	return cks, nil
 }

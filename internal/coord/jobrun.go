@@ -48,6 +48,7 @@ type jobRun struct {
 	nets     map[string]agentv1.JobNet // the job network by node, for x.placement
 
 	mu        sync.Mutex
+	tierCkpt  *coordv1.TierCkpt  // the ckpt's record in the durable tier, once read
 	prepared  agentv1.Prepared   // the migrating rank's prepare
 	movedIn   agentv1.MigratedIn // its move
 	resumedAt time.Time          // when the first resume was sent
@@ -213,10 +214,28 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 		}
 		res.Damaged = damaged
 		return err
+	case machine.FetchTier:
+		src, err := x.tierSource(ctx, cl, a.Rank)
+		if err != nil {
+			return err
+		}
+		img, err := cl.TierFetch(ctx, agentv1.TierFetch{URL: src.URL, ImageRef: agentv1.ImageRef{Container: agentv1.RankName(j.Name, a.Rank), Seq: x.ckpt}, Record: src.Record})
+		if err != nil {
+			return err
+		}
+		x.log.Info("fetched from the durable tier for restart", "rank", a.Rank, "node", a.Node, "bytes", img.Bytes, "took", img.Duration)
+		return x.c.rec.addCopy(ctx, j.Name, x.ckpt, a.Rank, a.Node, nil)
 	case machine.RestoreRank:
 		req := agentv1.RankRestore{Rank: x.rank(a.Rank), Net: x.ownNet(a.Node), Addr: j.Addrs[a.Rank], Seq: x.ckpt}
 		for _, h := range a.Lazy {
 			req.Lazy = append(req.Lazy, agentv1.Holder{Addr: x.nodes[h].Addr, Node: h})
+		}
+		if a.Tier {
+			src, err := x.tierSource(ctx, cl, a.Rank)
+			if err != nil {
+				return err
+			}
+			req.Tier = &src
 		}
 		_, err := cl.RankRestore(ctx, req)
 		return err
@@ -256,6 +275,29 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 	return fmt.Errorf("no agent call for %s", a)
 }
 
+// tierSource is where rank's image of the ckpt is in the job's durable
+// tier: the tier's record of the ckpt, read through cl the first time and
+// checked, gives it.
+func (x *jobRun) tierSource(ctx context.Context, cl Agent, rank int) (agentv1.TierSource, error) {
+	repo := coordv1.TierRepo(x.job.Tier, x.job.Name)
+	x.mu.Lock()
+	rec := x.tierCkpt
+	x.mu.Unlock()
+	if rec == nil {
+		var err error
+		if rec, err = readTierCkpt(ctx, cl, repo, x.job.Name, x.ckpt); err != nil {
+			return agentv1.TierSource{}, err
+		}
+		x.mu.Lock()
+		x.tierCkpt = rec
+		x.mu.Unlock()
+	}
+	if rank >= len(rec.Images) {
+		return agentv1.TierSource{}, fmt.Errorf("the tier's record of %s:%d has no rank %d", x.job.Name, x.ckpt, rank)
+	}
+	return agentv1.TierSource{URL: repo, Record: rec.Images[rank].Record}, nil
+}
+
 func (x *jobRun) ranks(rs []int) []agentv1.Rank {
 	out := make([]agentv1.Rank, len(rs))
 	for i, r := range rs {
@@ -274,6 +316,8 @@ func actionNode(a machine.Action) string {
 	case machine.RemoveRank:
 		return a.Node
 	case machine.FetchImage:
+		return a.Node
+	case machine.FetchTier:
 		return a.Node
 	case machine.RestoreRank:
 		return a.Node

@@ -124,7 +124,7 @@ func TestRestorable(t *testing.T) {
 		{"named, unknown", 9, cks, 0, coordv1.CodeNoCkpt},
 		{"none", 0, cks[2:4], 0, coordv1.CodeNoCkpt},
 	} {
-		got, err := restorable(tc.cks, tc.from, live)
+		got, err := restorable(tc.cks, tc.from, live, "")
 		if tc.errCode != "" {
 			if codeOf(err) != tc.errCode {
 				t.Errorf("%s: %v, %v; want error %s", tc.name, got, err, tc.errCode)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	agentv1 "cairn/api/agent/v1"
@@ -54,6 +55,24 @@ func (rc *records) ckpt(ctx context.Context, job string, seq int) (*coordv1.Ckpt
 		return nil, err
 	}
 	return &ck, nil
+}
+
+// addCopy records that node holds rank's image of checkpoint seq of job.
+// note, if set, changes the record in the same update (a replica's span
+// and bytes).
+func (rc *records) addCopy(ctx context.Context, job string, seq, rank int, node string, note func(*coordv1.Ckpt)) error {
+	var ck coordv1.Ckpt
+	return rc.c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
+		if note != nil {
+			note(&ck)
+		}
+		for i := range ck.Ranks {
+			if ck.Ranks[i].Rank == rank && !slices.Contains(copiesOf(ck.Ranks[i]), node) {
+				ck.Ranks[i].Copies = append(copiesOf(ck.Ranks[i]), node)
+			}
+		}
+		return nil
+	})
 }
 
 func (rc *records) ckpts(ctx context.Context, job string) ([]coordv1.Ckpt, error) {

@@ -83,9 +83,11 @@ func liveCopies(r coordv1.CkptRank, live map[string]coordv1.Node) []string {
 }
 
 // copiesOf is where a rank image is: its copies, or where it was taken for
-// a record from before copies were tracked.
+// a record from before copies were tracked; none for an image taken on
+// another cluster (imported from the durable tier) until a node fetches
+// it.
 func copiesOf(r coordv1.CkptRank) []string {
-	if len(r.Copies) > 0 {
+	if len(r.Copies) > 0 || r.Node == "" {
 		return r.Copies
 	}
 	return []string{r.Node}
@@ -174,17 +176,7 @@ func (rp *replicator) copyImage(ctx context.Context, job string, seq, rank int, 
 		"bytes", img.Bytes, "took", time.Since(start))
 	c.publish(evv1.Event{Type: evv1.ReplicaCopied, Job: job, Ckpt: seq, Rank: evv1.IntPtr(rank), Node: to, Peer: from,
 		Bytes: img.Bytes, Duration: time.Since(start)})
-	var ck coordv1.Ckpt
-	err = c.cat.Update(ctx, ckptKey(job, seq), &ck, func() error {
-		noteCopy(&ck, start, time.Now(), img.Bytes)
-		for i := range ck.Ranks {
-			if ck.Ranks[i].Rank == rank {
-				ck.Ranks[i].Copies = append(copiesOf(ck.Ranks[i]), to)
-				ck.Ranks[i].Copies = slices.Compact(ck.Ranks[i].Copies)
-			}
-		}
-		return nil
-	})
+	err = c.rec.addCopy(ctx, job, seq, rank, to, func(ck *coordv1.Ckpt) { noteCopy(ck, start, time.Now(), img.Bytes) })
 	for _, bad := range damaged {
 		_ = rp.repairCopy(ctx, job, seq, rank, bad, []string{to}, live, true)
 	}

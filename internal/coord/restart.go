@@ -16,8 +16,9 @@ import (
 
 // restorable picks the checkpoint to restart from: number from, or the
 // newest durable (or protected) one whose every rank image has a copy on a
-// live node.
-func restorable(cks []coordv1.Ckpt, from int, live map[string]coordv1.Node) (*coordv1.Ckpt, error) {
+// live node, or that is in durable tier tier ("" for none: a flush reads
+// from nodes only).
+func restorable(cks []coordv1.Ckpt, from int, live map[string]coordv1.Node, tier string) (*coordv1.Ckpt, error) {
 	for i := len(cks) - 1; i >= 0; i-- {
 		ck := &cks[i]
 		if from != 0 && ck.Seq != from {
@@ -35,7 +36,7 @@ func restorable(cks []coordv1.Ckpt, from int, live map[string]coordv1.Node) (*co
 				missing = append(missing, fmt.Sprintf("rank %d (on %v)", r.Rank, copiesOf(r)))
 			}
 		}
-		if len(missing) == 0 {
+		if len(missing) == 0 || inTier(ck, tier) {
 			return ck, nil
 		}
 		if from != 0 {
@@ -46,6 +47,11 @@ func restorable(cks []coordv1.Ckpt, from int, live map[string]coordv1.Node) (*co
 		return nil, apiErr(coordv1.CodeNoCkpt, "no checkpoint %d", from)
 	}
 	return nil, apiErr(coordv1.CodeNoCkpt, "no durable checkpoint with every rank image on a live node")
+}
+
+// inTier reports whether ck is flushed to durable tier tier.
+func inTier(ck *coordv1.Ckpt, tier string) bool {
+	return tier != "" && ck.Flushed != nil && ck.Flushed.URL == tier
 }
 
 // Restart restarts a whole job from a checkpoint: what is left of the job
@@ -187,6 +193,9 @@ func restartPlacement(j *coordv1.Job, ck *coordv1.Ckpt, copies [][]string, cands
 	}
 	prefer := make([]string, len(ck.Ranks))
 	for i := range ck.Ranks {
+		if len(copies[i]) == 0 {
+			continue // in the durable tier only
+		}
 		prefer[i] = copies[i][0]
 		if i < len(j.Placement) && slices.Contains(copies[i], j.Placement[i]) {
 			prefer[i] = j.Placement[i]
@@ -284,11 +293,11 @@ func (jr *jobRuns) plan(ctx context.Context, j *coordv1.Job, req coordv1.Restart
 	if err != nil {
 		return nil, cfg, err
 	}
-	ck, err = restorable(cks, req.From, live)
+	ck, err = restorable(cks, req.From, live, j.Tier)
 	if err != nil {
 		return nil, cfg, err
 	}
-	cfg = machine.RestartConfig{Job: j.Name, Ckpt: ck.Seq, Lazy: j.LazyRestore}
+	cfg = machine.RestartConfig{Job: j.Name, Ckpt: ck.Seq, Lazy: j.LazyRestore, Tier: inTier(ck, j.Tier)}
 	if req.Lazy != nil {
 		cfg.Lazy = *req.Lazy
 	}

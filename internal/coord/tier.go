@@ -83,7 +83,7 @@ func (ts *tiers) flush(ctx context.Context, job string, req coordv1.Flush) (*coo
 	if err != nil {
 		return nil, err
 	}
-	ck, err := restorable(cks, req.Seq, live)
+	ck, err := restorable(cks, req.Seq, live, "")
 	if err != nil {
 		return nil, err
 	}
@@ -222,12 +222,36 @@ func (jr *jobRuns) restartFromTier(ctx context.Context, name string, req coordv1
 		return nil, err
 	}
 	repo := coordv1.TierRepo(req.Tier, name)
-	var raw agentv1.TierRecord
+	var rec *coordv1.TierCkpt
 	err := c.tiers.onAnyNode(ctx, func(cl Agent) error {
 		var err error
-		raw, err = cl.TierRead(ctx, agentv1.TierRead{URL: repo, Seq: req.From})
+		rec, err = readTierCkpt(ctx, cl, repo, name, req.From)
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
+	placement, err := jr.importFromTier(ctx, rec, req, repo)
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("job imported from the durable tier", "job", name, "ckpt", rec.Ckpt.Seq, "tier", repo, "placement", placement)
+	j, err := jr.restart(ctx, name, coordv1.Restart{From: rec.Ckpt.Seq, Placement: placement, Lazy: req.Lazy}, restartAsked)
+	if err != nil {
+		// What it entered goes again, so that the restart can be asked
+		// again (the tier is left as it is).
+		if _, rerr := c.RemoveJob(context.WithoutCancel(ctx), name, true); rerr != nil {
+			c.log.Warn("remove a job whose restart from the durable tier failed", "job", name, "err", rerr)
+		}
+		return nil, err
+	}
+	return j, nil
+}
+
+// readTierCkpt reads through cl the tier's record of checkpoint seq of
+// job name (the newest if seq is 0) in repo, and checks it.
+func readTierCkpt(ctx context.Context, cl Agent, repo, name string, seq int) (*coordv1.TierCkpt, error) {
+	raw, err := cl.TierRead(ctx, agentv1.TierRead{URL: repo, Seq: seq})
 	if err != nil {
 		return nil, fmt.Errorf("read the record of %s in %s: %w", name, repo, err)
 	}
@@ -238,12 +262,7 @@ func (jr *jobRuns) restartFromTier(ctx context.Context, name string, req coordv1
 	if err := checkTierCkpt(&rec, name, raw.Seq); err != nil {
 		return nil, apiErr(agentv1.CodeCorrupt, "the record of checkpoint %s:%d in %s is damaged: %v", name, raw.Seq, repo, err)
 	}
-	placement, err := jr.importFromTier(ctx, &rec, req, repo)
-	if err != nil {
-		return nil, err
-	}
-	c.log.Info("job imported from the durable tier", "job", name, "ckpt", rec.Ckpt.Seq, "tier", repo, "placement", placement)
-	return jr.restart(ctx, name, coordv1.Restart{From: rec.Ckpt.Seq, Placement: placement, Lazy: req.Lazy}, restartAsked)
+	return &rec, nil
 }
 
 // checkTierCkpt checks a record read from the tier, hostile input, before
@@ -286,9 +305,9 @@ func checkTierCkpt(rec *coordv1.TierCkpt, name string, seq int) error {
 }
 
 // importFromTier enters the job and the checkpoint of rec into the
-// catalog and fetches each rank's image from repo to the node it is to
-// restart on, and returns those nodes. What it entered goes again if a
-// fetch fails, so that the restart can be asked again.
+// catalog, the checkpoint held by no node but in the tier at repo, and
+// returns the nodes its ranks are to restart on: the restart fetches each
+// rank's image there from the tier, or restores it lazily from the tier.
 func (jr *jobRuns) importFromTier(ctx context.Context, rec *coordv1.TierCkpt, req coordv1.Restart, repo string) ([]string, error) {
 	c := jr.c
 	name := rec.Job.Name
@@ -338,7 +357,7 @@ func (jr *jobRuns) importFromTier(ctx context.Context, rec *coordv1.TierCkpt, re
 	ck.State, ck.Unavailable, ck.Pinned = coordv1.CkptDurable, nil, false
 	ck.Flushed = &coordv1.Flushed{URL: j.Tier, At: time.Now().UTC()}
 	for r := range ck.Ranks {
-		ck.Ranks[r].Node, ck.Ranks[r].Copies = placement[r], nil
+		ck.Ranks[r].Node, ck.Ranks[r].Copies = "", nil // taken on another cluster
 		ck.Flushed.Manifests = append(ck.Flushed.Manifests, rec.Images[r].Manifest)
 	}
 	if err := c.cat.Create(ctx, jobKey(name), &j); err != nil {
@@ -347,33 +366,8 @@ func (jr *jobRuns) importFromTier(ctx context.Context, rec *coordv1.TierCkpt, re
 		}
 		return nil, err
 	}
-	undo := func() {
-		_ = c.cat.Delete(context.WithoutCancel(ctx), ckptKey(name, seq))
-		_ = c.cat.Delete(context.WithoutCancel(ctx), jobKey(name))
-	}
 	if err := c.cat.Create(ctx, ckptKey(name, seq), &ck); err != nil {
-		undo()
-		return nil, err
-	}
-	err = c.agents.onRanks(ctx, placement, func(r int, cl Agent) error {
-		_, err := cl.TierFetch(ctx, agentv1.TierFetch{URL: repo, ImageRef: agentv1.ImageRef{Container: agentv1.RankName(name, r), Seq: seq}, Record: rec.Images[r].Record})
-		if err != nil {
-			return fmt.Errorf("rank %d to %s: %w", r, placement[r], err)
-		}
-		return nil
-	})
-	if err != nil {
-		undo()
-		return nil, fmt.Errorf("fetch checkpoint %s:%d from %s: %w", name, seq, repo, err)
-	}
-	err = c.cat.Update(ctx, ckptKey(name, seq), &ck, func() error {
-		for r := range ck.Ranks {
-			ck.Ranks[r].Copies = []string{placement[r]}
-		}
-		return nil
-	})
-	if err != nil {
-		undo()
+		_ = c.cat.Delete(context.WithoutCancel(ctx), jobKey(name))
 		return nil, err
 	}
 	return placement, nil

@@ -168,3 +168,111 @@ func TestRetentionInTier(t *testing.T) {
 		t.Errorf("tier holds %v, want %v", got, want)
 	}
 }
+
+// TestRestartFromTierLazily: a job imported from the tier with --lazy is
+// restored from the tier while it runs: no node fetches an image, and the
+// catalog lists the checkpoint as held by no node, in the tier only. A
+// later restart (eager) restores from the tier again, fetching each image
+// to its node, and the catalog then lists those copies.
+func TestRestartFromTierLazily(t *testing.T) {
+	e := newMemEnv(t, 3, memagent.Options{}, coord.Options{})
+	c := e.start()
+	e.last = c
+	ctx := context.Background()
+	if _, err := c.RunJob(ctx, coordv1.RunJob{Name: "ring", Ranks: 3, Args: []string{"/bin/ring"}, Tier: testTier}); err != nil {
+		t.Fatal(err)
+	}
+	seq := c.checkpoint(t, "ring", 0)
+	if _, err := c.Flush(ctx, "ring", coordv1.Flush{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RemoveJob(ctx, "ring", true); err != nil {
+		t.Fatal(err)
+	}
+	fetches := e.mc.Ops()["tier-fetch"]
+	if _, err := c.Restart(ctx, "ring", coordv1.Restart{Tier: testTier, Lazy: new(true)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.consistent(e.settled(c, "ring", 10*time.Second), seq); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.mc.Ops()["tier-fetch"] - fetches; n != 0 {
+		t.Errorf("a lazy restart from the tier fetched %d images", n)
+	}
+	held := func() map[int][]string {
+		t.Helper()
+		cks, err := c.Checkpoints(ctx, "ring")
+		if err != nil || len(cks) != 1 || cks[0].Seq != seq {
+			t.Fatalf("checkpoints %+v %v, want %d alone", cks, err, seq)
+		}
+		if cks[0].Unavailable != nil {
+			t.Errorf("checkpoint %d, in the tier, is listed with ranks %v unavailable", seq, cks[0].Unavailable)
+		}
+		out := map[int][]string{}
+		for _, r := range cks[0].Ranks {
+			out[r.Rank] = r.Copies
+			for _, n := range e.mc.Nodes() {
+				if e.mc.HasImage(n, fmt.Sprintf("ring.%d", r.Rank), seq) != slices.Contains(r.Copies, n) {
+					t.Errorf("rank %d: the catalog lists copies on %v; %s holds one: %v", r.Rank, r.Copies, n, !slices.Contains(r.Copies, n))
+				}
+			}
+		}
+		return out
+	}
+	for r, copies := range held() {
+		if len(copies) != 0 {
+			t.Errorf("after a lazy restart from the tier, rank %d is listed on %v", r, copies)
+		}
+	}
+
+	// A restart of the job now: from the tier again, eagerly.
+	if _, err := c.Restart(ctx, "ring", coordv1.Restart{Lazy: new(false)}); err != nil {
+		t.Fatal(err)
+	}
+	j := e.settled(c, "ring", 10*time.Second)
+	if err := e.consistent(j, seq); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.mc.Ops()["tier-fetch"] - fetches; n != 3 {
+		t.Errorf("an eager restart from the tier fetched %d images, want 3", n)
+	}
+	for r, copies := range held() {
+		if !slices.Equal(copies, []string{j.Placement[r]}) {
+			t.Errorf("after an eager restart from the tier, rank %d is listed on %v, want its node %s", r, copies, j.Placement[r])
+		}
+	}
+}
+
+// TestRestartFromTierAfterCopiesLost: a job whose nodes die with every
+// copy of its checkpoint restarts on others from its durable tier, by
+// itself.
+func TestRestartFromTierAfterCopiesLost(t *testing.T) {
+	e := newMemEnv(t, 4, memagent.Options{}, coord.Options{})
+	c := e.start()
+	e.last = c
+	ctx := context.Background()
+	if _, err := c.RunJob(ctx, coordv1.RunJob{Name: "ring", Ranks: 2, PerNode: 1, Args: []string{"/bin/ring"}, Nodes: []string{"n0", "n1"}, Tier: testTier}); err != nil {
+		t.Fatal(err)
+	}
+	seq := c.checkpoint(t, "ring", 0)
+	if _, err := c.Flush(ctx, "ring", coordv1.Flush{}); err != nil {
+		t.Fatal(err)
+	}
+	e.mc.Kill("n0")
+	e.mc.Kill("n1")
+	var j *coordv1.Job
+	waitFor(t, 30*time.Second, "the job restarted on n2 and n3", func() bool {
+		jobs, err := c.Jobs(ctx)
+		if err != nil || len(jobs) != 1 {
+			return false
+		}
+		j = &jobs[0]
+		return j.State == coordv1.JobRunning && j.Restarts > 0
+	})
+	if err := e.consistent(j, seq); err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(slices.Values(j.Placement)); !slices.Equal(got, []string{"n2", "n3"}) {
+		t.Errorf("restarted on %v, want n2 and n3", j.Placement)
+	}
+}

@@ -94,6 +94,9 @@ func Ckpts(w io.Writer, cks []coordv1.Ckpt) error {
 			}
 		}
 		state, reason := string(ck.State), ck.Reason
+		if copies == 0 && ck.Flushed != nil && reason == "" {
+			reason = "rank images on no node: in the durable tier"
+		}
 		if len(ck.Unavailable) > 0 {
 			// Not restorable now: say so where the eye looks first.
 			state = "unavailable"

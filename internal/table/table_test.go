@@ -185,13 +185,16 @@ func TestCkptsUnavailable(t *testing.T) {
 	cks := []coordv1.Ckpt{
 		{Job: "ring", Seq: 1, State: coordv1.CkptProtected, Ranks: []coordv1.CkptRank{rank(0, "n1", "n2"), rank(1, "n2", "n1")}},
 		{Job: "ring", Seq: 2, State: coordv1.CkptDurable, Ranks: []coordv1.CkptRank{rank(0, "n1"), rank(1, "n2")}, Unavailable: []int{1}},
+		// Restored lazily from the durable tier: held by no node.
+		{Job: "ring", Seq: 3, State: coordv1.CkptDurable, Ranks: []coordv1.CkptRank{{Rank: 0}, {Rank: 1}}, Flushed: &coordv1.Flushed{URL: "s3://b/p"}},
 	}
 	if err := table.Ckpts(&b, cks); err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Split(lines(b.String()), "\n")
-	if len(got) != 3 || !strings.Contains(got[1], "protected") || strings.Contains(got[1], "unavailable") ||
-		!strings.Contains(got[2], "unavailable") || !strings.HasSuffix(got[2], "durable, but no live copy of rank 1") {
+	if len(got) != 4 || !strings.Contains(got[1], "protected") || strings.Contains(got[1], "unavailable") ||
+		!strings.Contains(got[2], "unavailable") || !strings.HasSuffix(got[2], "durable, but no live copy of rank 1") ||
+		strings.Contains(got[3], "unavailable") || !strings.HasSuffix(got[3], "rank images on no node: in the durable tier") {
 		t.Errorf("got:\n%s", b.String())
 	}
 }

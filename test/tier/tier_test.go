@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -74,9 +75,10 @@ func TestRestartFromTierOnFreshCluster(t *testing.T) {
 }
 
 // TestRestartFromS3OnFreshCluster: the same with a real S3 server
-// (SeaweedFS) as the tier: the job flushed from one cluster, whose agents
-// have the store's endpoint and keys in their environment, restarts on a
-// fresh cluster from the bucket alone and ends exactly.
+// (SeaweedFS) as the tier, lazily: the job flushed from one cluster, whose
+// agents have the store's endpoint and keys in their environment,
+// restarts on a fresh cluster from the bucket alone with --lazy, its
+// ranks' memory read from the bucket as they run, and ends exactly.
 func TestRestartFromS3OnFreshCluster(t *testing.T) {
 	a := testutil.NewCluster(t, 2)
 	s3, url := bucketFor(t, a)
@@ -88,7 +90,25 @@ func TestRestartFromS3OnFreshCluster(t *testing.T) {
 	for _, n := range b.Nodes {
 		b.RestartAgent(n, s3.Env()...)
 	}
-	b.OK("restart", "ring", "--from", url)
+	b.OK("restart", "ring", "--from", url, "--lazy")
+	// Lazily: each rank's pages are read from the bucket while it runs;
+	// no node fetches an image first.
+	placed := b.Status("ring").Placement
+	for r, n := range placed {
+		b.WaitAgentLog(n, fmt.Sprintf(`msg="lazy restore: read from the durable tier" ckpt=ring.%d:2`, r), time.Minute)
+	}
+	for _, n := range b.Nodes {
+		if log := b.AgentLog(n); strings.Contains(log, "fetched from the durable tier") || strings.Contains(log, "lazy restore failed") {
+			t.Fatalf("%s's agent fetched an image or failed its lazy restore:\n%s", n, log)
+		}
+	}
+	for r, n := range placed {
+		m := regexp.MustCompile(fmt.Sprintf(`msg="lazy restore: read from the durable tier" ckpt=ring\.%d:2 tier=\S+ bytes=(\d+)`, r)).FindStringSubmatch(b.AgentLog(n))
+		if m == nil || m[1] == "0" {
+			t.Fatalf("rank %d's lazy restore on %s read nothing from the bucket: %v", r, n, m)
+		}
+		t.Logf("rank %d's lazy restore on %s read %s bytes from the bucket", r, n, m[1])
+	}
 	if got, want := b.Result("ring"), ringapp.Expected(2, testutil.RingMessages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s (an uninterrupted run's)", got, want)
 	}

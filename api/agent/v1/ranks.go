@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -135,6 +136,17 @@ type RankRestore struct {
 	// them while it runs (docs/lazy.md). The reply comes once the rank is
 	// restored; the pages go on arriving after the resume.
 	Lazy []Holder `json:"lazy,omitempty"`
+	// Tier, when the node does not hold the image, restores the rank
+	// lazily from the durable tier, as Lazy does from holders.
+	Tier *TierSource `json:"tier,omitempty"`
+}
+
+// TierSource is a rank's image in the durable tier: the job's repo and
+// the image's record, as the tier's record of the global checkpoint
+// gives it (see TierFetch).
+type TierSource struct {
+	URL    string          `json:"url"`
+	Record json.RawMessage `json:"record"`
 }
 
 // RankResume unlocks and thaws restored ranks.

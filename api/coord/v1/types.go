@@ -401,7 +401,8 @@ type Ckpt struct {
 	// Unavailable lists, for a durable or protected checkpoint as the
 	// coordinator lists it, the ranks none of whose copies is on a live
 	// node now (their nodes died before replication, or all of them): it
-	// cannot be restored unless such a node comes back. Computed when
+	// cannot be restored unless such a node comes back. Never for one in
+	// the job's durable tier, which a restart reads. Computed when
 	// listed; never stored.
 	Unavailable []int `json:"unavailable,omitempty"`
 }

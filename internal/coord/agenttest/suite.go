@@ -491,6 +491,21 @@ func tierFlushFetch(f *fixture) {
 	wantCode(f.t, err, agentv1.CodeNotFound, "flush of an image the node lacks")
 
 	rec := out.Images[0].Record
+	// Lazily from the tier onto a node without the image: restored frozen
+	// at once, then resumed; a record of another image is refused.
+	lazy := func(r int) (agentv1.Container, error) {
+		return f.agent(1).RankRestore(ctx, agentv1.RankRestore{Rank: rank(r), Net: f.jobNet(1, nil), Addr: addr(r), Seq: 1,
+			Tier: &agentv1.TierSource{URL: url, Record: rec}})
+	}
+	_, err = lazy(1)
+	wantCode(f.t, err, agentv1.CodeCorrupt, "lazy restore from the tier with the record of another image")
+	_, err = lazy(0)
+	mustOK(f.t, err, "lazy restore of %s:1 from the tier", name(0))
+	f.want(1, 0, frozen)
+	wantOK(f.t, f.resume(1, 0), "resume the lazily restored rank")
+	f.want(1, 0, running)
+	wantOK(f.t, f.remove(1, 0, false), "remove the lazily restored rank")
+
 	_, err = f.agent(1).TierFetch(ctx, agentv1.TierFetch{URL: url, ImageRef: agentv1.ImageRef{Container: name(1), Seq: 1}, Record: rec})
 	wantCode(f.t, err, agentv1.CodeCorrupt, "fetch with the record of another image")
 	img, err := f.agent(1).TierFetch(ctx, agentv1.TierFetch{URL: url, ImageRef: ref, Record: rec})

@@ -101,12 +101,20 @@ type (
 		Node string
 		From []string
 	}
+	// FetchTier has Node fetch the rank's image of the ckpt from the
+	// durable tier.
+	FetchTier struct {
+		Rank int
+		Node string
+	}
 	// RestoreRank restores the rank from the ckpt's image, frozen and its
-	// network locked; with Lazy, from those holders while it runs.
+	// network locked; with Lazy, from those holders while it runs; with
+	// Tier, from the durable tier while it runs.
 	RestoreRank struct {
 		Rank int
 		Node string
 		Lazy []string
+		Tier bool
 	}
 	// RepairCopy has Node mend its copy of the rank's image from one of
 	// From; in the Background when nothing waits for it.
@@ -190,6 +198,7 @@ func (RunRank) isAction()      {}
 func (QueryRank) isAction()    {}
 func (RemoveRank) isAction()   {}
 func (FetchImage) isAction()   {}
+func (FetchTier) isAction()    {}
 func (RestoreRank) isAction()  {}
 func (RepairCopy) isAction()   {}
 func (ResumeRanks) isAction()  {}
@@ -233,10 +242,14 @@ func (a RemoveRank) String() string {
 func (a FetchImage) String() string {
 	return "fetch " + at(a.Rank, a.Node) + " from=" + strings.Join(a.From, ",")
 }
+func (a FetchTier) String() string { return "fetch " + at(a.Rank, a.Node) + " from=tier" }
 func (a RestoreRank) String() string {
 	s := "restore " + at(a.Rank, a.Node)
 	if len(a.Lazy) > 0 {
 		s += " lazy=" + strings.Join(a.Lazy, ",")
+	}
+	if a.Tier {
+		s += " lazy=tier"
 	}
 	return s
 }

@@ -32,6 +32,9 @@ type RestartConfig struct {
 	// Copies lists, by rank, the live nodes with a complete copy of the
 	// rank's image of the ckpt.
 	Copies [][]string
+	// Tier: the ckpt is in the job's durable tier, where a rank with no
+	// copy comes from (fetched, or restored lazily from it).
+	Tier bool
 	// Lazy restores a rank whose node has no copy while it runs, its
 	// memory coming from the copies (docs/lazy.md); otherwise the node
 	// fetches the image first.
@@ -70,7 +73,8 @@ const (
 //  2. remove what is left of the job, on live nodes (what cannot be
 //     removed fails the restart: it may still run);
 //  3. on every rank's node, fetch its image from its copies if the node
-//     has none (or restore lazily from them), and restore it, frozen and
+//     has none (or restore lazily from them), or from the durable tier if
+//     no node has one, and restore it, frozen and
 //     locked; a copy found damaged at restore is mended from another
 //     copy and the restore tried once more; the holders that served
 //     damage to a fetch are mended in the background;
@@ -108,7 +112,7 @@ func NewRestart(cfg RestartConfig) (*Restart, error) {
 		if node == "" {
 			return nil, fmt.Errorf("restart job %s: rank %d has no node", cfg.Job, r)
 		}
-		if len(cfg.Copies[r]) == 0 {
+		if len(cfg.Copies[r]) == 0 && !cfg.Tier {
 			return nil, fmt.Errorf("restart job %s: rank %d has no copy of checkpoint %d", cfg.Job, r, cfg.Ckpt)
 		}
 	}
@@ -168,6 +172,10 @@ func (m *Restart) restore() {
 		switch {
 		case slices.Contains(m.cfg.Copies[r], n):
 			m.emit(RestoreRank{Rank: r, Node: n})
+		case len(m.cfg.Copies[r]) == 0 && m.cfg.Lazy:
+			m.emit(RestoreRank{Rank: r, Node: n, Tier: true})
+		case len(m.cfg.Copies[r]) == 0:
+			m.emit(FetchTier{Rank: r, Node: n})
 		case m.cfg.Lazy:
 			m.emit(RestoreRank{Rank: r, Node: n, Lazy: m.cfg.Copies[r]})
 		default:
@@ -205,6 +213,12 @@ func (m *Restart) result(res Result) {
 		}
 		for _, d := range res.Damaged {
 			m.emit(RepairCopy{Rank: a.Rank, Node: d, From: []string{a.Node}, Background: true})
+		}
+		m.emit(RestoreRank{Rank: a.Rank, Node: a.Node})
+	case FetchTier:
+		if res.Err != nil {
+			m.addFailure("rank %d: fetch to %s from the durable tier: %w", a.Rank, a.Node, res.Err)
+			break
 		}
 		m.emit(RestoreRank{Rank: a.Rank, Node: a.Node})
 	case RestoreRank:

@@ -18,7 +18,7 @@ import (
 // runs. Blank lines and lines starting with "#" are kept. The commands:
 //
 //	job-start NODE... [recover]        a JobStart of one rank per NODE
-//	restart ckpt=N placement=A,B copies=A|B,C [leftover=A|B] [drop=C] [lazy] [recover=PHASE]
+//	restart ckpt=N placement=A,B copies=A|B,C [leftover=A|B] [drop=C] [lazy] [tier] [recover=PHASE]
 //	migrate rank=R from=A to=B placement=A,B [recover] [placed] [from-lost]
 //	start                              Start
 //	ok ACTION [status=S] [damaged=A,B] a Result of the outstanding ACTION (as printed)
@@ -26,7 +26,8 @@ import (
 //	corrupt ACTION "reason"            a Result of an agent refusing a damaged image
 //	ok-all                             ok for every outstanding action, oldest first
 //
-// In restart, "|" separates ranks' node lists. Run with -rewrite to
+// In restart, "|" separates ranks' node lists; a rank with none ("A||B")
+// has no copy. Run with -rewrite to
 // regenerate the expected output.
 func TestTraces(t *testing.T) {
 	tracetest.Run(t, "testdata/*.txt", func(t *testing.T) func(string) ([]string, error) {
@@ -75,6 +76,7 @@ func (tr *tracer) run(line string) error {
 			cfg.Leftover = lists(l)
 		}
 		_, cfg.Lazy = kv["lazy"]
+		_, cfg.Tier = kv["tier"]
 		m, err := machine.NewRestart(cfg)
 		return tr.set(m, err)
 	case "migrate":

@@ -148,6 +148,10 @@ func (cl *Client) RankRestore(ctx context.Context, req agentv1.RankRestore) (age
 			if _, err := n.holder(key, holders); err != nil {
 				return fmt.Errorf("lazy restore of %s:%d: %w", name, req.Seq, err)
 			}
+		case req.Tier != nil:
+			if err := cl.c.tierHas(*req.Tier, key); err != nil {
+				return fmt.Errorf("lazy restore of %s:%d from the durable tier: %w", name, req.Seq, err)
+			}
 		default:
 			return apiErr(agentv1.CodeNotFound, "no checkpoint %s:%d", name, req.Seq)
 		}

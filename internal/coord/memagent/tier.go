@@ -145,24 +145,33 @@ func (cl *Client) TierFetch(ctx context.Context, req agentv1.TierFetch) (agentv1
 		if n.images[key] {
 			return nil
 		}
-		var rec tierRecord
-		if err := json.Unmarshal(req.Record, &rec); err != nil || rec.Container != req.Container || rec.Seq != req.Seq {
-			return apiErr(agentv1.CodeCorrupt, "checkpoint %s:%d corrupt: record: names another image", req.Container, req.Seq)
+		if err := cl.c.tierHas(agentv1.TierSource{URL: req.URL, Record: req.Record}, key); err != nil {
+			return err
 		}
-		return cl.c.useTier(req.URL, func(t *memTier) error {
-			im, ok := t.images[key]
-			switch {
-			case !ok:
-				return apiErr(agentv1.CodeNotFound, "no such object: image %s:%d in %s", req.Container, req.Seq, req.URL)
-			case im.damaged:
-				return apiErr(agentv1.CodeCorrupt, "checkpoint %s:%d corrupt: chunk: damaged object in the durable tier", req.Container, req.Seq)
-			}
-			n.images[key] = true
-			out.Fetched, out.Bytes = true, 1<<20
-			return nil
-		})
+		n.images[key] = true
+		out.Fetched, out.Bytes = true, 1<<20
+		return nil
 	})
 	return out, err
+}
+
+// tierHas checks that the tier holds image key undamaged, and that its
+// record names it.
+func (c *Cluster) tierHas(src agentv1.TierSource, key imageKey) error {
+	var rec tierRecord
+	if err := json.Unmarshal(src.Record, &rec); err != nil || rec.Container != key.name || rec.Seq != key.seq {
+		return apiErr(agentv1.CodeCorrupt, "checkpoint %s:%d corrupt: record: names another image", key.name, key.seq)
+	}
+	return c.useTier(src.URL, func(t *memTier) error {
+		im, ok := t.images[key]
+		switch {
+		case !ok:
+			return apiErr(agentv1.CodeNotFound, "no such object: image %s:%d in %s", key.name, key.seq, src.URL)
+		case im.damaged:
+			return apiErr(agentv1.CodeCorrupt, "checkpoint %s:%d corrupt: chunk: damaged object in the durable tier", key.name, key.seq)
+		}
+		return nil
+	})
 }
 
 // TierRecord writes a checkpoint record into the tier.

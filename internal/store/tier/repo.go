@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -417,42 +418,55 @@ func (r *Repo) Fetch(ctx context.Context, dst *store.Store, m store.ID) (FetchSt
 	}
 	ids := man.ChunkIDs()
 	st.Chunks = len(ids)
-	byPack := map[store.ID][]loc{}
-	r.mu.Lock()
-	for _, id := range ids {
-		if dst.Has(id) {
-			continue
-		}
-		l, ok := r.chunks[id]
-		if !ok {
-			r.mu.Unlock()
-			return st, fmt.Errorf("fetch %s from %s: %w: chunk %s is in no index file", m, r, ErrCorrupt, id)
-		}
-		byPack[l.pack] = append(byPack[l.pack], l)
-		st.NewChunks++
-	}
-	r.mu.Unlock()
-	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(fetches)
-	for p, ls := range byPack {
-		for _, run := range runs(ls) {
-			g.Go(func() error {
-				n, err := r.fetchRun(gctx, dst, p, run)
-				mu.Lock()
-				st.Bytes += n
-				mu.Unlock()
-				return err
-			})
-		}
-	}
-	if err := g.Wait(); err != nil {
+	ids = slices.DeleteFunc(ids, dst.Has)
+	st.NewChunks = len(ids)
+	st.Bytes, err = r.read(ctx, ids, func(b store.Blob) error {
+		_, err := dst.PutBlob(ctx, b)
+		return err
+	})
+	if err != nil {
 		return st, fmt.Errorf("fetch %s from %s: %w", m, r, err)
 	}
 	if _, err := dst.PutManifest(ctx, man); err != nil {
 		return st, fmt.Errorf("fetch %s from %s: %w", m, r, err)
 	}
 	return st, nil
+}
+
+// read reads the blobs of chunks ids (each once) by ranges of their packs,
+// several at once, and hands each to each, which verifies it; it returns
+// the bytes read. A chunk no index file lists is damage (ErrCorrupt).
+func (r *Repo) read(ctx context.Context, ids []store.ID, each func(store.Blob) error) (int64, error) {
+	byPack := map[store.ID][]loc{}
+	seen := map[store.ID]bool{}
+	r.mu.Lock()
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		l, ok := r.chunks[id]
+		if !ok {
+			r.mu.Unlock()
+			return 0, fmt.Errorf("%w: chunk %s is in no index file", ErrCorrupt, id)
+		}
+		byPack[l.pack] = append(byPack[l.pack], l)
+	}
+	r.mu.Unlock()
+	var bytes atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fetches)
+	for p, ls := range byPack {
+		for _, run := range runs(ls) {
+			g.Go(func() error {
+				n, err := r.readRun(gctx, p, run, each)
+				bytes.Add(n)
+				return err
+			})
+		}
+	}
+	err := g.Wait()
+	return bytes.Load(), err
 }
 
 // maxRun is the most bytes one range read of a fetch asks for.
@@ -491,6 +505,16 @@ func (r *Repo) readPack(ctx context.Context, p store.ID, off, n int64) ([]byte, 
 // fetchRun reads one run of blobs of pack p and stores each in dst once
 // verified.
 func (r *Repo) fetchRun(ctx context.Context, dst *store.Store, p store.ID, run []loc) (int64, error) {
+	return r.readRun(ctx, p, run, func(b store.Blob) error {
+		_, err := dst.PutBlob(ctx, b)
+		return err
+	})
+}
+
+// readRun reads one run of blobs of pack p with one range request and
+// hands each to each, which verifies it: a blob each finds damaged
+// (store.ErrCorrupt) is damage in the pack.
+func (r *Repo) readRun(ctx context.Context, p store.ID, run []loc, each func(store.Blob) error) (int64, error) {
 	start, end := run[0].Offset, run[len(run)-1].End()
 	b, err := r.readPack(ctx, p, int64(start), int64(end-start))
 	if err != nil {
@@ -501,7 +525,7 @@ func (r *Repo) fetchRun(ctx context.Context, dst *store.Store, p store.ID, run [
 	}
 	for _, l := range run {
 		blob := store.Blob{ID: l.ID, Data: b[l.Offset-start : l.End()-start], RawLength: l.RawLength, Compression: l.Compression}
-		if _, err := dst.PutBlob(ctx, blob); err != nil {
+		if err := each(blob); err != nil {
 			if errors.Is(err, store.ErrCorrupt) {
 				return int64(len(b)), fmt.Errorf("%w: pack %s at offset %d: %w", ErrCorrupt, p, l.Offset, err)
 			}
@@ -509,4 +533,24 @@ func (r *Repo) fetchRun(ctx context.Context, dst *store.Store, p store.ID, run [
 		}
 	}
 	return int64(len(b)), nil
+}
+
+// Get reads the contents of chunks ids, each verified (decompressed and
+// hashed), and hands each to keep, once per distinct ID, in no particular
+// order and from several goroutines at once: what a lazy restore from the
+// tier asks for, read as Fetch reads. It returns the bytes read from the
+// tier. A chunk no index file lists, or damaged, fails it with an error
+// matching ErrCorrupt.
+func (r *Repo) Get(ctx context.Context, ids []store.ID, keep func(id store.ID, data []byte) error) (int64, error) {
+	n, err := r.read(ctx, ids, func(b store.Blob) error {
+		data, err := store.VerifyBlob(b)
+		if err != nil {
+			return err
+		}
+		return keep(b.ID, data)
+	})
+	if err != nil {
+		return n, fmt.Errorf("read from %s: %w", r, err)
+	}
+	return n, nil
 }

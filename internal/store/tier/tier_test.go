@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"cairn/internal/store"
@@ -516,5 +517,48 @@ func TestRecords(t *testing.T) {
 	b.Put(ctx, "jobs/sim/checkpoints/x", []byte("stray"))
 	if _, err := repo.Records(ctx); !errors.Is(err, tier.ErrCorrupt) {
 		t.Fatalf("a stray key under checkpoints/: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestGet: a lazy restore's reads give each chunk's content, verified,
+// once per distinct ID; a chunk the repo lacks, or a damaged pack, is
+// ErrCorrupt.
+func TestGet(t *testing.T) {
+	ctx := context.Background()
+	b, repo, m := flushedImage(t, 7)
+	man, err := repo.LoadManifest(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := man.ChunkIDs()
+	ids = append(ids, ids[:10]...) // asked twice: handed once
+	var mu sync.Mutex
+	got := map[store.ID]int{}
+	n, err := repo.Get(ctx, ids, func(id store.ID, data []byte) error {
+		if store.Hash(data) != id {
+			return fmt.Errorf("chunk %s: content hashes to %s", id, store.Hash(data))
+		}
+		mu.Lock()
+		got[id]++
+		mu.Unlock()
+		return nil
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("get: %d bytes, %v", n, err)
+	}
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Fatalf("chunk %s handed %d times, want once", id, got[id])
+		}
+	}
+	if _, err := repo.Get(ctx, []store.ID{store.Hash([]byte("not in the repo"))}, func(store.ID, []byte) error { return nil }); !errors.Is(err, tier.ErrCorrupt) {
+		t.Fatalf("get of a chunk no index lists: %v, want ErrCorrupt", err)
+	}
+	objs, _ := b.List(ctx, "packs/")
+	if len(objs) == 0 || !b.Damage(objs[0].Key, 100) {
+		t.Fatal("no pack to damage")
+	}
+	if _, err := repo.Get(ctx, ids, func(store.ID, []byte) error { return nil }); !errors.Is(err, tier.ErrCorrupt) {
+		t.Fatalf("get from a damaged pack: %v, want ErrCorrupt", err)
 	}
 }
