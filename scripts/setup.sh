@@ -36,7 +36,8 @@ pkgs=(runc iptables iproute2 kmod procps psmisc zstd curl ca-certificates xz-uti
       libbsd-dev libnftables-dev libgnutls28-dev uuid-dev libaio-dev dpkg-dev
       openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py gfortran
       chromium chromium-driver fonts-liberation
-      slurm-wlm munge)
+      slurm-wlm munge
+      systemd)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

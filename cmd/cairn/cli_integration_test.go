@@ -28,6 +28,7 @@ type cli struct {
 	t   *testing.T
 	bin string
 	env *testutil.Env
+	dir string // where cairn runs ("": the test's directory)
 }
 
 func newCLI(t *testing.T) *cli {
@@ -40,6 +41,7 @@ func (c *cli) run(args ...string) (string, string, int) {
 	full := append([]string{"--data", c.env.DataDir, "--staging", c.env.StagingDir,
 		"--bridge", c.env.Bridge.Name, "--subnet", c.env.Bridge.Subnet.String()}, args...)
 	cmd := exec.Command(c.bin, full...)
+	cmd.Dir = c.dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -82,6 +84,55 @@ func (c *cli) waitLogs(name, substr string) {
 	c.t.Fatalf("logs of %s never showed %q", name, substr)
 }
 
+// TestCLIRunRelativePath: a container started without --rootfs starts in
+// the caller's directory, so that `run -- ./prog` runs ./prog there, as a
+// job's ranks do; with --workdir it starts there.
+func TestCLIRunRelativePath(t *testing.T) {
+	c := newCLI(t)
+	// On the root file system: the container's lower layer is the host's
+	// /, without what is mounted over it (a /tmp on tmpfs).
+	dir, err := os.MkdirTemp("/var/tmp", "cairn-rel-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	prog := "#!/bin/sh\necho \"relative ok in $(pwd)\"\nexec sleep 600\n"
+	if err := os.WriteFile(filepath.Join(dir, "prog"), []byte(prog), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.dir = dir
+	c.ok("run", "--name", "rel", "--", "./prog")
+	c.waitLogs("rel", "relative ok in "+dir)
+	c.dir = ""
+	c.ok("run", "--name", "abs", "--workdir", dir, "--", "./prog")
+	c.waitLogs("abs", "relative ok in "+dir)
+	c.ok("rm", "-f", "rel")
+	c.ok("rm", "-f", "abs")
+}
+
+// TestCLIRunExitsAtOnce: a program that ends before run returns is
+// reported as ended, with its code, never as "running (pid 0)"; a
+// failing one makes run fail.
+func TestCLIRunExitsAtOnce(t *testing.T) {
+	c := newCLI(t)
+	for _, tc := range []struct {
+		name, script string
+		code         int
+		say          string
+	}{
+		{"ok", "exit 0", 0, "ok exited (0) at once; its output: cairn logs ok"},
+		{"bad", "echo no config >&2; exit 3", 1, "bad exited (3) at once"},
+	} {
+		out, errs, code := c.run("run", "--name", tc.name, "--", "/bin/sh", "-c", tc.script)
+		if code != tc.code || !strings.Contains(out+errs, tc.say) || strings.Contains(out, "running") {
+			t.Errorf("run of a program that does %q: exit %d, want %d saying %q\nstdout: %s\nstderr: %s", tc.script, code, tc.code, tc.say, out, errs)
+		}
+	}
+	if out := c.ok("logs", "bad"); !strings.Contains(out, "no config") {
+		t.Errorf("logs of the program that failed at once: %q", out)
+	}
+}
+
 // TestCLILifecycle drives every command through a container's life, each
 // call a new cairn process: state lives in the data dir, not in memory.
 func TestCLILifecycle(t *testing.T) {
@@ -105,6 +156,24 @@ func TestCLILifecycle(t *testing.T) {
 	}
 	if _, _, code := c.run("exec", "job", "--", "sh", "-c", "exit 7"); code != 7 {
 		t.Fatalf("exec exit code %d, want 7", code)
+	}
+	// cairn's own failures, apart from the command's codes (podman's).
+	for _, tc := range []struct {
+		args []string
+		code int
+		say  string
+	}{
+		{[]string{"exec", "job", "--", "no-such-command"}, 127, "no no-such-command in $PATH"},
+		{[]string{"exec", "job", "--", "./no-such-file"}, 127, "no file ./no-such-file"},
+		{[]string{"exec", "job", "--", "/etc/passwd"}, 126, "not an executable file"},
+		{[]string{"exec", "ghost", "--", "true"}, 125, "ghost"},
+		{[]string{"exec", "job"}, 125, "arg"},
+		{[]string{"wait", "ghost"}, 125, "ghost"},
+	} {
+		_, errs, code := c.run(tc.args...)
+		if code != tc.code || !strings.Contains(errs, tc.say) || strings.Contains(errs, "exec failed") {
+			t.Errorf("cairn %q: exit %d, want %d saying %q (and no runc log line):\n%s", tc.args, code, tc.code, tc.say, errs)
+		}
 	}
 	c.waitLogs("job", "recv=")
 
@@ -289,9 +358,13 @@ func TestCLIHostileNames(t *testing.T) {
 					continue
 				}
 			}
+			want := 2 // usage
+			if args[0] == "wait" || args[0] == "exec" {
+				want = 125 // cairn's own failure where the child's code is the exit code
+			}
 			_, errs, code := c.run(args...)
-			if code != 2 {
-				t.Errorf("cairn %q: exit %d, want 2 (usage)\n%s", args, code, errs)
+			if code != want {
+				t.Errorf("cairn %q: exit %d, want %d\n%s", args, code, want, errs)
 			}
 		}
 	}

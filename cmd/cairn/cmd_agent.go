@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ func newAgentCmd() *cobra.Command {
 	var minDisk, minMem float64
 	var toolsDir, mpichFix, keepImages, tokenFile string
 	var selfFence string
+	var d daemonFlags
 	cmd := &cobra.Command{
 		Use:   "agent --creds DIR [--listen ADDR] [--coordinator ADDR --underlay IP]",
 		Short: "Serve this node's containers and checkpoints over the agent API (mutual TLS)",
@@ -69,11 +69,14 @@ restarted where its ranks were) then reads nothing from the store.`,
 			if creds == "" {
 				return usageError{errors.New("--creds DIR is required")}
 			}
-			cfg := agent.Config{Creds: creds, Listen: listen, Coordinator: coordAddr, Advertise: advertise,
+			log, err := d.logger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			cfg := agent.Config{Creds: creds, Listen: listen, Coordinator: coordAddr, Advertise: advertise, HealthListen: d.healthListen,
 				NetnsPrefix: netnsPrefix, Labels: map[string]string{}, ToolsDir: toolsDir, MPICHFix: mpichFix, MetricsTokenFile: tokenFile,
 				Health: agent.HealthConfig{Every: healthEvery, MinFreeDisk: minDisk / 100, MinFreeMemory: minMem / 100, Command: healthCmd},
-				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
-			var err error
+				Logger: log}
 			switch selfFence {
 			case "on":
 				cfg.SelfFence = true
@@ -135,5 +138,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 	f.StringVar(&keepImages, "keep-images", envOr("CAIRN_KEEP_IMAGES", "1G"), "staging the node may use to keep each rank's newest image after its checkpoint, so that a restore of it here reads no store; 0 keeps none ($CAIRN_KEEP_IMAGES)")
 	f.StringVar(&toolsDir, "tools-dir", filepath.Join(prefix(), "tools"), "where the tools mounted in MPI ranks (this cairn binary, the MPICH fix) are kept, by content")
 	f.StringVar(&mpichFix, "mpich-fix", filepath.Join(prefix(), "lib", launch.MPICHFix), "the library preloaded into MPICH processes (built by make setup; see docs/mpi.md)")
+	d.add(f)
+	nameVars(f, "CAIRN_AGENT_")
 	return cmd
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -29,6 +28,7 @@ func newCoordinatorCmd() *cobra.Command {
 	var jobSubnets string
 	var hf hookFlags
 	var etcdTLS catalog.TLSFiles
+	var d daemonFlags
 	cmd := &cobra.Command{
 		Use:   "coordinator --creds DIR --dir DIR [--listen ADDR] [--name NAME --peers NAME=URL,...] [--etcd URLS] [--hook TYPE=TARGET]...",
 		Short: "Run the cluster coordinator (catalog in etcd, checkpoint rounds, restarts)",
@@ -85,10 +85,14 @@ loopback address, after logging in once at /ui/login (docs/cluster.md).`,
 			if err != nil {
 				return err
 			}
-			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Name: name, Advertise: advertise,
+			log, err := d.logger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Name: name, Advertise: advertise, HealthListen: d.healthListen,
 				UIListen: uiListen, UITokenFile: uiToken, Hooks: hooks, HookSecret: secret, HookRoots: roots, MetricsTokenFile: tokenFile,
 				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, MTBF: mtbf},
-				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+				Logger: log}
 			if peers != "" {
 				if cfg.Peers, err = parsePeers(peers, name); err != nil {
 					return usageError{err}
@@ -128,6 +132,8 @@ loopback address, after logging in once at /ui/login (docs/cluster.md).`,
 	f.StringVar(&uiToken, "ui-token-file", "", "serve the read-only dashboard to browsers that log in with the token in this file")
 	f.StringVar(&uiListen, "ui-listen", "127.0.0.1:7401", "loopback address the dashboard is served on with --ui-token-file")
 	f.StringVar(&tokenFile, "metrics-token-file", "", "a bearer token (at least 16 bytes) that lets a scraper without a client certificate GET /metrics, and nothing else")
+	d.add(f)
+	nameVars(f, "CAIRN_COORDINATOR_")
 	return cmd
 }
 

@@ -228,19 +228,23 @@ func newWaitCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "wait NAME",
 		Short: "Wait until a container stops (or every rank of a job); exit with its exit code",
-		Args:  cobra.ExactArgs(1),
+		Long: `Wait until a container stops, or every rank of a job has ended, and
+exit with its exit code (a job's: the worst of its ranks'). cairn's own
+failures exit 125 (no such container or job, ...), so that a script tells
+them from the container's codes.`,
+		Args: func(cmd *cobra.Command, args []string) error { return asOwnError(cobra.ExactArgs(1)(cmd, args)) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if c, ok := asJob(cmd.Context(), args[0]); ok {
 				defer c.Close()
-				return jobWait(cmd, c, args[0])
+				return asOwnError(jobWait(cmd, c, args[0]))
 			}
 			m, err := manager()
 			if err != nil {
-				return err
+				return asOwnError(err)
 			}
 			in, err := m.Wait(cmd.Context(), args[0])
 			if err != nil {
-				return err
+				return asOwnError(err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), table.Status(in))
 			if in.Exit != nil && in.Exit.Code != 0 {
@@ -256,17 +260,21 @@ func newExecCmd() *cobra.Command {
 		Use:   "exec NAME -- CMD [ARGS...]",
 		Short: "Run a command inside a running container",
 		Long: `Run CMD inside a running container with this terminal's stdio, and exit with
-its exit code. Note: a process started this way holds host files as stdio, so
-checkpoint the container only after it has ended.`,
-		Args: cobra.MinimumNArgs(2),
+its exit code. cairn's own failures exit as podman's do: 127 when CMD is not
+in the container (a path from its working directory, or a name on its
+PATH), 126 when it is there but no executable file, 125 for anything else
+(no such container, not running, ...). Note: a process started this way
+holds host files as stdio, so checkpoint the container only after it has
+ended.`,
+		Args: func(cmd *cobra.Command, args []string) error { return asOwnError(cobra.MinimumNArgs(2)(cmd, args)) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := manager()
 			if err != nil {
-				return err
+				return asOwnError(err)
 			}
 			code, err := m.Exec(cmd.Context(), args[0], args[1:], os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
-				return err
+				return asOwnError(err)
 			}
 			if code != 0 {
 				return exitCodeError{code}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"cairn/internal/container"
 	"cairn/internal/human"
 	"cairn/internal/launch"
+	"cairn/internal/table"
 )
 
 func newRunCmd() *cobra.Command {
@@ -139,6 +141,12 @@ record and in every checkpoint of its ranks. Name what the job needs
 				}
 			}
 			cfg.Args = args
+			if cfg.Cwd == "" && cfg.RootFS == "" {
+				// The host's / is the container's lower layer: start where
+				// the caller is, so that `run -- ./prog` finds ./prog, as a
+				// job's ranks do.
+				cfg.Cwd, _ = os.Getwd()
+			}
 			m, err := manager()
 			if err != nil {
 				return err
@@ -147,8 +155,23 @@ record and in every checkpoint of its ranks. Name what the job needs
 			if err != nil {
 				return err
 			}
+			if in.Status != container.StatusRunning || in.Pid == 0 {
+				// It ended already: wait for its exit to be recorded.
+				wctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+				if w, err := m.Wait(wctx, in.Name); err == nil {
+					in = w
+				}
+				cancel()
+			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), in)
+			}
+			if in.Status == container.StatusExited && in.Exit != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s at once; its output: cairn logs %s\n", in.Name, table.Status(in), in.Name)
+				if in.Exit.Code != 0 {
+					return fmt.Errorf("%s exited at once with code %d", in.Name, in.Exit.Code)
+				}
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s running (pid %d, address %s)\n", in.Name, in.Pid, in.Addr)
 			return nil
@@ -159,7 +182,7 @@ record and in every checkpoint of its ranks. Name what the job needs
 	f.StringVar(&cfg.RootFS, "rootfs", "", "lower layer of the container's root (default: the host's /)")
 	f.StringArrayVarP(&cfg.Env, "env", "e", nil, "set an environment variable KEY=VALUE (repeatable)")
 	f.StringVar(&cfg.Hostname, "hostname", "", "hostname inside the container (default: its name)")
-	f.StringVarP(&cfg.Cwd, "workdir", "w", "", "working directory inside the container (default /)")
+	f.StringVarP(&cfg.Cwd, "workdir", "w", "", "working directory inside the container (default: the current directory, or / with --rootfs)")
 	f.StringArrayVarP(&volumes, "volume", "v", nil, "bind a host directory: HOST:PATH or HOST:PATH:ro (repeatable; outside the checkpoints)")
 	f.Float64Var(&cfg.CPUs, "cpus", 0, "limit the container (each rank) to this many CPUs' time")
 	f.StringVar(&memory, "memory", "", "limit the container's (each rank's) memory, e.g. 4G")

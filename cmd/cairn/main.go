@@ -62,6 +62,37 @@ type exitCodeError struct{ code int }
 
 func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// Exit codes of cairn's own failures in a command that otherwise exits
+// with its child's code (exec, wait), as podman's: a script tells them
+// apart from the child's.
+const (
+	exitOwnFailure    = 125 // cairn failed: no such container, not running, ...
+	exitNotExecutable = 126 // the command is there but cannot be run
+	exitNotFound      = 127 // no such command in the container
+)
+
+// ownError is an error of cairn's own in a command whose exit code is
+// otherwise its child's.
+type ownError struct {
+	error
+	code int
+}
+
+// asOwnError marks err, if any, as cairn's own failure in a command
+// that exits with its child's code.
+func asOwnError(err error) error {
+	var ec exitCodeError
+	switch {
+	case err == nil, errors.As(err, &ec):
+		return err
+	case errors.Is(err, container.ErrExecNotFound):
+		return ownError{err, exitNotFound}
+	case errors.Is(err, container.ErrExecNotExecutable):
+		return ownError{err, exitNotExecutable}
+	}
+	return ownError{err, exitOwnFailure}
+}
+
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cairn",
@@ -76,7 +107,7 @@ or a new name.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&global.dataDir, "data", envOr("CAIRN_DATA", container.DefaultDataDir), "data dir for containers, logs and checkpoints ($CAIRN_DATA)")
 	pf.StringVar(&global.stagingDir, "staging", envOr("CAIRN_STAGING", container.DefaultStagingDir), "staging dir for dumps, best on tmpfs ($CAIRN_STAGING)")
-	pf.StringVar(&global.criuPath, "criu", "", "CRIU binary (default $"+criu.EnvPath+", then "+criu.DefaultPath+", then PATH)")
+	pf.StringVar(&global.criuPath, "criu", "", "CRIU binary (default "+criu.DefaultPath+", then PATH) ($"+criu.EnvPath+")")
 	pf.StringVar(&global.runcPath, "runc", envOr("CAIRN_RUNC", "runc"), "runc binary ($CAIRN_RUNC)")
 	pf.StringVar(&global.bridge, "bridge", envOr("CAIRN_BRIDGE", container.DefaultBridge), "node bridge containers attach to ($CAIRN_BRIDGE)")
 	pf.StringVar(&global.subnet, "subnet", envOr("CAIRN_SUBNET", container.DefaultSubnet), "subnet of the node bridge ($CAIRN_SUBNET)")
@@ -86,6 +117,8 @@ or a new name.`,
 	pf.UintSliceVar(&hostPortFlags, "allow-host-port", nil, "TCP port of the host that containers may connect to (default none); repeatable ($CAIRN_ALLOW_HOST_PORTS)")
 	pf.StringVar(&coordFlags.addr, "coordinator", os.Getenv("CAIRN_COORDINATOR"), "coordinator of the cluster, or several separated by commas (default: the local cluster of 'cairn up') ($CAIRN_COORDINATOR)")
 	pf.StringVar(&coordFlags.creds, "creds", os.Getenv("CAIRN_CREDS"), "credentials directory ($CAIRN_CREDS)")
+	nameVars(pf, "CAIRN_")
+	root.PersistentPreRunE = envPreRun(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		newRunCmd(), newPsCmd(), newInspectCmd(), newLogsCmd(), newRmCmd(), newExecCmd(), newKillCmd(), newWaitCmd(),
@@ -226,6 +259,10 @@ func exitCode(err error) int {
 		return ec.code
 	}
 	fmt.Fprintln(os.Stderr, "cairn: error:", err)
+	var oe ownError
+	if errors.As(err, &oe) {
+		return oe.code
+	}
 	var ue usageError
 	var we *agentv1.Error // both APIs' errors
 	wire := ""

@@ -21,6 +21,7 @@ import (
 	"cairn/internal/netw"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
+	"cairn/internal/service"
 )
 
 // Config is everything an agent runs with.
@@ -53,6 +54,9 @@ type Config struct {
 	// Health are the health probes run while joined; Node and DataDir are
 	// the agent's.
 	Health HealthConfig
+	// HealthListen, if set, is where GET /healthz answers, plain HTTP and
+	// unauthenticated (package service).
+	HealthListen string
 	// MetricsTokenFile holds a bearer token that lets a scraper without a
 	// client certificate read /metrics ("": none).
 	MetricsTokenFile string
@@ -82,6 +86,7 @@ type Agent struct {
 // New loads the node's credentials, opens its Manager, installs the tools
 // of MPI ranks and listens on cfg.Listen.
 func New(cfg Config) (*Agent, error) {
+	service.Take() // before any runc: it would pass the socket into containers
 	if cfg.Creds == "" {
 		return nil, errors.New("agent: no credentials directory")
 	}
@@ -163,6 +168,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer co.Close()
 		s.Coord = co
 	}
+	if a.cfg.HealthListen != "" {
+		if _, err := service.ServeHealth(ctx, a.cfg.HealthListen, a.log); err != nil {
+			return err
+		}
+	}
+	status := fmt.Sprintf("node %s serving on %s", c.Name, a.ln.Addr())
+	if a.cfg.Coordinator != "" {
+		status += ", member of the cluster of " + a.cfg.Coordinator
+	}
+	service.Ready(status, a.log)
+	defer service.Stopping(a.log)
 	return s.Serve(ctx, a.ln)
 }
 

@@ -7,7 +7,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"cairn/internal/proc"
 )
@@ -30,6 +34,12 @@ func (m *Manager) Exec(ctx context.Context, name string, args []string, stdin io
 	if in.Config.UserNS {
 		return -1, fmt.Errorf("exec in %s: %w", name, ErrUserNSExec)
 	}
+	if len(args) == 0 {
+		return -1, fmt.Errorf("%w: exec in %s: no command", ErrBadConfig, name)
+	}
+	if err := execLookup(in.Pid, in.Config.Env, in.Config.Cwd, args[0]); err != nil {
+		return -1, fmt.Errorf("exec in %s: %w", name, err)
+	}
 	a := m.runc.argv("", append([]string{"exec", m.runcID(name)}, args...)...)
 	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
@@ -42,6 +52,86 @@ func (m *Manager) Exec(ctx context.Context, name string, args []string, stdin io
 		return -1, fmt.Errorf("exec in %s: %w", name, err)
 	}
 	return 0, nil
+}
+
+// Errors of Exec for a command the container cannot run, found before
+// runc is asked to (which would fail with a line of its own log and exit
+// 255, as a command could).
+var (
+	ErrExecNotFound      = errors.New("command not found in the container")
+	ErrExecNotExecutable = errors.New("command cannot be run in the container")
+)
+
+// defaultPath is the PATH runc exec searches when the container's
+// environment sets none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// execLookup finds cmd as runc exec would inside the container whose init
+// is pid (its environment env, its working directory cwd): a path with a
+// slash from cwd, else each directory of its PATH in turn. Paths are
+// resolved inside the container's root (RESOLVE_IN_ROOT), whatever its
+// symlinks say. A command that is there but no executable file, in none
+// of the directories, is ErrExecNotExecutable; one that is nowhere
+// ErrExecNotFound.
+func execLookup(pid int, env []string, cwd, cmd string) error {
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil // the container may just have ended: runc will tell
+	}
+	defer unix.Close(root)
+	if cwd == "" {
+		cwd = "/"
+	}
+	var candidates []string
+	switch {
+	case path.IsAbs(cmd):
+		candidates = []string{cmd}
+	case strings.Contains(cmd, "/"):
+		candidates = []string{path.Join(cwd, cmd)}
+	default:
+		dirs := defaultPath
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				dirs = v
+			}
+		}
+		for _, d := range filepath.SplitList(dirs) {
+			if d == "" {
+				d = "."
+			}
+			if !path.IsAbs(d) {
+				d = path.Join(cwd, d)
+			}
+			candidates = append(candidates, path.Join(d, cmd))
+		}
+	}
+	there := false
+	for _, c := range candidates {
+		fd, err := unix.Openat2(root, c, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+			return nil // no openat2 here: runc will tell
+		}
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
+			return nil
+		}
+		there = true
+	}
+	if there {
+		return fmt.Errorf("%w: %s is not an executable file", ErrExecNotExecutable, cmd)
+	}
+	if strings.Contains(cmd, "/") {
+		return fmt.Errorf("%w: no file %s (from %s)", ErrExecNotFound, cmd, cwd)
+	}
+	return fmt.Errorf("%w: no %s in $PATH", ErrExecNotFound, cmd)
 }
 
 // ErrExecProcesses is returned (wrapped) by a checkpoint of a container

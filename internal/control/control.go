@@ -19,6 +19,7 @@ import (
 	"cairn/internal/metrics"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
+	"cairn/internal/service"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -66,6 +67,9 @@ type Config struct {
 	// Advertise is the address clients reach this coordinator's API at,
 	// told them by the others (default: Listen's).
 	Advertise string
+	// HealthListen, if set, is where GET /healthz answers, plain HTTP
+	// and unauthenticated (package service).
+	HealthListen string
 
 	clusterID string // the credentials', set by Run
 }
@@ -84,6 +88,7 @@ func (cfg Config) name() string {
 // finishes any protocol a previous coordinator left, then does the
 // coordinator's work until it stops leading or ctx ends.
 func Run(ctx context.Context, cfg Config) error {
+	service.Take()
 	c, err := pki.LoadCredentials(cfg.Creds)
 	if err != nil {
 		return err
@@ -169,6 +174,15 @@ func Run(ctx context.Context, cfg Config) error {
 	sctx, stopServe := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- rpc.ServeTLS(sctx, ln, l, conf, log) }()
+	if cfg.HealthListen != "" {
+		if _, err := service.ServeHealth(sctx, cfg.HealthListen, log); err != nil {
+			stopServe()
+			<-served
+			return err
+		}
+	}
+	service.Ready(fmt.Sprintf("coordinator %s serving on %s (etcd: %s)", cfg.name(), ln.Addr(), desc), log)
+	defer service.Stopping(log)
 	err = l.run(ctx)
 	stopServe()
 	if serr := <-served; err == nil {

@@ -26,6 +26,7 @@ import (
 	"cairn/internal/dashboard"
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
+	"cairn/internal/service"
 )
 
 // coordinatorsPrefix holds, for each coordinator that runs, its
@@ -100,6 +101,7 @@ func (l *leadership) term(ctx context.Context) error {
 		return err
 	}
 	l.log.Info("standing by for the leadership", "name", me.Name)
+	service.Status("standing by for the leadership", l.log)
 	key, rev, err := cand.Campaign(ctx, me.Name)
 	if err != nil {
 		return err
@@ -133,6 +135,7 @@ func (l *leadership) term(ctx context.Context) error {
 		l.log.Warn("announce the leadership", "err", err)
 	}
 	l.log.Info("leading", "name", me.Name, "term", me.Term)
+	service.Status("leading the cluster, term "+me.Term, l.log)
 	ld := &leading{co: co}
 	l.leader.Store(ld)
 	stopUI := l.serveUI(lctx, co)

@@ -251,12 +251,25 @@ func faultInvariants(t *testing.T, e *memEnv, c *memCoord, job string) string {
 		if j.Reason == "" {
 			t.Errorf("job %s is %s, and does not say why", job, j.State)
 		}
-		for r, vs := range ranks {
-			for _, v := range vs {
-				if v.Status == agentv1.StatusRunning || v.Status == agentv1.StatusPaused || v.Locked && v.Status != agentv1.StatusCheckpointed || v.Held {
-					t.Errorf("job %s is %s, but rank %d on %s is %s locked=%v held=%v", job, j.State, r, v.Node, v.Status, v.Locked, v.Held)
+		// A node stops what it holds of a job that no longer runs when
+		// its next heartbeat lists it: the job's record does not change
+		// then, so allow the nodes a heartbeat beyond the settling.
+		var live []string
+		for deadline := time.Now().Add(memTTL); ; time.Sleep(50 * time.Millisecond) {
+			live = nil
+			for r, vs := range e.mc.Ranks(job) {
+				for _, v := range vs {
+					if v.Status == agentv1.StatusRunning || v.Status == agentv1.StatusPaused || v.Locked && v.Status != agentv1.StatusCheckpointed || v.Held {
+						live = append(live, fmt.Sprintf("rank %d on %s is %s locked=%v held=%v", r, v.Node, v.Status, v.Locked, v.Held))
+					}
 				}
 			}
+			if len(live) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		for _, l := range live {
+			t.Errorf("job %s is %s, but %s", job, j.State, l)
 		}
 	}
 	cks, err := c.Checkpoints(ctx, job)

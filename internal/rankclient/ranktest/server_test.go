@@ -113,6 +113,18 @@ func TestRankFakeRound(t *testing.T) {
 	if !away {
 		t.Fatal("the socket never went away")
 	}
+	// The socket's file is there once bound, a moment before it listens.
+	for {
+		conn, err := net.Dial("unix", s.Path())
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the socket came back but takes no connection: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	for time.Now().Before(deadline) {
 		if r := exchange(t, s, result); r.State != rankv1.StatePending {
 			if !r.OK || r.State != rankv1.StateDone || r.Ckpt != 4 {

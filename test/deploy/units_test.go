@@ -1,0 +1,265 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cairn/internal/ringapp"
+	"cairn/internal/testutil"
+)
+
+// systemdDir is deploy/systemd in the source tree.
+func systemdDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "systemd")
+}
+
+var units = []string{"cairn-agent.service", "cairn-coordinator.service"}
+
+// TestUnitsVerify: systemd-analyze verify finds nothing to say of the
+// units, in a root holding the units, systemd's own and cairn at the path
+// their ExecStart names. The settings the daemons rely on are there:
+// Type=notify, the configuration from an EnvironmentFile, an agent whose
+// restart signals only its own process (its ranks' shims live in its
+// cgroup). Every variable the example environment files set is one a
+// flag of the daemon names.
+func TestUnitsVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatalf("systemd-analyze (package systemd, which make setup installs) is not installed: %v", err)
+	}
+	bin := testutil.CairnBinary(t)
+	root := t.TempDir()
+	for _, d := range []string{"usr/bin", "usr/lib/systemd", "etc/systemd/system"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("cp", "-a", "/usr/lib/systemd/system", filepath.Join(root, "usr/lib/systemd/")).CombinedOutput(); err != nil {
+		t.Fatalf("copy systemd's units: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("cp", bin, filepath.Join(root, "usr/bin/cairn")).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, u := range units {
+		if out, err := exec.Command("cp", filepath.Join(systemdDir(), u), filepath.Join(root, "etc/systemd/system", u)).CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	out, err := exec.Command(analyze, append([]string{"verify", "--root=" + root, "--man=no"}, units...)...).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify %s: %v\n%s", strings.Join(units, " "), err, out)
+	}
+
+	for _, c := range []struct {
+		unit, sub, env string
+		want           map[string]string
+	}{
+		{"cairn-agent.service", "agent", "agent.env", map[string]string{"Type": "notify", "KillMode": "process", "EnvironmentFile": "/etc/cairn/agent.env"}},
+		{"cairn-coordinator.service", "coordinator", "coordinator.env", map[string]string{"Type": "notify", "EnvironmentFile": "/etc/cairn/coordinator.env"}},
+	} {
+		u := testutil.ReadUnit(t, filepath.Join(systemdDir(), c.unit))
+		if !slices.Equal(u.ExecStart, []string{"/usr/bin/cairn", c.sub}) {
+			t.Errorf("%s: ExecStart %q, want /usr/bin/cairn %s (everything else from the environment file)", c.unit, u.ExecStart, c.sub)
+		}
+		for k, v := range c.want {
+			if u.Settings[k] != v {
+				t.Errorf("%s: %s=%q, want %q", c.unit, k, u.Settings[k], v)
+			}
+		}
+		help, err := exec.Command(bin, c.sub, "--help").CombinedOutput()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range testutil.ReadEnvFile(t, filepath.Join(systemdDir(), c.env)) {
+			k, _, _ := strings.Cut(kv, "=")
+			if !strings.Contains(string(help), "($"+k+")") && !strings.Contains(string(help), "($"+k+",") {
+				t.Errorf("%s sets %s, which no flag of cairn %s names", c.env, k, c.sub)
+			}
+		}
+	}
+}
+
+// notifications listens as the service manager does for the daemons'
+// sd_notify datagrams, and keeps them.
+type notifications struct {
+	path string
+	mu   sync.Mutex
+	got  []string
+}
+
+func listenNotify(t *testing.T) *notifications {
+	n := &notifications{path: filepath.Join(t.TempDir(), "notify")}
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: n.path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			k, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			n.mu.Lock()
+			n.got = append(n.got, string(buf[:k]))
+			n.mu.Unlock()
+		}
+	}()
+	return n
+}
+
+// wait waits for a datagram holding every one of parts.
+func (n *notifications) wait(t *testing.T, parts ...string) {
+	t.Helper()
+	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		for _, g := range n.got {
+			all := true
+			for _, p := range parts {
+				all = all && strings.Contains(g, p)
+			}
+			if all {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no notification with %q among %q", parts, n.got)
+	})
+}
+
+func healthy(t *testing.T, addr string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("GET /healthz at %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(b) != "ok\n" {
+		t.Fatalf("GET /healthz at %s: %d %q, want 200 ok", addr, resp.StatusCode, b)
+	}
+}
+
+func freePort(t *testing.T, host string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestDaemonsAsUnits: a cluster's coordinator and each agent, one after
+// the other while the ring job runs, are stopped as their units stop
+// them (SIGTERM to the daemon's own process) and started as their units
+// start them: ExecStart, configured only through their environment file.
+// Each tells the service manager it is ready and answers /healthz; an
+// agent logs JSON when its file says so. The job's ranks run on
+// throughout (no restart), the next checkpoint commits, a rank migrates
+// onto the spare node (restored under an agent the unit started), and
+// the job ends with an uninterrupted run's result. A variable a flag
+// refuses stops the daemon at once, naming the variable.
+func TestDaemonsAsUnits(t *testing.T) {
+	c := testutil.NewCluster(t, 3)
+	notify := listenNotify(t)
+	agentUnit := testutil.ReadUnit(t, filepath.Join(systemdDir(), "cairn-agent.service"))
+	coordUnit := testutil.ReadUnit(t, filepath.Join(systemdDir(), "cairn-coordinator.service"))
+	// Their ExecStart, with the binary under test.
+	execStart := func(u testutil.Unit) []string { return append([]string{c.Bin}, u.ExecStart[1:]...) }
+
+	messages := 3 * testutil.RingMessages
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--per-node", "1"}, c.RingArgs(messages)...)...)
+	c.WaitProgress("ring", 2, 0, 60*time.Second)
+	c.OK("checkpoint", "ring")
+
+	health := freePort(t, "127.0.0.1")
+	c.LaunchCoordinatorAsUnit(execStart(coordUnit), "NOTIFY_SOCKET="+notify.path, "CAIRN_COORDINATOR_HEALTH_LISTEN="+health)
+	notify.wait(t, "READY=1", "coordinator")
+	healthy(t, health)
+
+	f := c.File()
+	for i, n := range f.Nodes {
+		host, _, _ := net.SplitHostPort(n.Addr)
+		extra := []string{"NOTIFY_SOCKET=" + notify.path, "CAIRN_AGENT_HEALTH_LISTEN=" + net.JoinHostPort(host, "7421")}
+		if i == 0 {
+			extra = append(extra, "CAIRN_AGENT_LOG_FORMAT=json")
+		}
+		before := len(c.AgentLog(n.Name))
+		file := c.LaunchAgentAsUnit(n.Name, execStart(agentUnit), extra...)
+		notify.wait(t, "READY=1", "node "+n.Name+" serving")
+		healthy(t, net.JoinHostPort(host, "7421"))
+		t.Logf("%s's agent restarted by its unit, configured by %s", n.Name, file)
+		if i == 0 {
+			jsonLines(t, n.Name, c.AgentLog(n.Name)[before:])
+		}
+		if j := c.Job("ring"); j.State != "running" || j.Restarts != 0 {
+			t.Fatalf("after %s's agent restarted, the job is %s with %d restarts (%s)", n.Name, j.State, j.Restarts, j.Reason)
+		}
+	}
+	c.OK("checkpoint", "ring")
+	// A rank restored by agents the units started.
+	c.OK("migrate", "ring/0", "--to", c.Unused(c.Status("ring").Placement))
+	// And a job started by them: runc run, which waits for a container to
+	// say it is ready when it finds NOTIFY_SOCKET in its environment.
+	c.OK("run", "--job", "hello", "--ranks", "3", "--", "/bin/sh", "-c", "echo hello from $CAIRN_CONTAINER")
+	if out, err := c.Run("wait", "hello"); err != nil {
+		t.Fatalf("a job started by agents their units started: %v\n%s", err, out)
+	}
+	if got, want := c.Result("ring"), ringapp.Expected(2, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s (an uninterrupted run's)", got, want)
+	}
+	if j := c.Job("ring"); j.Restarts != 0 {
+		t.Errorf("the job restarted %d times while its agents did", j.Restarts)
+	}
+
+	// A variable a flag refuses, and a flag given with it on the command
+	// line (the flag wins).
+	cmd := exec.Command(c.Bin, "agent", "--creds", t.TempDir())
+	cmd.Env = append(os.Environ(), "CAIRN_AGENT_HEALTH_EVERY=soon")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "$CAIRN_AGENT_HEALTH_EVERY") {
+		t.Errorf("an agent with CAIRN_AGENT_HEALTH_EVERY=soon: %v, want exit 2 naming the variable:\n%s", err, out)
+	}
+	cmd = exec.Command(c.Bin, "agent", "--creds", t.TempDir(), "--log-format", "xml")
+	cmd.Env = append(os.Environ(), "CAIRN_AGENT_LOG_FORMAT=json")
+	out, err = cmd.CombinedOutput()
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `--log-format "xml"`) {
+		t.Errorf("an agent with --log-format xml and CAIRN_AGENT_LOG_FORMAT=json: %v, want exit 2 for the flag's value:\n%s", err, out)
+	}
+}
+
+// jsonLines checks that what an agent logged is one JSON object a line,
+// among them its join.
+func jsonLines(t *testing.T, node, log string) {
+	t.Helper()
+	joined := false
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("%s's agent, told CAIRN_AGENT_LOG_FORMAT=json, logged a line that is not JSON: %q", node, line)
+		}
+		joined = joined || rec["msg"] == "joined the cluster"
+	}
+	if !joined {
+		t.Errorf("%s's agent logged no join in JSON:\n%s", node, log)
+	}
+}
