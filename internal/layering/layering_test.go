@@ -79,7 +79,10 @@ var rules = []struct {
 	// The coordinator process: the catalog's etcd, the election, events
 	// and hooks around coord; it answers the coordinator API while it
 	// stands by.
-	{"cairn/internal/control", []string{"cairn/api/coord/v1", "cairn/internal/catalog", "cairn/internal/coord", "cairn/internal/dashboard", "cairn/internal/events", "cairn/internal/metrics", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"cairn/internal/control", []string{"cairn/api/coord/v1", "cairn/internal/catalog", "cairn/internal/coord", "cairn/internal/dashboard", "cairn/internal/events", "cairn/internal/metrics", "cairn/internal/pki", "cairn/internal/rpc", "cairn/internal/service"}, []string{"cairn/"}},
+	// What a daemon tells the service manager and probes: nothing of
+	// either daemon.
+	{"cairn/internal/service", nil, []string{"cairn/"}},
 	// The dashboard shows what the coordinator's read methods and the
 	// event stream tell it: the APIs' types, nothing of how they are had.
 	{"cairn/internal/dashboard", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/human", "cairn/internal/names"}, []string{"cairn/"}},
