@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,21 @@ func TestCLIRunRelativePath(t *testing.T) {
 	c.waitLogs("abs", "relative ok in "+dir)
 	c.ok("rm", "-f", "rel")
 	c.ok("rm", "-f", "abs")
+}
+
+// TestCLIHintsCarryData: a hint to run cairn again names the data dir
+// this call was given, or the user runs it on another one.
+func TestCLIHintsCarryData(t *testing.T) {
+	bin := testutil.CairnBinary(t)
+	data := filepath.Join(t.TempDir(), "my data")
+	cmd := exec.Command(bin, "--data", data, "jobs")
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "CAIRN_COORDINATOR=") || strings.HasPrefix(kv, "CAIRN_DATA=")
+	})
+	out, err := cmd.CombinedOutput()
+	if want := "`cairn --data '" + data + "' up`"; err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("cairn --data %q jobs without a cluster: %v, want a hint %s:\n%s", data, err, want, out)
+	}
 }
 
 // TestCLIRunExitsAtOnce: a program that ends before run returns is

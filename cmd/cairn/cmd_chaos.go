@@ -46,12 +46,13 @@ being wrong is an error. The cluster needs a node more than --ranks.`,
 			if coordFlags.addr != "" {
 				return usageError{errors.New("chaos fails nodes of the local cluster of 'cairn up' only, not of --coordinator's")}
 			}
+			cfg.CLI = cairnCmd()
 			if err := cfg.Check(); err != nil {
 				return err
 			}
 			lc, err := localCluster()
 			if errors.Is(err, errNoCluster) {
-				return errors.New("no local cluster: start one with `cairn up --nodes N` (a node more than the job's ranks)")
+				return fmt.Errorf("no local cluster: start one with `%s up --nodes N` (a node more than the job's ranks)", cairnCmd())
 			}
 			if err != nil {
 				return err

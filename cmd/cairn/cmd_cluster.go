@@ -184,7 +184,7 @@ func (hf hookFlags) parse() (hooks []events.Hook, secret []byte, roots *x509.Cer
 func localCluster() (*testbed.Cluster, error) {
 	lc, err := testbed.Load(testbed.Dir(global.dataDir))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, errNoCluster
+		return nil, noCluster()
 	}
 	return lc, err
 }
@@ -201,8 +201,13 @@ var coordFlags struct {
 	creds string
 }
 
-// errNoCluster says that no coordinator is configured.
-var errNoCluster = errors.New("no cluster: start one with `cairn up`, or give --coordinator ADDR and --creds DIR")
+// errNoCluster says that no coordinator is configured; noCluster says
+// what to do about it.
+var errNoCluster = errors.New("no cluster")
+
+func noCluster() error {
+	return fmt.Errorf("%w: start one with `%s up`, or give --coordinator ADDR and --creds DIR", errNoCluster, cairnCmd())
+}
 
 // coordClient returns a client of the configured coordinator: the one of
 // --coordinator ($CAIRN_COORDINATOR) with --creds ($CAIRN_CREDS), or the
@@ -275,6 +280,7 @@ all of it.`,
 				}
 			}
 			cfg.Dir, cfg.Staging, cfg.CRIU, cfg.Runc, cfg.Out = testbed.Dir(global.dataDir), global.stagingDir, global.criuPath, global.runcPath, cmd.OutOrStdout()
+			cfg.CLI = cairnCmd()
 			lc, err := testbed.Up(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -282,7 +288,7 @@ all of it.`,
 			for _, nd := range lc.Nodes {
 				fmt.Fprintf(cfg.Out, "node %s: agent at %s (pid %d)\n", nd.Name, nd.Addr, nd.PID)
 			}
-			fmt.Fprintf(cfg.Out, "cluster up: %d nodes (state and logs in %s; remove with `cairn down`)\n", cfg.Nodes, lc.Dir())
+			fmt.Fprintf(cfg.Out, "cluster up: %d nodes (state and logs in %s; remove with `%s down`)\n", cfg.Nodes, lc.Dir(), cairnCmd())
 			return nil
 		},
 	}

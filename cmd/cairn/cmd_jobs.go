@@ -156,7 +156,7 @@ func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, req coor
 	fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s:%d %s: %d ranks, %s; ranks frozen %s (slowest dump %s, coordination %s)\n",
 		ck.Job, ck.Seq, ck.State, len(ck.Ranks), human.Bytes(ck.Bytes), human.Duration(ck.Stall), human.Duration(ck.MaxDump), human.Duration(ck.Coord))
 	if ck.Stop {
-		fmt.Fprintf(cmd.OutOrStdout(), "job %s stopped at checkpoint %d: cairn restart %s resumes it\n", ck.Job, ck.Seq, ck.Job)
+		fmt.Fprintf(cmd.OutOrStdout(), "job %s stopped at checkpoint %d: %s restart %s resumes it\n", ck.Job, ck.Seq, cairnCmd(), ck.Job)
 	}
 	return nil
 }

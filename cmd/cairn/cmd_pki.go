@@ -73,7 +73,7 @@ or the coordinator gets a certificate for both ends of a connection; a client
 			}
 			ca, err := pki.Load(pkiDir())
 			if errors.Is(err, pki.ErrNotFound) {
-				return fmt.Errorf("%w: no cluster CA in %s; run `cairn init` first", err, pkiDir())
+				return fmt.Errorf("%w: no cluster CA in %s; run `%s init` first", err, pkiDir(), cairnCmd())
 			}
 			if err != nil {
 				return err

@@ -167,7 +167,7 @@ record and in every checkpoint of its ranks. Name what the job needs
 				return printJSON(cmd.OutOrStdout(), in)
 			}
 			if in.Status == container.StatusExited && in.Exit != nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s at once; its output: cairn logs %s\n", in.Name, table.Status(in), in.Name)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s at once; its output: %s logs %s\n", in.Name, table.Status(in), cairnCmd(), in.Name)
 				if in.Exit.Code != 0 {
 					return fmt.Errorf("%s exited at once with code %d", in.Name, in.Exit.Code)
 				}

@@ -161,8 +161,8 @@ func newImportCmd() *cobra.Command {
 			if asJSON {
 				return errors.Join(printJSON(cmd.OutOrStdout(), rec), damage())
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "imported %s (%s); restore it with: cairn restore %s --from %d\n",
-				rec.Name(), human.Bytes(rec.Logical), rec.Container, rec.Seq)
+			fmt.Fprintf(cmd.OutOrStdout(), "imported %s (%s); restore it with: %s restore %s --from %d\n",
+				rec.Name(), human.Bytes(rec.Logical), cairnCmd(), rec.Container, rec.Seq)
 			return damage()
 		},
 	}

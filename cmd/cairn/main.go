@@ -163,6 +163,24 @@ func hostPorts() ([]uint16, error) {
 	return ports, nil
 }
 
+// cairnCmd is how to call cairn again for what this call works on, for hints:
+// "cairn", with --data when the data dir is not the default one (a hint
+// to run `cairn down` after `cairn --data X up` must say --data X).
+func cairnCmd() string {
+	if global.dataDir == container.DefaultDataDir || global.dataDir == "" {
+		return "cairn"
+	}
+	return "cairn --data " + shellQuote(global.dataDir)
+}
+
+// shellQuote quotes s for a POSIX shell if it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:@%+,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // prefix is where cairn's setup installs what it builds ($CAIRN_PREFIX,
 // default /opt/cairn): CRIU, the MPICH fix, the tools of MPI ranks.
 func prefix() string { return envOr("CAIRN_PREFIX", "/opt/cairn") }

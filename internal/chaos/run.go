@@ -56,6 +56,8 @@ const (
 
 // Config is what a run does: the ring job it runs, and the failures.
 type Config struct {
+	// CLI is how the user calls cairn, in hints (default "cairn").
+	CLI      string
 	Job      string // its name
 	Ranks    int    // one per node
 	Messages int    // the ring job's size (cairn ringapp -messages)
@@ -82,6 +84,9 @@ func (cfg *Config) Check() error {
 }
 
 func (cfg *Config) defaults() {
+	if cfg.CLI == "" {
+		cfg.CLI = "cairn"
+	}
 	if cfg.Job == "" {
 		cfg.Job = DefaultJob
 	}
@@ -260,17 +265,17 @@ func (r *runner) checkCluster(ctx context.Context) ([]string, error) {
 	var names []string
 	for _, n := range r.env.Cluster.Nodes {
 		if !alive[n.Name] {
-			return nil, fmt.Errorf("node %s of the local cluster is not alive (or drained): bring it back first (cairn node revive %s, cairn node undrain %s)", n.Name, n.Name, n.Name)
+			return nil, fmt.Errorf("node %s of the local cluster is not alive (or drained): bring it back first (%[2]s node revive %[1]s, %[2]s node undrain %[1]s)", n.Name, r.cfg.CLI)
 		}
 		r.nodes[n.Name] = n
 		names = append(names, n.Name)
 	}
 	if len(names) < r.cfg.Ranks+1 {
-		return nil, fmt.Errorf("%d ranks, one a node, need %d nodes or more (one to restart on), and the local cluster has %d: cairn down, then cairn up --nodes %d",
-			r.cfg.Ranks, r.cfg.Ranks+1, len(names), r.cfg.Ranks+1)
+		return nil, fmt.Errorf("%d ranks, one a node, need %d nodes or more (one to restart on), and the local cluster has %d: %s down, then %s up --nodes %d",
+			r.cfg.Ranks, r.cfg.Ranks+1, len(names), r.cfg.CLI, r.cfg.CLI, r.cfg.Ranks+1)
 	}
 	if _, err := r.env.Coord.Status(ctx, r.cfg.Job); err == nil {
-		return nil, fmt.Errorf("a job %s exists: remove it (cairn rm -f %s) or name another (--job)", r.cfg.Job, r.cfg.Job)
+		return nil, fmt.Errorf("a job %[1]s exists: remove it (%[2]s rm -f %[1]s) or name another (--job)", r.cfg.Job, r.cfg.CLI)
 	}
 	return names, nil
 }

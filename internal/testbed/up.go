@@ -46,6 +46,9 @@ type Config struct {
 	// Staging holds each node's staging dir (Staging/NODE; default
 	// container.DefaultStagingDir).
 	Staging string
+	// CLI is how a user calls cairn for this testbed, in hints (default
+	// "cairn"; "cairn --data DIR" for another data dir).
+	CLI string
 	// Exe is the cairn binary the processes run (default: this
 	// executable); CRIU and Runc are the agents' binaries (default: their
 	// defaults).
@@ -78,12 +81,19 @@ type Config struct {
 // joinWithin bounds the wait for every node to join.
 const joinWithin = 60 * time.Second
 
+func (cfg Config) cli() string {
+	if cfg.CLI == "" {
+		return "cairn"
+	}
+	return cfg.CLI
+}
+
 // Up makes a testbed and returns once every node has joined. When it
 // fails, it removes whatever it made.
 func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	dir := cfg.Dir
 	if _, err := os.Stat(file(dir)); err == nil {
-		return nil, fmt.Errorf("a local cluster exists (%s); remove it with `cairn down` first", dir)
+		return nil, fmt.Errorf("a local cluster exists (%s); remove it with `%s down` first", dir, cfg.cli())
 	}
 	if cfg.Exe == "" {
 		if cfg.Exe, err = os.Executable(); err != nil {
