@@ -111,6 +111,32 @@ func TestCLIRunRelativePath(t *testing.T) {
 	c.ok("rm", "-f", "abs")
 }
 
+// TestCLIPs: a container whose command spans lines stays on one row of
+// ps; -q lists names only; --format applies a template to each; they
+// exclude each other and --json.
+func TestCLIPs(t *testing.T) {
+	c := newCLI(t)
+	c.ok("run", "--name", "multi", "--", "/bin/sh", "-c", "sleep 600\necho never")
+	c.ok("run", "--name", "plain", "--", "/bin/sleep", "600")
+	rows := strings.Split(strings.TrimSpace(c.ok("ps")), "\n")
+	if len(rows) != 3 || !strings.Contains(strings.Join(rows, "\n"), `/bin/sh -c "sleep 600\necho never"`) {
+		t.Errorf("ps: want a header and a row each:\n%s", strings.Join(rows, "\n"))
+	}
+	if got := strings.Fields(c.ok("ps", "-q")); !slices.Equal(got, []string{"multi", "plain"}) {
+		t.Errorf("ps -q: %q", got)
+	}
+	if got := c.ok("ps", "--format", `{{.Name}}\t{{.Status}}`); got != "multi\trunning\nplain\trunning\n" {
+		t.Errorf("ps --format: %q", got)
+	}
+	for _, args := range [][]string{{"ps", "-q", "--json"}, {"ps", "--format", "{{.Name}}", "-q"}, {"ps", "--format", "{{.Nope"}, {"ps", "--format", "{{.Nope}}"}} {
+		if _, errs, code := c.run(args...); code != 2 {
+			t.Errorf("cairn %q: exit %d, want 2\n%s", args, code, errs)
+		}
+	}
+	c.ok("rm", "-f", "multi")
+	c.ok("rm", "-f", "plain")
+}
+
 // TestCLIHintsCarryData: a hint to run cairn again names the data dir
 // this call was given, or the user runs it on another one.
 func TestCLIHintsCarryData(t *testing.T) {

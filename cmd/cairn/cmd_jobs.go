@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"text/template"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -98,14 +99,22 @@ func newNodesCmd() *cobra.Command {
 	return cmd
 }
 
-func jobPs(cmd *cobra.Command, name string, asJSON bool) error {
+func jobPs(cmd *cobra.Command, name string, asJSON, quiet bool, tmpl *template.Template) error {
 	return withCoord(func(c *rpc.CoordClient) error {
 		st, err := c.Status(cmd.Context(), name)
 		if err != nil {
 			return err
 		}
-		if asJSON {
+		switch {
+		case asJSON:
 			return printJSON(cmd.OutOrStdout(), st)
+		case quiet:
+			for _, r := range st.RankStates {
+				fmt.Fprintln(cmd.OutOrStdout(), agentv1.RankName(name, r.Rank))
+			}
+			return nil
+		case tmpl != nil:
+			return eachFormatted(cmd.OutOrStdout(), tmpl, st.RankStates)
 		}
 		return table.Ranks(cmd.OutOrStdout(), st)
 	})

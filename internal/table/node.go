@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/container"
@@ -33,7 +32,7 @@ func Containers(w io.Writer, list []*container.Info) error {
 	fmt.Fprintln(tw, "NAME\tSTATUS\tPID\tADDRESS\tCREATED\tCOMMAND")
 	for _, in := range list {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.Name, Status(in), pid(in.Pid), in.Addr,
-			human.Ago(in.Created), truncate(strings.Join(in.Config.Args, " "), 40))
+			human.Ago(in.Created), truncate(Command(in.Config.Args), 40))
 	}
 	return tw.Flush()
 }
@@ -45,7 +44,7 @@ func Container(w io.Writer, in *container.Info) error {
 	row("Name", in.Name)
 	row("Status", Status(in))
 	row("PID", pid(in.Pid))
-	row("Command", strings.Join(in.Config.Args, " "))
+	row("Command", oneLine(Command(in.Config.Args)))
 	row("Address", in.Addr)
 	row("Netns", in.Endpoint.Path())
 	row("Veth", in.Endpoint.Veth)

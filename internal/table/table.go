@@ -69,12 +69,40 @@ func pid(pid int) string {
 	return fmt.Sprint(pid)
 }
 
-// truncate shortens s to n bytes, the last an ellipsis.
+// truncate shortens s to n characters, the last an ellipsis, on one
+// line (oneLine).
 func truncate(s string, n int) string {
-	if len(s) <= n {
+	s = oneLine(s)
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// oneLine writes the newlines and tabs of s as escapes (\n, \t), so that a
+// cell never spans rows or columns; the writer escapes the other control
+// characters.
+func oneLine(s string) string { return lineBreaks.Replace(s) }
+
+var lineBreaks = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`)
+
+// Command writes a command line on one line, each argument that a shell
+// would split or that holds control characters quoted as Go quotes it:
+// sh -c "echo a\nb".
+func Command(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsFunc(a, shellSpecial) {
+			a = strconv.Quote(a)
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}
+
+func shellSpecial(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune("\"'\\$`;&|<>()*?[]#~", r)
 }
 
 // nodeSet lists the distinct nodes of a placement in order.

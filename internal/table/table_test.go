@@ -198,3 +198,23 @@ func TestCkptsUnavailable(t *testing.T) {
 		t.Errorf("got:\n%s", b.String())
 	}
 }
+
+// TestContainersOneRowEach: a command with newlines, tabs and quotes
+// stays on its container's row, quoted as a shell would need it.
+func TestContainersOneRowEach(t *testing.T) {
+	var b strings.Builder
+	list := []*container.Info{
+		{Name: "multi", Status: container.StatusRunning, State: container.State{Config: container.Config{Args: []string{"sh", "-c", "echo a\nb\tc"}}}},
+		{Name: "plain", Status: container.StatusRunning, State: container.State{Config: container.Config{Args: []string{"/bin/sleep", "60"}}}},
+	}
+	if err := table.Containers(&b, list); err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(rows) != 3 || !strings.Contains(rows[1], `sh -c "echo a\nb\tc"`) || !strings.HasSuffix(rows[2], "/bin/sleep 60") {
+		t.Errorf("ps table:\n%s", b.String())
+	}
+	if got := table.Command([]string{"a b", "", "it's", "plain"}); got != `"a b" "" "it's" plain` {
+		t.Errorf("Command: %s", got)
+	}
+}
