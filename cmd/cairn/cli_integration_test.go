@@ -298,7 +298,7 @@ func TestCLIErrors(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"checkpoint", "ghost"}, 3, "no such container: ghost"},
+		{[]string{"checkpoint", "ghost"}, 3, "no container ghost; containers here: none"},
 		{[]string{"restore", "ghost"}, 3, "has no checkpoint"},
 		{[]string{"inspect", "ghost"}, 3, "no such container"},
 		{[]string{"run", "--", "true"}, 2, "--name (a container) or --job"},
@@ -312,7 +312,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"verify"}, 2, "--all"},
 		{[]string{"kill", "-s", "NOPE", "x"}, 2, "unknown signal"},
 		{[]string{"logs", "-f", "--incarnation", "1", "x"}, 2, "-f follows the current incarnation"},
-		{[]string{"logs", "--incarnations", "ghost"}, 3, "no such container"},
+		{[]string{"logs", "--incarnations", "ghost"}, 3, "no container ghost"},
 	}
 	for _, tc := range tests {
 		_, errs, code := c.run(tc.args...)
@@ -322,6 +322,13 @@ func TestCLIErrors(t *testing.T) {
 	}
 
 	c.ok("run", "--name", "a", "--", c.bin, "stateapp", "-no-stream", "-dir", "/var/lib/stateapp")
+	c.ok("run", "--name", "solver", "--", "/bin/sleep", "600")
+	for _, args := range [][]string{{"logs", "solvr"}, {"kill", "slover"}, {"checkpoint", "solve"}, {"rm", "-f", "solverr"}} {
+		if _, errs, code := c.run(args...); code != 3 || !strings.Contains(errs, "; did you mean solver?; containers here: a, solver") {
+			t.Errorf("cairn %q, a slip of solver's name: exit %d %q; want 3 naming solver and what exists", args, code, errs)
+		}
+	}
+	c.ok("rm", "-f", "solver")
 	if _, errs, code := c.run("run", "--name", "a", "--", "true"); code != 1 || !strings.Contains(errs, "already exists") {
 		t.Errorf("duplicate run: exit %d %q", code, errs)
 	}

@@ -53,7 +53,7 @@ that aborts stops nothing (the job runs on, and the command fails).`,
 			man, err := m.Checkpoint(cmd.Context(), args[0], container.CheckpointOptions{Stop: stop || !leaveRunning, Progress: prog})
 			done()
 			if err != nil {
-				return errors.Join(err, damage())
+				return errors.Join(notFound(cmd.Context(), args[0], err), damage())
 			}
 			if asJSON {
 				return errors.Join(printJSON(cmd.OutOrStdout(), man), damage())

@@ -55,7 +55,7 @@ prints one.`,
 				}
 				return allRankLogs(cmd, c, ref, o.follow)
 			}
-			return containerLogs(cmd, ref, o)
+			return notFound(cmd.Context(), ref, containerLogs(cmd, ref, o))
 		},
 	}
 	f := cmd.Flags()
@@ -180,7 +180,7 @@ checkpoints is refused without -f; with -f, cairn says what it deleted.`,
 					continue
 				}
 				if err := m.Remove(cmd.Context(), name, force); err != nil {
-					errs = append(errs, err)
+					errs = append(errs, notFound(cmd.Context(), name, err))
 					continue
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), name)
@@ -217,7 +217,7 @@ processes; the job and its checkpoints stay (cairn restart JOB).`,
 			if err != nil {
 				return err
 			}
-			return m.Kill(cmd.Context(), args[0], s)
+			return notFound(cmd.Context(), args[0], m.Kill(cmd.Context(), args[0], s))
 		},
 	}
 	cmd.Flags().StringVarP(&sig, "signal", "s", "KILL", "signal name or number")
@@ -244,7 +244,7 @@ them from the container's codes.`,
 			}
 			in, err := m.Wait(cmd.Context(), args[0])
 			if err != nil {
-				return asOwnError(err)
+				return asOwnError(notFound(cmd.Context(), args[0], err))
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), table.Status(in))
 			if in.Exit != nil && in.Exit.Code != 0 {

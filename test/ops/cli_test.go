@@ -29,8 +29,9 @@ func exitCode(t *testing.T, err error) int {
 // TestClusterCLISafety: a job is signalled as asked (TERM reaches the
 // ranks' trap, it is not turned into SIGKILL); rm refuses a running job
 // or one with checkpoints unless -f, and then says what it deleted; what
-// does not exist on the cluster exits 3, a bad name exits 2, and a flag
-// that does not apply is a usage error.
+// does not exist on the cluster exits 3 (a slip of a job's name says
+// which job was meant), a bad name exits 2, and a flag that does not
+// apply is a usage error.
 func TestClusterCLISafety(t *testing.T) {
 	c := testutil.NewCluster(t, 2)
 	for _, tc := range []struct {
@@ -63,6 +64,17 @@ func TestClusterCLISafety(t *testing.T) {
 	}
 	if out, err := c.Run("rm", "sig"); exitCode(t, err) != 1 || !strings.Contains(out, "running") {
 		t.Errorf("rm of a running job without -f: %v\n%s", err, out)
+	}
+	// A slip of the job's name: not found, the job named, and what exists.
+	for _, args := range [][]string{{"logs", "sgi"}, {"kill", "sigg"}, {"wait", "siig"}} {
+		out, err := c.Run(args...)
+		want := map[string]int{"wait": 125}[args[0]]
+		if want == 0 {
+			want = 3
+		}
+		if code := exitCode(t, err); code != want || !strings.Contains(out, "no container or job "+args[1]+"; did you mean sig?") || !strings.Contains(out, "; jobs: sig") {
+			t.Errorf("cairn %s: exit %d, want %d naming job sig and the jobs:\n%s", strings.Join(args, " "), code, want, out)
+		}
 	}
 	c.OK("kill", "-s", "TERM", "sig")
 	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
