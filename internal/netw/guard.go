@@ -29,9 +29,10 @@ func GuardTable(bridge string) string { return guardPrefix + bridge }
 // except replies to connections the namespace opened and new TCP
 // connections to allowPorts. Containers attached to the bridge then cannot
 // reach any listener of their host (the agent, the coordinator, etcd, sshd)
-// on any of its addresses, while traffic forwarded through the host (NAT to
-// the outside for single containers, nothing for job bridges) and traffic
-// between containers are untouched: it never passes the input hook.
+// on any of its addresses, while traffic the host forwards (if it routes
+// a single container's bridge outside; nothing for job bridges) and
+// traffic between containers are untouched: it never passes the input
+// hook.
 //
 // The guard is an inet table (IPv4 and IPv6) with one input chain at filter
 // priority; it is replaced whole, in one transaction, so calling Guard again
