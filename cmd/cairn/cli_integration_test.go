@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -135,6 +136,33 @@ func TestCLIPs(t *testing.T) {
 	}
 	c.ok("rm", "-f", "multi")
 	c.ok("rm", "-f", "plain")
+}
+
+// TestCLISystemPrune: system prune leaves a bridge a container is
+// attached to, and removes it and its guard once none is.
+func TestCLISystemPrune(t *testing.T) {
+	c := newCLI(t)
+	br := c.env.Bridge.Name
+	ctx := context.Background()
+	c.ok("run", "--name", "p", "--", "/bin/sleep", "600")
+	if out := c.ok("system", "prune"); !strings.Contains(out, "in use by 1 container") || !netw.LinkExists(br) {
+		t.Errorf("prune with a container on %s: %q", br, out)
+	}
+	c.ok("rm", "-f", "p")
+	if g, err := netw.Guarded(ctx, "", br); err != nil || !g {
+		t.Fatalf("before the prune, %s is not guarded: %v %v", br, g, err)
+	}
+	if out := c.ok("system", "prune"); !strings.Contains(out, "removed bridge "+br) {
+		t.Errorf("prune of an unused bridge: %q", out)
+	}
+	if g, err := netw.Guarded(ctx, "", br); err != nil || g || netw.LinkExists(br) {
+		t.Errorf("after the prune: bridge %s exists %v, guarded %v (%v)", br, netw.LinkExists(br), g, err)
+	}
+	if out := c.ok("system", "prune"); !strings.Contains(out, "nothing to remove") {
+		t.Errorf("prune again: %q", out)
+	}
+	c.ok("run", "--name", "again", "--", "/bin/sleep", "600") // the bridge comes back
+	c.ok("rm", "-f", "again")
 }
 
 // TestCLIHintsCarryData: a hint to run cairn again names the data dir

@@ -77,6 +77,20 @@ func (b Bridge) EnsureGuarded(ctx context.Context) error {
 	return Guard(ctx, "", b.Name, b.HostPorts)
 }
 
+// Ports lists the interfaces attached to the bridge (a container's veth
+// each); none if the bridge does not exist.
+func (b Bridge) Ports() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join("/sys/class/net", b.Name, "brif"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out, err
+}
+
 // Delete removes the bridge and its guard. A missing bridge is not an
 // error.
 func (b Bridge) Delete(ctx context.Context) error {
