@@ -36,6 +36,7 @@ func known(t *testing.T) map[string][]string {
 			}
 		}
 	}
+	out["up"] = targetLabels // Prometheus's own, of every target it scrapes
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -152,20 +153,26 @@ func exprs(t *testing.T) map[string]string {
 }
 
 var (
-	stringRE   = regexp.MustCompile(`"(\\.|[^"\\])*"|'(\\.|[^'\\])*'|` + "`[^`]*`")
-	nameRE     = regexp.MustCompile(`\b(cairn|etcd|go|process)_[a-zA-Z0-9_:]*`)
-	selectorRE = regexp.MustCompile(`\b((?:cairn|etcd)_[a-zA-Z0-9_:]*)\{([^}]*)\}`)
-	matcherRE  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)`)
-	groupingRE = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
+	stringRE    = regexp.MustCompile(`"(\\.|[^"\\])*"|'(\\.|[^'\\])*'|` + "`[^`]*`")
+	nameRE      = regexp.MustCompile(`\b(cairn|etcd|go|process)_[a-zA-Z0-9_:]*|\bup\b`)
+	scrapeJobRE = regexp.MustCompile(`\bup\{job="([^"]*)"`)
+	selectorRE  = regexp.MustCompile(`\b((?:cairn|etcd)_[a-zA-Z0-9_:]*)\{([^}]*)\}`)
+	matcherRE   = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)`)
+	groupingRE  = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
 )
 
 // targetLabels are the labels Prometheus gives every scraped series.
 var targetLabels = []string{"job", "instance"}
 
 // TestDeployNamesMetrics: every metric the dashboard's and the rules'
-// queries name exists, with the labels they match or group on.
+// queries name exists, with the labels they match or group on; a scrape
+// job an alert names (up{job="..."}) is one deploy/README.md configures.
 func TestDeployNamesMetrics(t *testing.T) {
 	have := known(t)
+	readme, err := os.ReadFile(filepath.Join("..", "..", "deploy", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for where, expr := range exprs(t) {
 		if strings.Count(expr, "(") != strings.Count(expr, ")") || strings.Count(expr, "{") != strings.Count(expr, "}") {
 			t.Errorf("%s: unbalanced brackets in %q", where, expr)
@@ -182,6 +189,11 @@ func TestDeployNamesMetrics(t *testing.T) {
 				if !slices.Contains(labels, lm[1]) && !slices.Contains(targetLabels, lm[1]) {
 					t.Errorf("%s: %s has no label %s", where, m[1], lm[1])
 				}
+			}
+		}
+		for _, m := range scrapeJobRE.FindAllStringSubmatch(expr, -1) {
+			if !strings.Contains(string(readme), "job_name: "+m[1]+"\n") {
+				t.Errorf("%s: scrape job %s is none that deploy/README.md configures", where, m[1])
 			}
 		}
 		bare := stringRE.ReplaceAllString(expr, `""`)

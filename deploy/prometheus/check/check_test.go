@@ -17,12 +17,18 @@ import (
 var (
 	rulesFile = filepath.Join("..", "cairn-rules.yml")
 	dashFile  = filepath.Join("..", "..", "grafana", "cairn.json")
+	opsFile   = filepath.Join("..", "..", "..", "docs", "operations.md")
 	promql    = parser.NewParser(parser.Options{})
 )
 
+// runbookBase is where the rules say an alert's runbook is: the operators'
+// guide as a package installs it.
+const runbookBase = "file:///usr/share/doc/cairn/operations.md#"
+
 // TestRules reads the rules file as Prometheus loads it: unknown fields,
 // bad durations, unparsable or ill-typed expressions and bad templates
-// are errors. Every alert must give a vector, or it can never fire.
+// are errors. Every alert must give a vector, or it can never fire, and
+// have a runbook: a section of docs/operations.md named after it.
 func TestRules(t *testing.T) {
 	groups, errs := rulefmt.ParseFile(rulesFile, false, model.UTF8Validation, promql, slog.New(slog.DiscardHandler))
 	for _, err := range errs {
@@ -31,10 +37,25 @@ func TestRules(t *testing.T) {
 	if len(errs) > 0 {
 		return
 	}
+	ops, err := os.ReadFile(opsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headings := map[string]bool{}
+	for _, line := range strings.Split(string(ops), "\n") {
+		if h, ok := strings.CutPrefix(line, "### "); ok {
+			headings[strings.ToLower(strings.TrimSpace(h))] = true
+		}
+	}
 	n := 0
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
 			n++
+			// Its runbook: a section of docs/operations.md named after it.
+			url := r.Annotations["runbook_url"]
+			if anchor, ok := strings.CutPrefix(url, runbookBase); !ok || anchor != strings.ToLower(r.Alert) || !headings[anchor] {
+				t.Errorf("alert %s: runbook_url %q, want %s%s, a section (### %s) of docs/operations.md", r.Alert, url, runbookBase, strings.ToLower(r.Alert), r.Alert)
+			}
 			expr, err := promql.ParseExpr(r.Expr)
 			if err != nil {
 				t.Errorf("alert %s: %v", r.Alert, err)
