@@ -165,6 +165,26 @@ func TestCLISystemPrune(t *testing.T) {
 	c.ok("rm", "-f", "again")
 }
 
+// TestCLILogsTail: --tail N prints the last N lines of a container's
+// output, with -f too (then what comes); N must be at least 1.
+func TestCLILogsTail(t *testing.T) {
+	c := newCLI(t)
+	c.ok("run", "--name", "count", "--", "/bin/sh", "-c", "seq 1 10; printf partial")
+	c.ok("wait", "count")
+	if out := c.ok("logs", "--tail", "3", "count"); out != "9\n10\npartial" {
+		t.Errorf("logs --tail 3: %q", out)
+	}
+	if out := c.ok("logs", "-f", "--tail", "2", "count"); out != "10\npartial" {
+		t.Errorf("logs -f --tail 2 of an ended container: %q", out)
+	}
+	if out := c.ok("logs", "count"); !strings.HasPrefix(out, "1\n2\n") {
+		t.Errorf("logs without --tail: %q", out)
+	}
+	if _, errs, code := c.run("logs", "--tail", "-1", "count"); code != 2 {
+		t.Errorf("logs --tail -1: exit %d\n%s", code, errs)
+	}
+}
+
 // TestCLIHintsCarryData: a hint to run cairn again names the data dir
 // this call was given, or the user runs it on another one.
 func TestCLIHintsCarryData(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 
 	agentv1 "cairn/api/agent/v1"
 	"cairn/internal/agent"
+	"cairn/internal/container"
+	"cairn/internal/human"
 	"cairn/internal/proc"
 	"cairn/internal/rpc"
 	"cairn/internal/table"
@@ -53,7 +55,7 @@ prints one.`,
 				if o.list || o.incarnation > 0 {
 					return usageError{fmt.Errorf("incarnations are a rank's: name one (%s/RANK)", ref)}
 				}
-				return allRankLogs(cmd, c, ref, o.follow)
+				return tailed(cmd.OutOrStdout(), o, func(w io.Writer) error { return allRankLogs(cmd, w, c, ref, o.follow) })
 			}
 			return notFound(cmd.Context(), ref, containerLogs(cmd, ref, o))
 		},
@@ -61,6 +63,7 @@ prints one.`,
 	f := cmd.Flags()
 	f.BoolVarP(&o.follow, "follow", "f", false, "keep printing new output until the container (every rank) stops")
 	f.IntVar(&o.incarnation, "incarnation", 0, "print the output of incarnation `N` instead of the current one")
+	f.IntVar(&o.tail, "tail", 0, "print only the last `N` lines (of a job, with every rank's: the last N of them all); with -f, of a container only, then what comes")
 	f.BoolVar(&o.list, "incarnations", false, "list the incarnations (runs and restores) whose output is kept here")
 	f.BoolVar(&o.asJSON, "json", false, "with --incarnations: print them as JSON")
 	return cmd
@@ -69,6 +72,7 @@ prints one.`,
 type logsOptions struct {
 	follow, list, asJSON bool
 	incarnation          int
+	tail                 int // the last lines only (0: all)
 }
 
 func (o logsOptions) check() error {
@@ -81,6 +85,10 @@ func (o logsOptions) check() error {
 		return usageError{errors.New("-f follows the current incarnation; an earlier one's output is complete")}
 	case o.asJSON && !o.list:
 		return usageError{errors.New("--json goes with --incarnations")}
+	case o.tail < 0:
+		return usageError{errors.New("--tail N: the last N lines, N from 1")}
+	case o.tail > 0 && o.list:
+		return usageError{errors.New("--tail is for output, not --incarnations")}
 	}
 	return nil
 }
@@ -102,7 +110,25 @@ func containerLogs(cmd *cobra.Command, name string, o logsOptions) error {
 		}
 		return printIncarnations(cmd.OutOrStdout(), wire, o.asJSON)
 	}
-	return m.CopyLog(cmd.Context(), cmd.OutOrStdout(), name, o.incarnation, o.follow)
+	return m.CopyLog(cmd.Context(), cmd.OutOrStdout(), name, container.LogOptions{Incarnation: o.incarnation, Follow: o.follow, Tail: o.tail})
+}
+
+// tailed runs copy, which writes output to w, and prints only the last
+// tail lines of it (all with tail 0). A rank's output comes from its
+// agent as it is: with -f, which would print everything that comes,
+// --tail is refused.
+func tailed(w io.Writer, o logsOptions, copy func(io.Writer) error) error {
+	if o.tail == 0 {
+		return copy(w)
+	}
+	if o.follow {
+		return usageError{errors.New("--tail with -f is for a container of this node; for a job's ranks, give one of them")}
+	}
+	tw := &human.TailWriter{W: w, N: o.tail}
+	if err := copy(tw); err != nil {
+		return err
+	}
+	return tw.Flush()
 }
 
 // rankLogs prints a rank's output, fetched from its node's agent.
@@ -131,18 +157,18 @@ func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 			}
 			return printIncarnations(cmd.OutOrStdout(), incs, o.asJSON)
 		}
-		return ra.Log(ctx, cmd.OutOrStdout(), rank, o.incarnation, o.follow)
+		return tailed(cmd.OutOrStdout(), o, func(w io.Writer) error { return ra.Log(ctx, w, rank, o.incarnation, o.follow) })
 	})
 }
 
 // allRankLogs prints every rank's output, each line labelled "RANK: ":
 // rank after rank, or with follow every rank's lines as they come.
-func allRankLogs(cmd *cobra.Command, c *rpc.CoordClient, job string, follow bool) error {
+func allRankLogs(cmd *cobra.Command, w io.Writer, c *rpc.CoordClient, job string, follow bool) error {
 	ra, err := c.RankAgents(cmd.Context(), job)
 	if err != nil {
 		return err
 	}
-	return ra.Logs(cmd.Context(), cmd.OutOrStdout(), follow)
+	return ra.Logs(cmd.Context(), w, follow)
 }
 
 func newRmCmd() *cobra.Command {

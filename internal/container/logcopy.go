@@ -6,13 +6,27 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"cairn/internal/human"
 )
 
-// CopyLog writes the output of incarnation n of container name (0: the
-// current one) to w. With follow it goes on writing what the container
-// prints until it stops, a restore replaces the incarnation, or ctx is
-// done. A log not written yet is empty.
-func (m *Manager) CopyLog(ctx context.Context, w io.Writer, name string, n int, follow bool) error {
+// LogOptions say which of a container's output CopyLog writes.
+type LogOptions struct {
+	// Incarnation is the incarnation whose output is written (0: the
+	// current one).
+	Incarnation int
+	// Follow goes on writing what the container prints until it stops, a
+	// restore replaces the incarnation, or ctx is done.
+	Follow bool
+	// Tail, if more than 0, writes only the last Tail lines of what is
+	// there already (then, with Follow, everything that comes).
+	Tail int
+}
+
+// CopyLog writes the output of container name to w, as o says. A log not
+// written yet is empty.
+func (m *Manager) CopyLog(ctx context.Context, w io.Writer, name string, o LogOptions) error {
+	n, follow := o.Incarnation, o.Follow
 	path, err := m.IncarnationLog(name, n)
 	if err != nil {
 		return err
@@ -25,7 +39,15 @@ func (m *Manager) CopyLog(ctx context.Context, w io.Writer, name string, n int, 
 		return err
 	}
 	defer f.Close()
-	if _, err := io.Copy(w, f); err != nil {
+	if o.Tail > 0 {
+		tw := &human.TailWriter{W: w, N: o.Tail}
+		if _, err := io.Copy(tw, f); err != nil {
+			return err
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	} else if _, err := io.Copy(w, f); err != nil {
 		return err
 	}
 	for follow {

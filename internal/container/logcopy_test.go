@@ -18,13 +18,13 @@ func TestCopyLogFollows(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := env.Manager.CopyLog(ctx, &out, "talk", 0, true); err != nil {
+	if err := env.Manager.CopyLog(ctx, &out, "talk", container.LogOptions{Follow: true}); err != nil {
 		t.Fatal(err)
 	}
 	if out.String() != "one\ntwo\n" {
 		t.Errorf("followed log %q, want both lines", out.String())
 	}
-	if err := env.Manager.CopyLog(ctx, &out, "talk", 7, false); err == nil {
+	if err := env.Manager.CopyLog(ctx, &out, "talk", container.LogOptions{Incarnation: 7}); err == nil {
 		t.Error("the log of an incarnation that never was")
 	}
 }

@@ -62,6 +62,15 @@ func TestClusterCLISafety(t *testing.T) {
 			return strings.Contains(out, "up"), out
 		})
 	}
+	if out := c.OK("logs", "sig/1", "--tail", "1"); out != "up\n" {
+		t.Errorf("logs sig/1 --tail 1: %q", out)
+	}
+	if out := c.OK("logs", "sig", "--tail", "1"); out != "1: up\n" {
+		t.Errorf("logs sig --tail 1: %q", out)
+	}
+	if out, err := c.Run("logs", "-f", "--tail", "1", "sig/0"); exitCode(t, err) != 2 {
+		t.Errorf("logs -f --tail of a rank: %v\n%s", err, out)
+	}
 	if out, err := c.Run("rm", "sig"); exitCode(t, err) != 1 || !strings.Contains(out, "running") {
 		t.Errorf("rm of a running job without -f: %v\n%s", err, out)
 	}
