@@ -185,6 +185,43 @@ func TestCLILogsTail(t *testing.T) {
 	}
 }
 
+// TestCLICompletion: the shell's completion (cairn __complete) offers the
+// containers of this node for a NAME, and their checkpoints for a
+// NAME:SEQ once NAME: is typed.
+func TestCLICompletion(t *testing.T) {
+	c := newCLI(t)
+	c.ok("run", "--name", "alpha", "--", "/bin/sleep", "600")
+	c.ok("run", "--name", "beta", "--", "/bin/sleep", "600")
+	c.ok("checkpoint", "alpha")
+	complete := func(args ...string) []string {
+		t.Helper()
+		out := c.ok(append([]string{"__complete"}, args...)...)
+		var names []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if !strings.HasPrefix(l, ":") {
+				names = append(names, l)
+			}
+		}
+		return names
+	}
+	if got := complete("logs", ""); !slices.Equal(got, []string{"alpha", "beta"}) {
+		t.Errorf("complete logs: %q", got)
+	}
+	if got := complete("kill", "b"); !slices.Equal(got, []string{"beta"}) {
+		t.Errorf("complete kill b: %q", got)
+	}
+	if got := complete("rm", "alpha", ""); !slices.Equal(got, []string{"alpha", "beta"}) {
+		t.Errorf("complete rm alpha ...: %q", got)
+	}
+	if got := complete("restore", "al"); !slices.Equal(got, []string{"alpha:"}) {
+		t.Errorf("complete restore al: %q", got)
+	}
+	if got := complete("restore", "alpha:"); !slices.Equal(got, []string{"alpha:1"}) {
+		t.Errorf("complete restore alpha: %q", got)
+	}
+	c.ok("rm", "-f", "alpha", "beta")
+}
+
 // TestCLIHintsCarryData: a hint to run cairn again names the data dir
 // this call was given, or the user runs it on another one.
 func TestCLIHintsCarryData(t *testing.T) {

@@ -128,6 +128,7 @@ or a new name.`,
 		newJobsCmd(), newNodesCmd(), newCoordinatorsCmd(), newRestartCmd(), newFlushCmd(), newSlurmCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
 		newCheckCmd(), newDemoCmd(), newChaosCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(), newRankCmd(), newSystemCmd(),
 	)
+	addCompletions(root)
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
 	return root
