@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -220,6 +222,50 @@ func TestCLICompletion(t *testing.T) {
 		t.Errorf("complete restore alpha: %q", got)
 	}
 	c.ok("rm", "-f", "alpha", "beta")
+}
+
+// TestCLICheckpointInterrupted: Ctrl-C during a container's checkpoint
+// (SIGINT to cairn's process group, as a terminal sends it) lets the dump
+// finish, for CRIU killed in the middle leaves its code in the
+// processes (it used to: "CRIU's parasite is still in pid ..."), then
+// abandons the checkpoint: exit 130 saying so and what state the
+// container is in, read afresh; the container runs on, and no checkpoint
+// is listed.
+func TestCLICheckpointInterrupted(t *testing.T) {
+	c := newCLI(t)
+	c.ok("run", "--name", "big", "--", c.bin, "stateapp", "-no-stream", "-mem", "384", "-dirty-every", "0", "-dir", "/var/lib/stateapp")
+	time.Sleep(3 * time.Second) // its memory written
+	cmd := exec.Command(c.bin, "--data", c.env.DataDir, "--staging", c.env.StagingDir,
+		"--bridge", c.env.Bridge.Name, "--subnet", c.env.Bridge.Subnet.String(), "checkpoint", "big")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 || !strings.Contains(errb.String(), "the dump finishes first") ||
+		!strings.Contains(errb.String(), "interrupted: the checkpoint of big was abandoned and nothing of it kept; big is running") || strings.Contains(errb.String(), "parasite") {
+		t.Fatalf("checkpoint interrupted: %v, want exit 130 saying it was abandoned and big runs on:\n%s", err, errb.String())
+	}
+	t.Logf("interrupted: %s", strings.TrimSpace(errb.String()))
+	var in container.Info
+	c.json(&in, "inspect", "big")
+	if in.Status != container.StatusRunning {
+		t.Errorf("after the interrupted checkpoint, big is %s", in.Status)
+	}
+	var recs []image.Record
+	c.json(&recs, "checkpoints", "big")
+	if len(recs) != 0 {
+		t.Errorf("the interrupted checkpoint is listed: %+v", recs)
+	}
+	c.ok("checkpoint", "big") // and it can be checkpointed
+	c.ok("rm", "-f", "big")
 }
 
 // TestCLIHintsCarryData: a hint to run cairn again names the data dir

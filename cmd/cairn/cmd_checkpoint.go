@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -50,8 +53,16 @@ that aborts stops nothing (the job runs on, and the command fails).`,
 			}
 			prog, done := progressBar("persisting "+args[0], asJSON)
 			damage := m.Repo().WatchQuarantine()
-			man, err := m.Checkpoint(cmd.Context(), args[0], container.CheckpointOptions{Stop: stop || !leaveRunning, Progress: prog})
+			ctx, it := interruptible(cmd)
+			man, err := m.Checkpoint(ctx, args[0], container.CheckpointOptions{Stop: stop || !leaveRunning, Progress: it.progress(prog)})
 			done()
+			it.stop()
+			switch {
+			case it.asked() && err != nil:
+				return abandoned(m, args[0], err)
+			case it.asked():
+				return fmt.Errorf("%w: interrupted too late: checkpoint %s was taken whole and is kept (%s checkpoint rm %s removes it)", context.Canceled, man.Name(), cairnCmd(), man.Name())
+			}
 			if err != nil {
 				return errors.Join(notFound(cmd.Context(), args[0], err), damage())
 			}
@@ -303,4 +314,65 @@ func forEachRef(refs []string, fn func(name string, seq int) error) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// abandoned is the error of a container's checkpoint interrupted (Ctrl-C):
+// it says what state the container is in now, read afresh, rather than
+// what the interruption made a step of the checkpoint say (a killed
+// CRIU's last log line).
+func abandoned(m *container.Manager, name string, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	state := "in a state cairn could not read"
+	if in, gerr := m.Get(ctx, name); gerr == nil {
+		state = table.Status(in)
+	}
+	return fmt.Errorf("%w: interrupted: the checkpoint of %s was abandoned and nothing of it kept; %s is %s (the step it stopped in: %v)", context.Canceled, name, name, state, err)
+}
+
+// interruption holds off a Ctrl-C during a container's checkpoint until
+// its dump is over: CRIU killed in the middle of a dump leaves its code
+// (the parasite) in the container's processes. The first Ctrl-C is
+// noted and said; the checkpoint is cancelled as soon as the dump has
+// ended (the ingest's first progress), and the container resumed.
+type interruption struct {
+	done      chan struct{}
+	requested atomic.Bool
+	cancel    context.CancelFunc
+}
+
+// interruptible is a context for cmd's checkpoint that its Ctrl-C does
+// not cancel by itself (see interruption).
+func interruptible(cmd *cobra.Command) (context.Context, *interruption) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(cmd.Context()))
+	it := &interruption{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		select {
+		case <-cmd.Context().Done():
+			it.requested.Store(true)
+			fmt.Fprintln(cmd.ErrOrStderr(), "cairn: interrupted: the dump finishes first (killing CRIU in the middle would leave its code in the container's processes); then the checkpoint is abandoned")
+		case <-it.done:
+		}
+	}()
+	return ctx, it
+}
+
+// progress reports to p, and cancels the checkpoint once its dump is
+// over if a Ctrl-C came.
+func (it *interruption) progress(p image.Progress) image.Progress {
+	return func(done, total int64) {
+		if it.requested.Load() {
+			it.cancel()
+		}
+		if p != nil {
+			p(done, total)
+		}
+	}
+}
+
+func (it *interruption) asked() bool { return it.requested.Load() }
+
+func (it *interruption) stop() {
+	close(it.done)
+	it.cancel()
 }

@@ -146,8 +146,19 @@ func jobWait(cmd *cobra.Command, c *rpc.CoordClient, name string) error {
 	return nil
 }
 
+// goesOn is the error of a cluster operation this command was
+// interrupted in (Ctrl-C): the coordinator carries it out all the same,
+// and how says where to see how it ended.
+func goesOn(ctx context.Context, err error, what, see string) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("%w: interrupted, but the %s goes on at the coordinator, which does not stop when this command does; %s shows how it ends", context.Canceled, what, see)
+}
+
 func jobCheckpoint(cmd *cobra.Command, c *rpc.CoordClient, name string, req coordv1.CheckpointJob, asJSON bool) error {
 	ck, err := c.Checkpoint(cmd.Context(), name, req)
+	err = goesOn(cmd.Context(), err, "checkpoint round of job "+name, "`"+cairnCmd()+" checkpoints "+name+"`")
 	var we *agentv1.Error
 	aborted := errors.As(err, &we) && we.Code == coordv1.CodeAborted
 	if err != nil && !aborted {
@@ -225,7 +236,7 @@ tier with the credentials of their own environment (docs/hpc.md).`,
 				}
 				j, err := c.Restart(cmd.Context(), args[0], req)
 				if err != nil {
-					return err
+					return goesOn(cmd.Context(), err, "restart of job "+args[0], "`"+cairnCmd()+" jobs`")
 				}
 				if asJSON {
 					return printJSON(cmd.OutOrStdout(), j)
@@ -348,7 +359,7 @@ AWS_SHARED_CREDENTIALS_FILE): never in a URL, the catalog or a log.`,
 			return withCoord(func(c *rpc.CoordClient) error {
 				ck, err := c.Flush(cmd.Context(), job, req)
 				if err != nil {
-					return err
+					return goesOn(cmd.Context(), err, "flush of job "+job, "`"+cairnCmd()+" checkpoints "+job+"`")
 				}
 				if asJSON {
 					return printJSON(cmd.OutOrStdout(), ck)

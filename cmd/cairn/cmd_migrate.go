@@ -40,7 +40,7 @@ record in 'cairn migrations JOB'.`,
 			return withCoord(func(c *rpc.CoordClient) error {
 				m, err := c.Migrate(cmd.Context(), job, rank, to)
 				if err != nil {
-					return err
+					return goesOn(cmd.Context(), err, "migration of "+args[0], "`"+cairnCmd()+" migrations "+job+"`")
 				}
 				if asJSON {
 					return printJSON(cmd.OutOrStdout(), m)

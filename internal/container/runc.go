@@ -63,6 +63,9 @@ func (r runc) runNotify(ctx context.Context, logPath string, started func(pid in
 	a := r.argv(logPath, args...)
 	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
 	cmd.Env = r.env()
+	// In a process group of its own: a terminal's Ctrl-C reaches cairn,
+	// which decides, not a CRIU in the middle of a dump.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Cancelled, runc's children go first: CRIU holds the container's
 	// processes, and killing runc alone would leave it running.
 	cmd.Cancel = func() error {
