@@ -22,6 +22,7 @@ import (
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 	"cairn/internal/service"
+	"cairn/internal/version"
 )
 
 // Config is everything an agent runs with.
@@ -190,7 +191,8 @@ func (a *Agent) join(ctx context.Context, h *Health, s *Server) {
 	if advertise == "" {
 		advertise = a.ln.Addr().String()
 	}
-	j := coordv1.Join{Name: a.creds.Name, Addr: advertise, Underlay: a.cfg.Underlay.String(), Labels: a.cfg.Labels}
+	j := coordv1.Join{Name: a.creds.Name, Addr: advertise, Underlay: a.cfg.Underlay.String(), Labels: a.cfg.Labels,
+		API: coordv1.APIVersion, Version: version.Get().Version}
 	go h.Run(ctx, func(w []string) {
 		if len(w) > 0 {
 			a.log.Warn("health probes failing", "probes", strings.Join(w, "; "))

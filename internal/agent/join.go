@@ -55,13 +55,21 @@ func keepJoined(ctx context.Context, cl *rpc.CoordClient, j coordv1.Join, m memb
 				continue
 			}
 		}
-		if err != nil && ctx.Err() == nil {
+		wait := every
+		var we *agentv1.Error
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case !joined && errors.As(err, &we) && we.Code == coordv1.CodeVersion:
+			// Not healed by trying again at once: by an upgrade.
+			log.Error("the coordinator refuses this agent's API version; trying again every 30 s", "err", err)
+			wait = 30 * time.Second
+		default:
 			log.Warn("coordinator", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-time.After(wait):
 		}
 	}
 }

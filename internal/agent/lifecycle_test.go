@@ -19,6 +19,7 @@ import (
 	"cairn/internal/pki"
 	"cairn/internal/rpc"
 	"cairn/internal/testutil"
+	"cairn/internal/version"
 )
 
 // TestNewRefusesOtherCredentials: an agent runs only with an agent's
@@ -150,7 +151,8 @@ func TestAgentRun(t *testing.T) {
 		return len(joins) >= 2 && heartbeats >= 2, "the agent did not join, join again and send heartbeats"
 	})
 	joins, _ := fc.seen()
-	want := coordv1.Join{Name: "n1", Addr: a.Addr().String(), Underlay: "127.0.0.1", Labels: map[string]string{"rack": "r1"}}
+	want := coordv1.Join{Name: "n1", Addr: a.Addr().String(), Underlay: "127.0.0.1", Labels: map[string]string{"rack": "r1"},
+		API: coordv1.APIVersion, Version: version.Get().Version}
 	for _, j := range joins {
 		got, _ := json.Marshal(j)
 		exp, _ := json.Marshal(want)

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -283,7 +284,12 @@ func (c *Coordinator) Join(ctx context.Context, j coordv1.Join) (*coordv1.JoinRe
 	if _, _, err := net.SplitHostPort(j.Addr); err != nil {
 		return nil, apiErr(agentv1.CodeBadRequest, "addr: %v", err)
 	}
-	n := coordv1.Node{Name: j.Name, Addr: j.Addr, Underlay: j.Underlay, Labels: j.Labels, Joined: time.Now().UTC()}
+	if api := cmp.Or(j.API, "v1"); api != coordv1.APIVersion {
+		c.log.Warn("refused a node of another API version", "node", j.Name, "api", api, "version", j.Version)
+		return nil, apiErr(coordv1.CodeVersion, "agent %s (%s) speaks API %s, this coordinator API %s: coordinators and agents must speak the same API version (cairn version shows it); upgrade the older side (docs/operations.md, \"Upgrades\")",
+			j.Name, cmp.Or(j.Version, "an unknown release"), api, coordv1.APIVersion)
+	}
+	n := coordv1.Node{Name: j.Name, Addr: j.Addr, Underlay: j.Underlay, Labels: j.Labels, Joined: time.Now().UTC(), Version: j.Version}
 	var old coordv1.Node
 	if _, err := c.cat.Get(ctx, nodeKey(j.Name), &old); err == nil {
 		n.Spare, n.Drained = old.Spare, old.Drained // a node that comes back stays what it was

@@ -89,6 +89,7 @@ var statusOf = map[string]int{
 	coordv1.CodeNodeDead:     http.StatusServiceUnavailable,
 	coordv1.CodeNotLeader:    http.StatusServiceUnavailable,
 	coordv1.CodeDeposed:      http.StatusServiceUnavailable,
+	coordv1.CodeVersion:      http.StatusConflict,
 }
 
 // FailError answers with e, with the HTTP status of its code (500 for

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"cairn/internal/version"
+
+	coordv1 "cairn/api/coord/v1"
 )
 
 func TestString(t *testing.T) {
@@ -21,5 +23,13 @@ func TestString(t *testing.T) {
 	}
 	if v := version.Get(); v.API != version.API || v.Go == "" || v.Version == "" {
 		t.Errorf("Get() = %+v", v)
+	}
+}
+
+// TestAPIIsTheWires: the API version a build reports is the one its
+// agents say at join and its coordinators check.
+func TestAPIIsTheWires(t *testing.T) {
+	if version.API != coordv1.APIVersion {
+		t.Errorf("version.API %s, coordv1.APIVersion %s", version.API, coordv1.APIVersion)
 	}
 }

@@ -77,7 +77,16 @@ const (
 	// the request, which may be partly done: the new leader finishes or
 	// undoes it; look before sending it again.
 	CodeDeposed = "deposed"
+	// CodeVersion: the caller speaks another version of the API (an agent
+	// that joins, of another API version than the coordinator's).
+	CodeVersion = "version"
 )
+
+// APIVersion is the version of the coordinator and agent APIs this
+// package and api/agent/v1 define. A coordinator and an agent of the same
+// APIVersion work together whatever their releases; one of another is
+// refused at join.
+const APIVersion = "v1"
 
 // Health says who answers.
 type Health struct {
@@ -92,6 +101,11 @@ type Join struct {
 	Addr     string            `json:"addr"`     // agent API host:port
 	Underlay string            `json:"underlay"` // address other nodes reach it at (VXLAN)
 	Labels   map[string]string `json:"labels,omitempty"`
+	// API is the API version the agent speaks (APIVersion; "": an agent
+	// from before it said, which spoke v1); Version its release (cairn
+	// version), shown with the node.
+	API     string `json:"api,omitempty"`
+	Version string `json:"version,omitempty"`
 }
 
 // JoinReply tells the agent how often to send heartbeats.
@@ -152,6 +166,8 @@ type Node struct {
 	// Quarantined lists the damaged packs the node's store set aside, as
 	// last reported.
 	Quarantined []string `json:"quarantined,omitempty"`
+	// Version is the release of the node's agent, as it joined.
+	Version string `json:"version,omitempty"`
 }
 
 // RunJob starts a job.
