@@ -91,9 +91,10 @@ func applyEnv(fs *pflag.FlagSet) error {
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("$%s=%q (--%s): %w", name, v, f.Name, err))
-			return
 		}
-		f.Changed = true
+		// Not marked Changed: a variable is the environment's setting, not
+		// a flag given to this command, which a command that the flag does
+		// not apply to would refuse (notWith).
 	})
 	if len(errs) > 0 {
 		return usageError{errs[0]}
