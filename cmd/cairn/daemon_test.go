@@ -49,4 +49,3 @@ func TestApplyEnv(t *testing.T) {
 		t.Error("an unterminated quote split")
 	}
 }
-
