@@ -293,7 +293,7 @@ func TestCLIRunExitsAtOnce(t *testing.T) {
 		code         int
 		say          string
 	}{
-		{"ok", "exit 0", 0, "ok exited (0) at once; its output: cairn logs ok"},
+		{"ok", "exit 0", 0, "ok exited (0) at once; its output: cairn --data " + c.env.DataDir + " logs ok"},
 		{"bad", "echo no config >&2; exit 3", 1, "bad exited (3) at once"},
 	} {
 		out, errs, code := c.run("run", "--name", tc.name, "--", "/bin/sh", "-c", tc.script)
@@ -804,7 +804,7 @@ func TestCLICheckpointKilled(t *testing.T) {
 // are refused clearly.
 func TestCLIPKI(t *testing.T) {
 	c := newCLI(t)
-	if _, errs, code := c.run("node", "cert", "n1", "-o", t.TempDir()); code != 1 || !strings.Contains(errs, "cairn init") {
+	if _, errs, code := c.run("node", "cert", "n1", "-o", t.TempDir()); code != 1 || !strings.Contains(errs, "run `cairn --data "+c.env.DataDir+" init` first") {
 		t.Errorf("cert before init: exit %d %q", code, errs)
 	}
 	if out := c.ok("init"); !strings.Contains(out, "cluster ") {

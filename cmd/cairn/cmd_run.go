@@ -16,6 +16,10 @@ import (
 	"cairn/internal/table"
 )
 
+// runGrace is how long run watches a program it started before it says
+// the program runs.
+const runGrace = 250 * time.Millisecond
+
 func newRunCmd() *cobra.Command {
 	var cfg container.Config
 	var asJSON bool
@@ -155,14 +159,19 @@ record and in every checkpoint of its ranks. Name what the job needs
 			if err != nil {
 				return err
 			}
+			// A program that fails at once (a missing file, a bad
+			// argument) has done so within a moment: say so, not that
+			// it runs. One that ended already has its exit recorded
+			// within seconds.
+			wait := runGrace
 			if in.Status != container.StatusRunning || in.Pid == 0 {
-				// It ended already: wait for its exit to be recorded.
-				wctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-				if w, err := m.Wait(wctx, in.Name); err == nil {
-					in = w
-				}
-				cancel()
+				wait = 5 * time.Second
 			}
+			wctx, cancel := context.WithTimeout(cmd.Context(), wait)
+			if w, err := m.Wait(wctx, in.Name); err == nil {
+				in = w
+			}
+			cancel()
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), in)
 			}
