@@ -19,6 +19,13 @@ TESTP    ?= 2
 PROMCHECK := deploy/prometheus/check
 GOFMTDIRS := cmd internal bench test api $(PROMCHECK)
 REV      := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+# The release: the newest tag (v0.9.0), or how far past it this tree is
+# (v0.9.0-3-gabcdef012345, -dirty with changes). Stamped in every build.
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-dev)
+MOD      := github.com/cairn-hpc/cairn
+LDFLAGS  := -X $(MOD)/internal/version.Version=$(VERSION) -X $(MOD)/internal/version.Revision=$(REV)
+# Where `make dist` puts the release.
+DIST     ?= dist
 # Fuzz targets run for FUZZTIME each in `make test`; `make fuzz FUZZTIME=10m` for longer runs.
 FUZZTIME ?= 5s
 
@@ -34,7 +41,11 @@ setup: ## Install what cairn needs (runc, iptables, CRIU >= 4.2, Go modules); id
 
 .PHONY: build
 build: setup ## Build bin/cairn
-	CGO_ENABLED=0 $(GO) build -ldflags "-X cairn/internal/version.Revision=$(REV)" -o $(BIN) ./cmd/cairn
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/cairn
+
+.PHONY: dist
+dist: setup ## Make a release in DIST (default dist/): a tarball with a static cairn, a .deb for Debian 12, SHA256SUMS
+	DIST=$(abspath $(DIST)) VERSION=$(VERSION) REV=$(REV) GO=$(GO) ./scripts/dist.sh
 
 .PHONY: demo
 demo: build ## Set up, build and run the demos: one container, then a 3-node cluster job
@@ -97,4 +108,4 @@ bench: build ## Run the benchmarks (prints ratios against baselines measured in 
 
 .PHONY: clean
 clean: ## Remove build output
-	rm -rf bin
+	rm -rf bin dist

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/container"
-	"cairn/internal/criu"
-	"cairn/internal/image"
-	"cairn/internal/proc"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }

@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 func envInt(name string, def int) int {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/testutil"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // BenchmarkMigration measures moving one rank of a 4-rank job to another

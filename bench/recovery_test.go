@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/failpoint"
-	"cairn/internal/testutil"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // BenchmarkRecovery measures how long the cluster takes to get over a

@@ -21,10 +21,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"cairn/internal/image"
-	"cairn/internal/netw"
-	"cairn/internal/store"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 var fetchedRE = regexp.MustCompile(`msg="fetched for restart" job=mem ckpt=\d+ rank=0 node=\S+ peer=\S+ bytes=\d+ took=(\S+)`)

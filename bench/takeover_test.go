@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/catalog"
-	"cairn/internal/testbed"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/testbed"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // BenchmarkTakeOver measures how long a cluster of three coordinators

@@ -15,9 +15,9 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"golang.org/x/sync/errgroup"
 
-	"cairn/internal/store"
-	"cairn/internal/store/tier"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/tier"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // BenchmarkTier measures the durable tier against a real S3 server

@@ -20,7 +20,6 @@ set -euo pipefail
 
 PREFIX=${CAIRN_PREFIX:-/opt/cairn}
 CACHE=${CAIRN_CACHE:-/var/cache/cairn}
-MIN_CRIU=40200   # 4.2.0
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
@@ -37,7 +36,7 @@ pkgs=(runc iptables iproute2 kmod procps psmisc zstd curl ca-certificates xz-uti
       openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py gfortran
       chromium chromium-driver fonts-liberation
       slurm-wlm munge
-      systemd)
+      systemd python3-pip python3-setuptools python3-wheel libcap2-bin)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -56,59 +55,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 	if [ -n "$norc" ]; then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
 fi
 
-# --- CRIU >= 4.2 --------------------------------------------------------------
-criu_version() { # prints e.g. 40201 for "Version: 4.2.1"
-	"$1" --version 2>/dev/null | awk '/^Version:/ { split($2, v, "."); printf "%d%02d%02d\n", v[1], v[2], v[3] }'
-}
-criu_ok() {
-	[ -x "$PREFIX/bin/criu" ] || return 1
-	local v; v=$(criu_version "$PREFIX/bin/criu"); [ -n "$v" ] && [ "$v" -ge $MIN_CRIU ] || return 1
-	"$PREFIX/bin/criu" check >/dev/null 2>&1
-}
-
-if criu_ok; then
-	log "CRIU $("$PREFIX/bin/criu" --version | awk '/^Version:/{print $2}') at $PREFIX/bin/criu: ok"
-else
-	log "building CRIU >= 4.2 from Debian unstable's source (about 2 minutes)"
-	apt_dir=$CACHE/apt
-	mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$CACHE/src"
-	# The mirror is whatever this machine already uses for Debian 12.
-	mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-	[ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $0 !~ /security/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
-	[ -n "$mirror" ] || die "cannot find the Debian mirror in /etc/apt/sources.list{,.d/debian.sources}"
-	keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-	cat >"$apt_dir/sources.list" <<SRC
-deb [signed-by=$keyring] $mirror unstable main
-deb-src [signed-by=$keyring] $mirror unstable main
-SRC
-	aptopts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-	         -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
-	         -o APT::Sandbox::User=root)
-	apt-get "${aptopts[@]}" update -qq
-	cd "$CACHE/src"
-	rm -f criu_*.orig.tar.* criu_*.dsc
-	# The .debian.tar.xz may not be served, so apt-get exits non-zero even when
-	# the orig tarball came: check for the tarball instead of the exit code.
-	apt-get "${aptopts[@]}" source --download-only criu >/dev/null 2>&1 || true
-	tarball=$(ls -1 criu_*.orig.tar.* 2>/dev/null | sort -V | tail -n1 || true)
-	[ -n "$tarball" ] || die "could not download CRIU's source from Debian unstable"
-	ver=${tarball#criu_}; ver=${ver%%.orig.tar.*}
-	# apt-get source checks the tarball against the signed .dsc; check again.
-	dsc=$(ls -1 criu_*.dsc 2>/dev/null | tail -n1 || true)
-	if [ -n "$dsc" ]; then
-		want=$(awk -v f="$tarball" '/^Checksums-Sha256:/ {s=1; next} s && $3 == f { print $1; exit }' "$dsc")
-		got=$(sha256sum "$tarball" | awk '{print $1}')
-		[ -z "$want" ] || [ "$want" = "$got" ] || die "checksum mismatch for $tarball"
-	fi
-	rm -rf "criu-$ver"
-	tar xf "$tarball"
-	log "compiling CRIU $ver"
-	make -C "criu-$ver" -j"$(nproc)" criu >"$CACHE/src/criu-build.log" 2>&1 || die "CRIU build failed; see $CACHE/src/criu-build.log"
-	install -D -m 0755 "criu-$ver/criu/criu" "$PREFIX/bin/criu"
-	rm -rf "criu-$ver"
-	criu_ok || die "CRIU $ver built but '$PREFIX/bin/criu check' fails"
-	log "CRIU $ver installed at $PREFIX/bin/criu"
-fi
+# --- CRIU >= 4.2 (scripts/install-criu.sh, also shipped in the package) -------
+CAIRN_PREFIX=$PREFIX CAIRN_CACHE=$CACHE "$here/scripts/install-criu.sh"
 
 # --- The MPICH finalize fix (deploy/mpich, docs/mpi.md) -----------------------
 fix_src="$here/deploy/mpich/cairn-mpich-finalize.c"
@@ -129,9 +77,10 @@ stale() {
 	return 1
 }
 lib_src="$here/deploy/libcairn"
-lib_files=("$lib_src/cairn.c" "$lib_src/cairn.h" "$lib_src/cairn.f90" "$lib_src/Makefile")
+lib_files=("$lib_src/cairn.c" "$lib_src/cairn.h" "$lib_src/cairn.f90" "$lib_src/cairn.pc.in" "$lib_src/Makefile")
 if [ -f "$lib_src/cairn.c" ] && { stale "$PREFIX/lib/libcairn.so" "${lib_files[@]}" || stale "$PREFIX/lib/libcairn.a" "${lib_files[@]}" ||
-	stale "$PREFIX/include/cairn.h" "${lib_files[@]}" || stale "$PREFIX/include/cairn.f90" "${lib_files[@]}"; }; then
+	stale "$PREFIX/include/cairn.h" "${lib_files[@]}" || stale "$PREFIX/include/cairn.f90" "${lib_files[@]}" ||
+	stale "$PREFIX/lib/pkgconfig/cairn.pc" "${lib_files[@]}"; }; then
 	log "building libcairn into $PREFIX/lib and $PREFIX/include"
 	make -s -C "$lib_src" BUILD="$CACHE/libcairn" PREFIX="$PREFIX" install
 fi

@@ -18,11 +18,11 @@ import (
 
 	"github.com/google/nftables"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/netw"
-	"cairn/internal/testutil"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }

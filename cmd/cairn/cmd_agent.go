@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/agent"
-	"cairn/internal/launch"
+	"github.com/cairn-hpc/cairn/internal/agent"
+	"github.com/cairn-hpc/cairn/internal/launch"
 )
 
 func newAgentCmd() *cobra.Command {

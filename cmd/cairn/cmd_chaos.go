@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/chaos"
+	"github.com/cairn-hpc/cairn/internal/chaos"
 )
 
 func newChaosCmd() *cobra.Command {

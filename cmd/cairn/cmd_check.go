@@ -5,11 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/container"
-	"cairn/internal/rankclient"
-	"cairn/internal/ringapp"
-	"cairn/internal/stateapp"
-	"cairn/internal/table"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/rankclient"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/stateapp"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 func newCheckCmd() *cobra.Command {
@@ -34,7 +34,7 @@ func newCheckCmd() *cobra.Command {
 				table.Checks(cmd.OutOrStdout(), items)
 			}
 			if bad > 0 {
-				return fmt.Errorf("%d of %d checks failed; run `make setup`", bad, len(items))
+				return fmt.Errorf("%d of %d checks failed (BAD above); `make setup` in cairn's source, or /usr/share/cairn/install-criu where it came from its package, installs CRIU", bad, len(items))
 			}
 			return nil
 		},

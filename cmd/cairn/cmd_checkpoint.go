@@ -9,12 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	coordv1 "cairn/api/coord/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 
-	"cairn/internal/container"
-	"cairn/internal/human"
-	"cairn/internal/image"
-	"cairn/internal/table"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 func newCheckpointCmd() *cobra.Command {

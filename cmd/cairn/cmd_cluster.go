@@ -12,13 +12,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/catalog"
-	"cairn/internal/control"
-	"cairn/internal/coord"
-	"cairn/internal/events"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/testbed"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/control"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/events"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/testbed"
 )
 
 func newCoordinatorCmd() *cobra.Command {

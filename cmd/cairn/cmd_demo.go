@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/demo"
+	"github.com/cairn-hpc/cairn/internal/demo"
 )
 
 func newDemoCmd() *cobra.Command {

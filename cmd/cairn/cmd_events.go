@@ -6,9 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/rpc"
-	"cairn/internal/table"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 func newEventsCmd() *cobra.Command {

@@ -12,12 +12,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/human"
-	"cairn/internal/rpc"
-	"cairn/internal/table"
-	"cairn/internal/testbed"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/table"
+	"github.com/cairn-hpc/cairn/internal/testbed"
 )
 
 // asJob returns a client of the cluster's coordinator when name is a job

@@ -10,13 +10,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/agent"
-	"cairn/internal/container"
-	"cairn/internal/human"
-	"cairn/internal/proc"
-	"cairn/internal/rpc"
-	"cairn/internal/table"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/agent"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 func newLogsCmd() *cobra.Command {

@@ -6,11 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/human"
-	"cairn/internal/names"
-	"cairn/internal/rpc"
-	"cairn/internal/table"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 func newMigrateCmd() *cobra.Command {

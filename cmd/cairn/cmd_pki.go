@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // pkiDir is where the cluster CA lives in a data dir.
@@ -40,6 +40,19 @@ credentials of another cluster, or none, cannot join or call anything.
 	return cmd
 }
 
+// renewCreds issues the renewal of the credentials in dir, which must be
+// this CA's and, if args names one, of that name.
+func renewCreds(ca *pki.CA, dir string, args []string) (*pki.Credentials, error) {
+	old, err := pki.LoadCredentials(dir)
+	if err != nil {
+		return nil, fmt.Errorf("renew: %w", err)
+	}
+	if len(args) == 1 && args[0] != old.Name {
+		return nil, usageError{fmt.Errorf("the credentials in %s are %s's, not %s's", dir, old.Name, args[0])}
+	}
+	return ca.Renew(old.Cert(), pki.IssueOptions{})
+}
+
 func newNodeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -47,17 +60,30 @@ func newNodeCmd() *cobra.Command {
 	}
 	var role, out string
 	var ips []string
+	var renew bool
 	cert := &cobra.Command{
-		Use:   "cert NAME -o DIR [--role agent|coordinator|client] [--ip IP]...",
-		Short: "Issue credentials for a node (or the coordinator, or a CLI user)",
+		Use:   "cert NAME -o DIR [--role agent|coordinator|client] [--ip IP]... | cert --renew -o DIR",
+		Short: "Issue credentials for a node (or the coordinator, or a CLI user), or renew them",
 		Long: `Issue credentials signed by the cluster CA (cairn init) and write them to DIR:
 node.crt, node.key (0600) and ca.crt. NAME is a lowercase DNS label. An agent
 or the coordinator gets a certificate for both ends of a connection; a client
-(CLI) only for calling.`,
-		Args: cobra.ExactArgs(1),
+(CLI) only for calling.
+
+--renew issues a new certificate and key for the credentials in DIR, with
+their name, role and addresses, valid for a year from now (never beyond the
+CA), and replaces them. A running daemon takes them at its next handshake
+once it has read them again: at once on SIGHUP (systemctl reload), else
+within a minute; no restart. An expired certificate can be renewed too.`,
+		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return usageError{errors.New("-o DIR is required")}
+			}
+			if !renew && len(args) == 0 {
+				return usageError{errors.New("NAME is required (or --renew, to renew the credentials in -o DIR)")}
+			}
+			if renew && (cmd.Flags().Changed("role") || cmd.Flags().Changed("ip")) {
+				return usageError{errors.New("--renew keeps the role and addresses of the certificate in -o DIR: give neither --role nor --ip")}
 			}
 			r, err := pki.ParseRole(role)
 			if err != nil {
@@ -78,7 +104,12 @@ or the coordinator gets a certificate for both ends of a connection; a client
 			if err != nil {
 				return err
 			}
-			creds, err := ca.Issue(args[0], r, pki.IssueOptions{IPs: parsed})
+			var creds *pki.Credentials
+			if renew {
+				creds, err = renewCreds(ca, out, args)
+			} else {
+				creds, err = ca.Issue(args[0], r, pki.IssueOptions{IPs: parsed})
+			}
 			if err != nil {
 				if errors.Is(err, pki.ErrInvalidName) {
 					return usageError{err}
@@ -88,11 +119,16 @@ or the coordinator gets a certificate for both ends of a connection; a client
 			if err := creds.Write(out); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s of cluster %s: credentials in %s (valid until %s)\n",
-				creds.Role, creds.Name, creds.ClusterID, out, creds.Cert.NotAfter.Format("2006-01-02"))
+			what := "credentials in"
+			if renew {
+				what = "renewed credentials in"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s of cluster %s: %s %s (valid until %s)\n",
+				creds.Role, creds.Name, creds.ClusterID, what, out, creds.Cert().NotAfter.Format("2006-01-02"))
 			return nil
 		},
 	}
+	cert.Flags().BoolVar(&renew, "renew", false, "renew the credentials in -o DIR: a new key and certificate, same name, role and addresses")
 	cert.Flags().StringVar(&role, "role", "agent", "agent, coordinator or client")
 	cert.Flags().StringVarP(&out, "output", "o", "", "directory to write the credentials to (required)")
 	cert.Flags().StringSliceVar(&ips, "ip", nil, "IP address the certificate is valid for (repeatable)")

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/plan"
-	"cairn/internal/rpc"
-	"cairn/internal/table"
+	"github.com/cairn-hpc/cairn/internal/plan"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 func newPlanCmd() *cobra.Command {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/table"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 func newPsCmd() *cobra.Command {

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/rankclient/ranktest"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/rankclient/ranktest"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestRankCLI: cairn rank against the fake rank endpoint: what it prints,

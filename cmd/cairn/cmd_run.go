@@ -9,11 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/container"
-	"cairn/internal/human"
-	"cairn/internal/launch"
-	"cairn/internal/table"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/launch"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 // runGrace is how long run watches a program it started before it says

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/slurm"
+	"github.com/cairn-hpc/cairn/internal/slurm"
 )
 
 func newSlurmCmd() *cobra.Command {

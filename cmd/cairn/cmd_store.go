@@ -7,10 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/container"
-	"cairn/internal/human"
-	"cairn/internal/image"
-	"cairn/internal/table"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 func newGCCmd() *cobra.Command {

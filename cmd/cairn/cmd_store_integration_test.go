@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/image"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // repoOf is the repo of the CLI's data dir, for tests that make

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 func newSystemCmd() *cobra.Command {

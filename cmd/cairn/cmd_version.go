@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/version"
+	"github.com/cairn-hpc/cairn/internal/version"
 )
 
 func newVersionCmd() *cobra.Command {

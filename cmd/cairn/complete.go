@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/container"
 )
 
 // completeNames completes a container of this node or a job of the

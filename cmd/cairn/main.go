@@ -23,19 +23,19 @@ import (
 
 	"github.com/spf13/cobra"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/chaos"
-	"cairn/internal/container"
-	"cairn/internal/criu"
-	"cairn/internal/human"
-	"cairn/internal/image"
-	"cairn/internal/launch"
-	"cairn/internal/names"
-	"cairn/internal/netw"
-	"cairn/internal/plan"
-	"cairn/internal/rankclient"
-	"cairn/internal/testbed"
-	"cairn/internal/version"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/chaos"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/launch"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/plan"
+	"github.com/cairn-hpc/cairn/internal/rankclient"
+	"github.com/cairn-hpc/cairn/internal/testbed"
+	"github.com/cairn-hpc/cairn/internal/version"
 )
 
 // globalOptions are the flags every command takes.
@@ -127,6 +127,7 @@ or a new name.`,
 		newInitCmd(), newNodeCmd(), newAgentCmd(), newCoordinatorCmd(), newUpCmd(), newDownCmd(),
 		newJobsCmd(), newNodesCmd(), newCoordinatorsCmd(), newRestartCmd(), newFlushCmd(), newSlurmCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
 		newCheckCmd(), newDemoCmd(), newChaosCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(), newRankCmd(), newSystemCmd(),
+		newManPagesCmd(),
 	)
 	addCompletions(root)
 	root.Version = version.Get().String()

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/container"
 )
 
 // notFoundError is a name that is no container here and no job of the

@@ -3,8 +3,8 @@ package main
 import (
 	"os"
 
-	"cairn/internal/human"
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // progressBar returns an image.Progress that draws a bar with the rate on

@@ -29,6 +29,9 @@ not_found, rate_limited, unavailable, aborted, conflict) or the client's
 (no_endpoint, protocol, busy).
 """
 
+# The release this client belongs to; `make dist` sets it from the tag.
+__version__ = "0.0.0.dev0"
+
 import json
 import os
 import socket

@@ -13,16 +13,16 @@ import (
 	"os"
 	"strings"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/container"
-	"cairn/internal/launch"
-	"cairn/internal/metrics"
-	"cairn/internal/netw"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/service"
-	"cairn/internal/version"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/launch"
+	"github.com/cairn-hpc/cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/service"
+	"github.com/cairn-hpc/cairn/internal/version"
 )
 
 // Config is everything an agent runs with.
@@ -149,6 +149,9 @@ func (a *Agent) Addr() net.Addr { return a.ln.Addr() }
 func (a *Agent) Run(ctx context.Context) error {
 	c := a.creds
 	unlockRanks(ctx, a.m, a.log)
+	if err := container.BoundingCaps(); err != nil {
+		a.log.Warn("checkpoints are limited on this node", "limit", err)
+	}
 	a.log.Info("agent serving", "node", c.Name, "addr", a.ln.Addr().String(), "cluster", c.ClusterID)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -160,7 +163,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		hc.Node, hc.DataDir = a.creds.Name, a.cfg.Container.DataDir
 		h = NewHealth(hc)
 	}
-	s.Metrics = newMetrics(c.Name, a.m, h)
+	s.Metrics = newMetrics(c, a.m, h)
+	service.KeepCredentials(ctx, c, service.ReloadEvery, a.log)
 	if a.cfg.Coordinator != "" {
 		s.Node.Underlay, s.Node.Dev = a.cfg.Underlay, a.cfg.UnderlayDev
 		a.join(ctx, h, s)

@@ -12,10 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/image"
-	"cairn/internal/rpc"
-	"cairn/internal/store"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // chunkData streams chunks of an image to another agent fetching it.

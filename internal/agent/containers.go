@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"syscall"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

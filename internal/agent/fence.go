@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // termFile holds, in the data dir, the newest coordinator term seen.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // TestFence: a newer term is let through and remembered, across a

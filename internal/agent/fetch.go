@@ -13,11 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/image"
-	"cairn/internal/names"
-	"cairn/internal/rpc"
-	"cairn/internal/store"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // How a fetch shares out the chunks it lacks among an image's holders:

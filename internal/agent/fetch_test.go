@@ -12,11 +12,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/image"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/store"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // exportStream ingests a small image as c:1 in a new repo and returns its

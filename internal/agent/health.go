@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // HealthConfig says which health probes an agent runs. A probe that goes

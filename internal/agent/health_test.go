@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // TestHealth: each probe fails when it should and says why; a change of

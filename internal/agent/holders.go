@@ -8,10 +8,10 @@ import (
 	"io"
 	"sync"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/image"
-	"cairn/internal/rpc"
-	"cairn/internal/store"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // holder is one holder of the image, and what it has sent.

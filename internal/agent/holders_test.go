@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/image"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/testutil"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // holders starts agents n1 (which fetches), n2 and n3, and gives n2 and

@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/rpc"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 // member is the node's side of its membership: what its heartbeats say,

@@ -8,11 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/rpc"
-	"cairn/internal/store"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // lazySource prepares a lazy restore of checkpoint container:seq, which

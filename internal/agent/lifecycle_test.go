@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/agent"
-	"cairn/internal/container"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/testutil"
-	"cairn/internal/version"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/agent"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/version"
 )
 
 // TestNewRefusesOtherCredentials: an agent runs only with an agent's

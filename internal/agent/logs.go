@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
 )
 
 // logs streams a container's output: its current incarnation's, or with

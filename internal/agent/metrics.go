@@ -6,20 +6,24 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/metrics"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // newMetrics returns the metrics of this node: its store, staging, data
-// disk, and the health probes of h (nil: none run).
-func newMetrics(node string, m *container.Manager, h *Health) *metrics.Node {
+// disk, its credentials' expiry, and the health probes of h (nil: none
+// run).
+func newMetrics(creds *pki.Credentials, m *container.Manager, h *Health) *metrics.Node {
 	opts := metrics.NodeOptions{
-		Node:  node,
+		Node:  creds.Name,
+		Certs: func() (time.Time, time.Time) { return creds.Cert().NotAfter, creds.CA.NotAfter },
 		Store: func(ctx context.Context) (metrics.StoreStats, error) { return storeStats(m.Repo()) },
 		Staging: func() (metrics.SpaceStats, error) {
 			s, err := space(m.StagingDir())

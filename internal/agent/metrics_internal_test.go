@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/image"
-	"cairn/internal/metrics"
-	"cairn/internal/pki"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // smallImage writes an image to ingest: a core file, pages, and an fs

@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/failpoint"
-	"cairn/internal/image"
-	"cairn/internal/rpc"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 // A migration moves one rank while the rest of its job waits: the ranks

@@ -14,9 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // fakeRanks are rankOps that record what the participant asks of them.

@@ -22,9 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 
-	coordv1 "cairn/api/coord/v1"
-	rankv1 "cairn/api/rank/v1"
-	"cairn/internal/failpoint"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
 )
 
 // RankCoordinator is what the rank API asks of the coordinator, for a

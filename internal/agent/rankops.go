@@ -5,10 +5,10 @@ import (
 	"errors"
 	"time"
 
-	rankv1 "cairn/api/rank/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/netw"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // managerRanks are the participant's rankOps on this node's Manager and

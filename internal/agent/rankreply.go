@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"net"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	rankv1 "cairn/api/rank/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 func selfReply(s rankSelf) rankv1.Reply {

@@ -11,11 +11,11 @@ import (
 	"strconv"
 	"strings"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/launch"
-	"cairn/internal/netw"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/launch"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // Node is what an agent knows of the node it runs on, for job networks.

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	agentv1 "cairn/api/agent/v1"
-	rankv1 "cairn/api/rank/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 // What the rank API knows of a rank, from its container on this node.

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // reclaimWithin bounds one reclaim pass.

@@ -18,8 +18,8 @@ import (
 	"sync"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
 )
 
 // selfFence freezes the node's ranks while no coordinator answers it.

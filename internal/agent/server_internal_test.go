@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/pki"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // callers are TLS peers of one cluster in each role, as rpc.Caller reads
@@ -28,7 +28,7 @@ func callers(t *testing.T) map[pki.Role]*tls.ConnectionState {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[role] = &tls.ConnectionState{HandshakeComplete: true, VerifiedChains: [][]*x509.Certificate{{c.Cert, ca.Cert}}}
+		out[role] = &tls.ConnectionState{HandshakeComplete: true, VerifiedChains: [][]*x509.Certificate{{c.Cert(), ca.Cert}}}
 	}
 	return out
 }

@@ -16,12 +16,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/names"
-	"cairn/internal/store"
-	"cairn/internal/store/tier"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/tier"
 )
 
 // openTier opens the tier's repo at url.

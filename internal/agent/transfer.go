@@ -13,11 +13,11 @@ import (
 	"slices"
 	"strconv"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/rpc"
-	"cairn/internal/store"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // chunks lists the chunk ids of a checkpoint image.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/catalog"
 )
 
 type record struct {

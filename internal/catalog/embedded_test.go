@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
-	"cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/catalog"
 )
 
 func TestRestartKeepsData(t *testing.T) {

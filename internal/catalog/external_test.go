@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/catalog"
 )
 
 // writeCert writes a self-signed certificate and its key as PEM files in

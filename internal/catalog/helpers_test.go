@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/catalog"
 )
 
 // testContext returns a context that ends with the test or after a

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/catalog"
-	"cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // TestFence: a leader's writes take effect while it leads and fail with

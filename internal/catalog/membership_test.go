@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/catalog"
 )
 
 func TestMembershipExpiry(t *testing.T) {

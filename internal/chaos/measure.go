@@ -8,8 +8,8 @@ import (
 	"sort"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/model"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/model"
 )
 
 // Record is what a run saw of its job, the input of Measure.

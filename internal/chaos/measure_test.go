@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/chaos"
-	"cairn/internal/model"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/chaos"
+	"github.com/cairn-hpc/cairn/internal/model"
 )
 
 // synth is a job run in simulation as the model assumes one runs, with

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/chaos"
+	"github.com/cairn-hpc/cairn/internal/chaos"
 )
 
 // TestReport: the text and the markdown say the figures measured and

@@ -14,13 +14,13 @@ import (
 	"sync"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	rankv1 "cairn/api/rank/v1"
-	"cairn/internal/model"
-	"cairn/internal/ringapp"
-	"cairn/internal/rpc"
-	"cairn/internal/testbed"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
+	"github.com/cairn-hpc/cairn/internal/model"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/testbed"
 )
 
 // ErrConfig marks a Config no run can be made of.

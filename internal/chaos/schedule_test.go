@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/chaos"
+	"github.com/cairn-hpc/cairn/internal/chaos"
 )
 
 // faults returns the first n faults of a schedule.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/chunker"
+	"github.com/cairn-hpc/cairn/internal/chunker"
 )
 
 func TestParamsValidate(t *testing.T) {

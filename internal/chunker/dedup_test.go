@@ -11,7 +11,7 @@ import (
 
 	"github.com/zeebo/blake3"
 
-	"cairn/internal/chunker"
+	"github.com/cairn-hpc/cairn/internal/chunker"
 )
 
 // This file compares how well content-defined and fixed-size chunking

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"cairn/internal/chunker"
+	"github.com/cairn-hpc/cairn/internal/chunker"
 )
 
 func Example() {

@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/zeebo/blake3"
 
-	"cairn/internal/chunker"
+	"github.com/cairn-hpc/cairn/internal/chunker"
 )
 
 var printGolden = flag.Bool("print-golden", false, "print the golden chunk table instead of checking it")

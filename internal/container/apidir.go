@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	rankv1 "cairn/api/rank/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 // A container run with Config.RankAPI has a directory of its own for the

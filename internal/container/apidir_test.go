@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	rankv1 "cairn/api/rank/v1"
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // apiClient connects to the rank API's socket over and over: each time it

@@ -16,10 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/criu"
-	"cairn/internal/image"
-	"cairn/internal/names"
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // ErrDumpFailed is returned when CRIU could not dump a container. The
@@ -205,6 +205,11 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool, 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", name, err)
 	}
+	// Before the freeze, which shows a stopped task as sleeping (D).
+	if stopped := p.fz.stoppedTasks(); len(stopped) > 0 && !filesOnly {
+		return nil, fmt.Errorf("checkpoint %s: %w: %s; continue it (kill -CONT) or end it, and checkpoint again",
+			name, ErrStoppedProcesses, strings.Join(stopped, ", "))
+	}
 	var timing image.Timing
 	p.start = time.Now()
 	wasPaused := in.Status == StatusPaused
@@ -238,6 +243,7 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool, 
 		} else if len(execd) > 0 {
 			return nil, fmt.Errorf("checkpoint %s: %w: %s; end them and checkpoint again", name, ErrExecProcesses, strings.Join(execd, ", "))
 		}
+
 	}
 	// Whatever path led here, no memory that has not arrived is dumped
 	// (memory.go). The kernel is asked while the fs delta is captured:

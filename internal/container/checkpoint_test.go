@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestCheckpointKillRestore is the foundation: a program with memory state,

@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestOwnSessionKeyring: every container has a session keyring of its own,

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/criu"
 )
 
 // shmSize is the size of a container's /dev/shm tmpfs (spec.go mounts it

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 var (

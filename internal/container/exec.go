@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // ErrUserNSExec is returned by Exec for a --userns container: runc joins

@@ -128,6 +128,61 @@ func (f freezer) find(threads bool, file string, match func([]byte) bool) int {
 	return 0
 }
 
+// ErrStoppedProcesses is returned (wrapped) by a checkpoint of a
+// container that holds a stopped task: one stopped by a signal (SIGSTOP,
+// SIGTSTP, SIGTTIN, SIGTTOU) or by a tracer (a debugger). CRIU seizes it
+// and then waits for a stop that never comes, until --dump-timeout ends
+// the dump (10 minutes by default); cairn refuses at once instead.
+var ErrStoppedProcesses = errors.New("the container holds a stopped process, which CRIU cannot dump")
+
+// stoppedTask returns, as "PID (COMM) stopped by a signal" or "... by a
+// tracer", every task of the cgroup whose state is stopped (T) or traced
+// (t): see ErrStoppedProcesses. Only a cgroup that is not frozen tells:
+// frozen, a stopped task shows as D.
+func (f freezer) stoppedTasks() []string {
+	var out []string
+	f.find(true, "stat", func(stat []byte) bool {
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) {
+			return false
+		}
+		var by string
+		switch stat[i+2] {
+		case 'T':
+			by = "a signal"
+		case 't':
+			by = "a tracer"
+		default:
+			return false
+		}
+		j := bytes.IndexByte(stat, '(')
+		if j < 0 || j > i {
+			return false
+		}
+		pid := strings.TrimSpace(string(stat[:j]))
+		out = append(out, fmt.Sprintf("pid %s in the container (%s on the host, %s) stopped by %s", nsPID(pid), pid, stat[j+1:i], by))
+		return false // go on: every one
+	})
+	return out
+}
+
+// nsPID returns the PID of host task pid in its own (innermost) pid
+// namespace, from /proc/PID/status's NSpid; pid itself if unknown.
+func nsPID(pid string) string {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return pid
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				return f[len(f)-1]
+			}
+		}
+	}
+	return pid
+}
+
 // vforkWaits are the kernel functions a task that called vfork sleeps in
 // until its child execs or exits (wait_for_vfork_done, inlined into the
 // clone entry on most builds).

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestRecordedConfigRules: what a crafted record's config could ask for

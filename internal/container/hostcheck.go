@@ -2,11 +2,14 @@ package container
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 
-	"cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/criu"
 )
 
 // HostCheck is one thing a node needs to run and checkpoint containers.
@@ -14,11 +17,14 @@ type HostCheck struct {
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"` // what was found, or why it is no good
+	// Limit marks a check that is OK but found something that limits
+	// what can be checkpointed on this node (Detail says what).
+	Limit bool `json:"limit,omitempty"`
 }
 
 // CheckHost checks what this node needs to run and checkpoint containers:
 // CRIU (found as criu.Find finds criuPath, and `criu check` passing), the
-// runc binary runcPath, ip and iptables.
+// runc binary runcPath, ip and iptables, and the capabilities CRIU needs.
 func CheckHost(ctx context.Context, criuPath, runcPath string) []HostCheck {
 	var out []HostCheck
 	add := func(name string, err error, detail string) {
@@ -42,5 +48,37 @@ func CheckHost(ctx context.Context, criuPath, runcPath string) []HostCheck {
 		p, err := exec.LookPath(tool)
 		add(tool, err, p)
 	}
+	if err := BoundingCaps(); err != nil {
+		out = append(out, HostCheck{Name: "caps", OK: true, Limit: true, Detail: err.Error()})
+	} else {
+		add("caps", nil, "CAP_SYS_RESOURCE in the bounding set: processes of every user can be dumped")
+	}
 	return out
+}
+
+// capSysResource is CAP_SYS_RESOURCE's bit (linux/capability.h).
+const capSysResource = 24
+
+// BoundingCaps checks that this process's capability bounding set holds
+// what CRIU needs beyond root: without CAP_SYS_RESOURCE it cannot read the
+// rlimits of a process of another user (prlimit), and the dump of any
+// container that runs one fails with "Can't get rlimit" (docs/limits.md).
+func BoundingCaps() error {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			set, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return fmt.Errorf("CapBnd %q: %w", v, err)
+			}
+			if set&(1<<capSysResource) == 0 {
+				return errors.New("CAP_SYS_RESOURCE is not in this root's bounding set: a checkpoint of a container running a process of another user than root (PostgreSQL, which refuses root, is one) fails with CRIU's \"Can't get rlimit\"; run cairn with that capability (docs/limits.md)")
+			}
+			return nil
+		}
+	}
+	return errors.New("no CapBnd in /proc/self/status")
 }

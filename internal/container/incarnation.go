@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // A container's processes run once from its start and once more from

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/container"
-	"cairn/internal/netw"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // execOut runs a shell script in a running container and returns its

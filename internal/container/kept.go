@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
-	"cairn/internal/image"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // A container's newest image stays in staging after its checkpoint is

@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // keptEnv is a test env whose Manager keeps images up to budget bytes,

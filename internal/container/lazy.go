@@ -14,10 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"cairn/internal/failpoint"
-	"cairn/internal/image"
-	"cairn/internal/lazy"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/lazy"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // Lazy makes Restore restore lazily (see package lazy): the image comes

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/human"
 )
 
 // LogOptions say which of a container's output CopyLog writes.

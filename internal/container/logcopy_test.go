@@ -3,10 +3,14 @@ package container_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestCopyLogFollows: following a container's log gives everything it
@@ -37,10 +41,39 @@ func TestCheckHost(t *testing.T) {
 	for _, c := range checks {
 		names = append(names, c.Name)
 	}
-	if len(checks) != 4 || names[0] != "criu" || names[1] != "runc" || names[2] != "ip" || names[3] != "iptables" {
+	if !slices.Equal(names, []string{"criu", "runc", "ip", "iptables", "caps"}) {
 		t.Fatalf("checks %v", names)
 	}
 	if checks[1].OK || checks[1].Detail == "" {
 		t.Errorf("a missing runc: %+v", checks[1])
+	}
+	// The bounding set, as this process has it: a root without
+	// CAP_SYS_RESOURCE is a limit, not a failure.
+	caps := checks[4]
+	if !caps.OK {
+		t.Errorf("caps: %+v, want OK (a limit at most)", caps)
+	}
+	if caps.Limit != !strings.Contains(caps.Detail, "in the bounding set: processes of every user") || !strings.Contains(caps.Detail, "CAP_SYS_RESOURCE") {
+		t.Errorf("caps: %+v", caps)
+	}
+	t.Logf("caps: %+v", caps)
+}
+
+// TestCheckHostWithoutSysResource: `cairn check` run without
+// CAP_SYS_RESOURCE in its bounding set (capsh drops it) says what that
+// limits, and still passes.
+func TestCheckHostWithoutSysResource(t *testing.T) {
+	bin := testutil.CairnBinary(t)
+	out, err := exec.Command("capsh", "--drop=cap_sys_resource", "--", "-c", bin+" check --json").Output()
+	if err != nil {
+		t.Fatalf("cairn check without CAP_SYS_RESOURCE: %v\n%s", err, out)
+	}
+	var checks []container.HostCheck
+	if err := json.Unmarshal(out, &checks); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	last := checks[len(checks)-1]
+	if last.Name != "caps" || !last.OK || !last.Limit || !strings.Contains(last.Detail, "Can't get rlimit") || !strings.Contains(last.Detail, "docs/limits.md") {
+		t.Fatalf("caps without CAP_SYS_RESOURCE: %+v", last)
 	}
 }

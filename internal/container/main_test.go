@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }

@@ -17,9 +17,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/criu"
-	"cairn/internal/image"
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // Defaults for Options.

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // orphans returns the runc processes still checkpointing or restoring the

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // counterArgs prints "line N" every 50 ms, N from 1.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // pidsFile reads a file of a container's pids cgroup (v1 or v2).

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // Prepared is a container captured into staging and still frozen: the

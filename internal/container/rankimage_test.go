@@ -3,8 +3,8 @@ package container_test
 import (
 	"testing"
 
-	"cairn/internal/container"
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // TestRankImage: an image of a container attached to a job network is a

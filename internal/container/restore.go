@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // RestoreOptions tunes Restore.

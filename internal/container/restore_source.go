@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // An imageSource is where the image a restore brings back comes from. It

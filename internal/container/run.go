@@ -14,8 +14,8 @@ import (
 	"github.com/zeebo/blake3"
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/criu"
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 func (m *Manager) endpoint(name string, addr netip.Addr) netw.Endpoint {

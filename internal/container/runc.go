@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // runc drives the runc CLI with cairn's own state root and CRIU.

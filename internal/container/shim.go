@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // ShimEnv is the environment variable that carries a shim's spec. A binary

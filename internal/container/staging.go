@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // ErrUnsafeDir is returned (wrapped) for a dir cairn would keep images in

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestStagingDirOfAnotherUser: a staging dir a local user made first

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"cairn/internal/durable"
-	"cairn/internal/names"
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/durable"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // ErrNotFound is returned for a container name that does not exist.

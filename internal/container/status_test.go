@@ -3,7 +3,7 @@ package container_test
 import (
 	"testing"
 
-	"cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/container"
 )
 
 // TestStatus pins each status's value (what `cairn ps --json` and the agent

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/internal/netw"
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // A checkpoint freezes its container and, on a cluster, its caller locks

@@ -8,15 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
 
-	"cairn/internal/container"
-	"cairn/internal/netw"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // freezerState reads a container's freezer state straight from the cgroup,
@@ -191,5 +193,49 @@ func TestCheckpointRefusesExecProcesses(t *testing.T) {
 	}
 	if _, err := m.Checkpoint(ctx, "x", container.CheckpointOptions{}); err != nil {
 		t.Fatalf("checkpoint once the exec'd process ended: %v", err)
+	}
+}
+
+// TestCheckpointRefusesStoppedProcesses: a container holding a process
+// stopped by SIGSTOP, which CRIU would wait for until the dump timeout,
+// is refused at once with the process named; the container runs on
+// (thawed), and once the process is continued the checkpoint is taken.
+func TestCheckpointRefusesStoppedProcesses(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	m := env.Manager
+	if _, err := m.Run(ctx, container.Config{Name: "x", Args: []string{"sh", "-c", "sleep 600 & sleep 0.3; kill -STOP $!; wait"}}); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := m.Get(ctx, "x")
+	var stopped int
+	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/freezer", in.CgroupsPath, "cgroup.procs"))
+		for _, s := range strings.Fields(string(b)) {
+			stat, _ := os.ReadFile("/proc/" + s + "/stat")
+			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'T' {
+				stopped, _ = strconv.Atoi(s)
+				return true, ""
+			}
+		}
+		return false, "no stopped process yet"
+	})
+	start := time.Now()
+	_, err := m.Checkpoint(ctx, "x", container.CheckpointOptions{})
+	if !errors.Is(err, container.ErrStoppedProcesses) || !strings.Contains(err.Error(), fmt.Sprintf("(%d on the host, sleep) stopped by a signal", stopped)) {
+		t.Fatalf("checkpoint with a stopped process: %v, want ErrStoppedProcesses naming it", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("refused after %v: CRIU was given the stopped process", d)
+	}
+	t.Logf("refused in %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if st := freezerState(t, in); st != "THAWED" {
+		t.Fatalf("container left %s", st)
+	}
+	if err := syscall.Kill(stopped, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Checkpoint(ctx, "x", container.CheckpointOptions{}); err != nil {
+		t.Fatalf("checkpoint once the process was continued: %v", err)
 	}
 }

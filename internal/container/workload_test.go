@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/container"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // What databases, HDF5, sqlite and MPI runtimes leave in a rank: path

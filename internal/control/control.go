@@ -12,14 +12,14 @@ import (
 	"strings"
 	"time"
 
-	"cairn/internal/catalog"
-	"cairn/internal/coord"
-	"cairn/internal/dashboard"
-	"cairn/internal/events"
-	"cairn/internal/metrics"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/service"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/dashboard"
+	"github.com/cairn-hpc/cairn/internal/events"
+	"github.com/cairn-hpc/cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/service"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -164,7 +164,9 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { stopHooks(); <-hooksDone }()
 	opts := cfg.Coord
 	opts.EtcdDesc, opts.Events, opts.MetricsToken = desc, ev, token
-	opts.Metrics = metrics.NewCoord(metrics.CoordOptions{Also: prometheus.DefaultGatherer})
+	opts.Metrics = metrics.NewCoord(metrics.CoordOptions{Also: prometheus.DefaultGatherer,
+		Certs: func() (time.Time, time.Time) { return c.Cert().NotAfter, c.CA.NotAfter }})
+	service.KeepCredentials(ctx, c, service.ReloadEvery, log)
 	l := &leadership{cfg: cfg, catCfg: catCfg, cat: cat, creds: c, opts: opts, uiToken: uiToken, log: log,
 		addr: ln.Addr().String()}
 	conf := pki.ServerConfig(c)

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/control"
-	"cairn/internal/dashboard"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/control"
+	"github.com/cairn-hpc/cairn/internal/dashboard"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 func creds(t *testing.T, ca *pki.CA, name string, role pki.Role, ips ...net.IP) string {

@@ -20,13 +20,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/catalog"
-	"cairn/internal/coord"
-	"cairn/internal/dashboard"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/service"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/dashboard"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/service"
 )
 
 // coordinatorsPrefix holds, for each coordinator that runs, its

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/catalog"
-	"cairn/internal/control"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/control"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 // TestStandby: of two coordinators on one catalog, the first leads and

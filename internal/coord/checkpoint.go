@@ -9,12 +9,12 @@ import (
 	"syscall"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/catalog"
-	"cairn/internal/coord/policy"
-	"cairn/internal/coord/round"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/coord/policy"
+	"github.com/cairn-hpc/cairn/internal/coord/round"
 )
 
 // Checkpoints lists a job's global checkpoints, oldest first; a durable or

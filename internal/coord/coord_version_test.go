@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/coord"
-	"cairn/internal/coord/memagent"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/coord/memagent"
 )
 
 // TestJoinChecksAPIVersion: an agent of another API version is refused

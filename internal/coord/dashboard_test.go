@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/coord"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 // TestDashboardRoute: the API serves the dashboard under /ui/ to client

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/events"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/events"
 )
 
 // serveEvents streams the event history that matches the query as JSON

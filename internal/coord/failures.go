@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"cairn/internal/catalog"
-	"cairn/internal/model"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/model"
 )
 
 // failuresKey holds the node failures the cluster has seen and the

@@ -16,7 +16,7 @@ import (
 	"encoding/hex"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // termKey holds the newest coordinator term given out.

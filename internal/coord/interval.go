@@ -7,11 +7,11 @@ import (
 	"sort"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/events"
-	"cairn/internal/model"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/events"
+	"github.com/cairn-hpc/cairn/internal/model"
 )
 
 // Automatic checkpoint intervals (RunJob.CheckpointAuto): the coordinator

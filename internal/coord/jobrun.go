@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/coord/machine"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/coord/machine"
 )
 
 // jobRun performs the actions of one run of a job's protocol machine

@@ -14,11 +14,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/catalog"
-	"cairn/internal/launch"
-	"cairn/internal/names"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/launch"
+	"github.com/cairn-hpc/cairn/internal/names"
 )
 
 // validJobName accepts names that make valid container names as JOB.RANK.

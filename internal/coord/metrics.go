@@ -3,9 +3,9 @@ package coord
 import (
 	"context"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/events"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/events"
 )
 
 // metricsFeed feeds the coordinator's events and records to its metrics.

@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/coord"
-	"cairn/internal/coord/memagent"
-	"cairn/internal/events"
-	"cairn/internal/metrics"
-	"cairn/internal/pki"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/coord/memagent"
+	"github.com/cairn-hpc/cairn/internal/events"
+	"github.com/cairn-hpc/cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef"

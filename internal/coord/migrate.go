@@ -8,12 +8,12 @@ import (
 	"slices"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/catalog"
-	"cairn/internal/coord/machine"
-	"cairn/internal/coord/policy"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/coord/machine"
+	"github.com/cairn-hpc/cairn/internal/coord/policy"
 )
 
 func migPrefix(job string) string       { return "migrations/" + job + "/" }

@@ -5,8 +5,8 @@ import (
 	"net/netip"
 	"sort"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 )
 
 // Placement: where a job's ranks go, and the job's network.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 )
 
 func nodes(names ...string) []coordv1.Node {

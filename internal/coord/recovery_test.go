@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/coord"
-	"cairn/internal/coord/memagent"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/coord/memagent"
 )
 
 // A protocol scenario for TestCoordinatorDiesAnywhere.

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/catalog"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/catalog"
 )
 
 // replicaTargets picks up to want nodes for new copies of an image whose

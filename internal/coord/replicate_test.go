@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/coord"
-	"cairn/internal/coord/memagent"
-	"cairn/internal/events"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/coord/memagent"
+	"github.com/cairn-hpc/cairn/internal/events"
 )
 
 // fetchGate counts the fetches of each image onto each node under way at

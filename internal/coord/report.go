@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/model"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/model"
 )
 
 // Report is a job's overhead model so far, its replication, interval and

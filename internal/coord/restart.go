@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/coord/machine"
-	"cairn/internal/coord/policy"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/coord/machine"
+	"github.com/cairn-hpc/cairn/internal/coord/policy"
 )
 
 // restorable picks the checkpoint to restart from: number from, or the

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/coord"
-	"cairn/internal/coord/memagent"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/coord/memagent"
 )
 
 // TestRetention: after 10 rounds of a job that keeps 3, exactly its 3

@@ -12,15 +12,15 @@ import (
 	"syscall"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/catalog"
-	"cairn/internal/dashboard"
-	"cairn/internal/metrics"
-	"cairn/internal/names"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/dashboard"
+	"github.com/cairn-hpc/cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 // callerKey keys the caller's identity in a request's context.

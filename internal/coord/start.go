@@ -11,12 +11,12 @@ import (
 	"strings"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/coord/machine"
-	"cairn/internal/coord/policy"
-	"cairn/internal/launch"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/coord/machine"
+	"github.com/cairn-hpc/cairn/internal/coord/policy"
+	"github.com/cairn-hpc/cairn/internal/launch"
 )
 
 // startJob runs the start of j, which the catalog holds as starting, to

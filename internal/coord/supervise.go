@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/catalog"
-	"cairn/internal/coord/policy"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/catalog"
+	"github.com/cairn-hpc/cairn/internal/coord/policy"
 )
 
 // supervisor is the one loop that decides what the coordinator does on

@@ -19,6 +19,9 @@ const DefaultPath = "/opt/cairn/bin/criu"
 // EnvPath names the environment variable that overrides the CRIU binary.
 const EnvPath = "CAIRN_CRIU"
 
+// install says how to get a CRIU cairn can use.
+const install = "install CRIU 4.2 or newer with `make setup` in cairn's source, or /usr/share/cairn/install-criu where cairn came from its package (both build it into " + DefaultPath + "), or set $" + EnvPath
+
 // MinVersion is the oldest CRIU that works on the kernels cairn targets.
 var MinVersion = Version{4, 2, 0}
 
@@ -83,7 +86,7 @@ func Find(explicit string) (string, error) {
 	}
 	p, err := exec.LookPath("criu")
 	if err != nil {
-		return "", fmt.Errorf("%w: no CRIU at %s or on PATH; run `make setup` or set %s", ErrUnusable, DefaultPath, EnvPath)
+		return "", fmt.Errorf("%w: no CRIU at %s or on PATH; %s", ErrUnusable, DefaultPath, install)
 	}
 	return p, nil
 }
@@ -108,8 +111,8 @@ func Check(ctx context.Context, path string) (Info, error) {
 	}
 	info.Version = v
 	if v.Less(MinVersion) {
-		return info, fmt.Errorf("%w: %s is CRIU %s, cairn needs %s or newer on this kernel (older releases cannot dump TCP sockets or fail `criu check`); run `make setup` or set %s",
-			ErrUnusable, path, v, MinVersion, EnvPath)
+		return info, fmt.Errorf("%w: %s is CRIU %s, cairn needs %s or newer on this kernel (older releases cannot dump TCP sockets or fail `criu check`); %s",
+			ErrUnusable, path, v, MinVersion, install)
 	}
 	out, err = exec.CommandContext(ctx, path, "check").CombinedOutput()
 	if err != nil {
@@ -123,6 +126,9 @@ func Check(ctx context.Context, path string) (Info, error) {
 var advice = []struct{ msg, what string }{
 	// fsnotify.c, for an inotify or fanotify watch whose file CRIU found
 	// neither by handle nor by walking the container's directories.
+	// CRIU reads each task's rlimits with prlimit, which needs
+	// CAP_SYS_RESOURCE for a task of another uid.
+	{"Can't get rlimit", "this node's root lacks CAP_SYS_RESOURCE (see `cairn check`), so processes of another user than root cannot be dumped: give the agent that capability (docs/limits.md)"},
 	{"Can't dump that handle", "a process watches (inotify) a file that no path in the container leads to, such as one deleted while still open: remove the watch (inotify_rm_watch) before the checkpoint"},
 }
 

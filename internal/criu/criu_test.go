@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/criu"
 )
 
 func TestParseVersion(t *testing.T) {

@@ -12,11 +12,11 @@ import (
 	"slices"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/events"
-	"cairn/internal/names"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/events"
+	"github.com/cairn-hpc/cairn/internal/names"
 )
 
 // Prefix is the path the dashboard is served under.

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/events"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/events"
 )
 
 // keepalive is how often an idle event stream sends a comment: it keeps

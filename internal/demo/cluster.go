@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/human"
-	"cairn/internal/ringapp"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
 )
 
 // clusterDemo runs cairn commands against a demo cluster of its own.

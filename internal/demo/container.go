@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/internal/container"
-	"cairn/internal/human"
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 var (

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/internal/durable"
+	"github.com/cairn-hpc/cairn/internal/durable"
 )
 
 func TestWriteFile(t *testing.T) {

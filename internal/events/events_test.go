@@ -23,9 +23,9 @@ import (
 	"testing"
 	"time"
 
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/events"
-	"cairn/internal/proc"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/events"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 func types(es []evv1.Event) string {

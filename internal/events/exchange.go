@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/durable"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/durable"
 )
 
 // DefaultKeep is how many events the history keeps.

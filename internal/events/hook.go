@@ -20,8 +20,8 @@ import (
 	"sync"
 	"time"
 
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/proc"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // Hook runs for every event whose type matches Pattern: Exec is a shell

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/human"
 )
 
 func TestBytes(t *testing.T) {

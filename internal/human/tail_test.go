@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/human"
 )
 
 func TestTailWriter(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // ExportChunks writes chunks of checkpoint container:seq's image, in the

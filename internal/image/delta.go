@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // ErrUnsafeEntry is returned for a fs delta entry that could write outside

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // TestExportFile: an export is a whole file, imported back as it was; a

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/image"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // TestFilesOnlyImage: a files-only image (no CRIU files) is ingested,

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/image"
-	"cairn/internal/names"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // onlyIn fails the test if dir holds anything but entries named allowed.

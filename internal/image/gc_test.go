@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/image"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // TestGCRetains: gc keeps the newest Keep checkpoints of each container,

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/image"
-	"cairn/internal/names"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // dataRepo returns a repo whose catalog and store are in DIR/data, and

@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn/internal/image"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 func newRepo(t testing.TB) image.Repo {

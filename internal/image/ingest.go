@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"time"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // Ingest stores the staged image in src (CRIU's files under CRIUDir, the

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // Chunks gives chunk contents by ID, verified, in the order asked: a

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"sort"
 
-	"cairn/internal/names"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // GCResult says what Repo.GC removed.

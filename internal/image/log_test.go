@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // outputLines is n numbered lines of output, as a program prints them.

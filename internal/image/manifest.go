@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // RecordVersion is the version of the catalog record format.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // Materialize writes an image out for a restore: CRIU's files into

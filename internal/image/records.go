@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
-	"cairn/internal/durable"
-	"cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/durable"
+	"github.com/cairn-hpc/cairn/internal/names"
 )
 
 func (r Repo) containerDir(container string) string { return filepath.Join(r.Dir, container) }

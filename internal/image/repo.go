@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // Repo is where a node keeps its images: a catalog of records

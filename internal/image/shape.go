@@ -6,7 +6,7 @@ import (
 	"path"
 	"strings"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // The shape of an image: what its manifest may hold for restore to make

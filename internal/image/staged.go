@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/names"
 )
 
 // A staged-image stream moves a staged image (CRIU's files under CRIUDir

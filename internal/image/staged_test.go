@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // entry is one file of a hand-made staged-image stream.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/names"
 )
 
 // Stray is an entry of the catalog dir that is neither a container's

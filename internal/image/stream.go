@@ -11,8 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"cairn/internal/chunker"
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/chunker"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // ParamsFor picks the chunking of a file of an image: CRIU's page images

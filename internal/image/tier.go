@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	"cairn/internal/store"
-	"cairn/internal/store/tier"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/tier"
 )
 
 // FlushToTier uploads checkpoint container:seq into the tier's repo tr:

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/image"
-	"cairn/internal/store/tier"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/store/tier"
 )
 
 // TestTierRoundTrip: an image flushed to a tier comes back into another

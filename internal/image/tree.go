@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // dirMeta is a directory made by makeEntry whose metadata is set last, once

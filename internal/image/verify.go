@@ -7,7 +7,7 @@ import (
 	"io"
 	"sync/atomic"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // corrupt names every checkpoint affected by a damaged chunk.

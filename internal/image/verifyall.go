@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"cairn/internal/names"
+	"github.com/cairn-hpc/cairn/internal/names"
 )
 
 // Ref names checkpoints: one (Seq > 0) or every one of a container (Seq

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // TestVerifyAll: every checkpoint of a container and of the repo is

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"cairn/internal/launch"
+	"github.com/cairn-hpc/cairn/internal/launch"
 )
 
 // TestExportEnv: ALL passes the caller's environment less its session's;

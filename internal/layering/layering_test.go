@@ -17,84 +17,84 @@ type pkg struct {
 }
 
 // rules: for a package (prefix match), the cairn packages and the standard
-// packages it must not import. "cairn/" in deny forbids every cairn package
+// packages it must not import. "github.com/cairn-hpc/cairn/" in deny forbids every cairn package
 // not in allow.
 var rules = []struct {
 	pkg   string
 	allow []string // cairn packages allowed even if deny matches
 	deny  []string
 }{
-	{"cairn/internal/chunker", nil, []string{"cairn/"}},
-	{"cairn/internal/store/pack", nil, []string{"cairn/"}},
-	{"cairn/internal/store/index", []string{"cairn/internal/store/pack"}, []string{"cairn/"}},
-	{"cairn/internal/store", []string{"cairn/internal/store/pack", "cairn/internal/store/index", "cairn/internal/chunker"}, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/chunker", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/store/pack", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/store/index", []string{"github.com/cairn-hpc/cairn/internal/store/pack"}, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/store", []string{"github.com/cairn-hpc/cairn/internal/store/pack", "github.com/cairn-hpc/cairn/internal/store/index", "github.com/cairn-hpc/cairn/internal/chunker"}, []string{"github.com/cairn-hpc/cairn/"}},
 	// The durable tier keeps the store's formats in a bucket: the store
 	// and its formats, nothing of the node stack or the coordinator.
-	{"cairn/internal/store/tier", []string{"cairn/internal/store", "cairn/internal/store/pack", "cairn/internal/store/index", "cairn/internal/store/tier"}, []string{"cairn/"}},
-	{"cairn/internal/durable", nil, []string{"cairn/"}},
-	{"cairn/internal/names", nil, []string{"cairn/"}},
-	{"cairn/internal/proc", nil, []string{"cairn/"}},
-	{"cairn/internal/launch", nil, []string{"cairn/"}},
-	{"cairn/internal/image", []string{"cairn/internal/store", "cairn/internal/store/tier", "cairn/internal/chunker", "cairn/internal/durable", "cairn/internal/names"}, []string{"cairn/"}},
-	{"cairn/internal/criu", nil, []string{"cairn/"}},
-	{"cairn/internal/lazy", nil, []string{"cairn/"}},
-	{"cairn/internal/failpoint", nil, []string{"cairn/"}},
-	{"cairn/internal/plan", nil, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/store/tier", []string{"github.com/cairn-hpc/cairn/internal/store", "github.com/cairn-hpc/cairn/internal/store/pack", "github.com/cairn-hpc/cairn/internal/store/index", "github.com/cairn-hpc/cairn/internal/store/tier"}, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/durable", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/names", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/proc", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/launch", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/image", []string{"github.com/cairn-hpc/cairn/internal/store", "github.com/cairn-hpc/cairn/internal/store/tier", "github.com/cairn-hpc/cairn/internal/chunker", "github.com/cairn-hpc/cairn/internal/durable", "github.com/cairn-hpc/cairn/internal/names"}, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/criu", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/lazy", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/failpoint", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/plan", nil, []string{"github.com/cairn-hpc/cairn/"}},
 	// The overhead model is arithmetic on the wire's records: no I/O, no
 	// clock, nothing of the coordinator.
-	{"cairn/internal/model", []string{"cairn/api/coord/v1", "cairn/api/events/v1", "cairn/api/rank/v1", "cairn/internal/plan"}, []string{"cairn/", "net", "os", "os/exec", "go.etcd.io/"}},
-	{"cairn/internal/pki", []string{"cairn/internal/durable"}, []string{"cairn/"}},
-	{"cairn/internal/netw", nil, []string{"cairn/"}},
-	{"cairn/internal/coord/round", nil, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/model", []string{"github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/api/events/v1", "github.com/cairn-hpc/cairn/api/rank/v1", "github.com/cairn-hpc/cairn/internal/plan"}, []string{"github.com/cairn-hpc/cairn/", "net", "os", "os/exec", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/pki", []string{"github.com/cairn-hpc/cairn/internal/durable"}, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/netw", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/coord/round", nil, []string{"github.com/cairn-hpc/cairn/", "net", "os/exec", "go.etcd.io/"}},
 	// The coordinator's other protocols are pure machines too.
-	{"cairn/internal/coord/machine", nil, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/coord/machine", nil, []string{"github.com/cairn-hpc/cairn/", "net", "os/exec", "go.etcd.io/"}},
 	// So is the policy that chooses which protocol follows what happened.
-	{"cairn/internal/coord/policy", nil, []string{"cairn/", "net", "os", "os/exec", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/coord/policy", nil, []string{"github.com/cairn-hpc/cairn/", "net", "os", "os/exec", "go.etcd.io/"}},
 	// The scripted-trace harness serves the machines' tests and needs
 	// nothing of cairn itself.
-	{"cairn/internal/tracetest", nil, []string{"cairn/", "net", "os/exec"}},
+	{"github.com/cairn-hpc/cairn/internal/tracetest", nil, []string{"github.com/cairn-hpc/cairn/", "net", "os/exec"}},
 	// The in-memory agents model the agent API only: no network, no
 	// processes, nothing of the node stack or the catalog.
-	{"cairn/internal/coord/memagent", []string{"cairn/api/agent/v1", "cairn/api/coord/v1"}, []string{"cairn/", "net", "os/exec", "go.etcd.io/"}},
-	{"cairn/api/", nil, []string{"cairn/internal/"}},
-	{"cairn/internal/catalog", nil, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/coord/memagent", []string{"github.com/cairn-hpc/cairn/api/agent/v1", "github.com/cairn-hpc/cairn/api/coord/v1"}, []string{"github.com/cairn-hpc/cairn/", "net", "os/exec", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/api/", nil, []string{"github.com/cairn-hpc/cairn/internal/"}},
+	{"github.com/cairn-hpc/cairn/internal/catalog", nil, []string{"github.com/cairn-hpc/cairn/"}},
 	// The ring job speaks the rank API's wire to publish its progress.
-	{"cairn/internal/ringapp", []string{"cairn/api/rank/v1"}, []string{"cairn/"}},
-	{"cairn/internal/human", nil, []string{"cairn/"}},
-	{"cairn/internal/version", nil, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/ringapp", []string{"github.com/cairn-hpc/cairn/api/rank/v1"}, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/human", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/version", nil, []string{"github.com/cairn-hpc/cairn/"}},
 	// The CLI's tables know the objects they show, not how they are had.
-	{"cairn/internal/table", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/container", "cairn/internal/human", "cairn/internal/image", "cairn/internal/plan"}, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/table", []string{"github.com/cairn-hpc/cairn/api/agent/v1", "github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/api/events/v1", "github.com/cairn-hpc/cairn/internal/container", "github.com/cairn-hpc/cairn/internal/human", "github.com/cairn-hpc/cairn/internal/image", "github.com/cairn-hpc/cairn/internal/plan"}, []string{"github.com/cairn-hpc/cairn/"}},
 	// The demos drive a Manager on this node, and a testbed only through
 	// the cairn binary.
-	{"cairn/internal/demo", []string{"cairn/api/coord/v1", "cairn/internal/container", "cairn/internal/human", "cairn/internal/netw", "cairn/internal/ringapp"}, []string{"cairn/"}},
-	{"cairn/internal/rpc", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/pki"}, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/demo", []string{"github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/internal/container", "github.com/cairn-hpc/cairn/internal/human", "github.com/cairn-hpc/cairn/internal/netw", "github.com/cairn-hpc/cairn/internal/ringapp"}, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/rpc", []string{"github.com/cairn-hpc/cairn/api/agent/v1", "github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/api/events/v1", "github.com/cairn-hpc/cairn/internal/pki"}, []string{"github.com/cairn-hpc/cairn/"}},
 	// The rank API's client (and its fake endpoint) runs inside ranks: it
 	// knows the rank API's wire only.
-	{"cairn/internal/rankclient", []string{"cairn/api/rank/v1"}, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/rankclient", []string{"github.com/cairn-hpc/cairn/api/rank/v1"}, []string{"github.com/cairn-hpc/cairn/"}},
 	// The coordinator reaches nodes only through the agent API: never
 	// containers, images or the store directly.
 	// The event stream knows nothing of what publishes to it.
-	{"cairn/internal/events", []string{"cairn/api/events/v1", "cairn/internal/durable", "cairn/internal/proc"}, []string{"cairn/"}},
-	{"cairn/internal/coord", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/catalog", "cairn/internal/dashboard", "cairn/internal/failpoint", "cairn/internal/coord/round", "cairn/internal/coord/machine", "cairn/internal/coord/policy", "cairn/internal/launch", "cairn/internal/metrics", "cairn/internal/model", "cairn/internal/names", "cairn/internal/pki", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/events", []string{"github.com/cairn-hpc/cairn/api/events/v1", "github.com/cairn-hpc/cairn/internal/durable", "github.com/cairn-hpc/cairn/internal/proc"}, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/coord", []string{"github.com/cairn-hpc/cairn/api/agent/v1", "github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/api/events/v1", "github.com/cairn-hpc/cairn/internal/events", "github.com/cairn-hpc/cairn/internal/catalog", "github.com/cairn-hpc/cairn/internal/dashboard", "github.com/cairn-hpc/cairn/internal/failpoint", "github.com/cairn-hpc/cairn/internal/coord/round", "github.com/cairn-hpc/cairn/internal/coord/machine", "github.com/cairn-hpc/cairn/internal/coord/policy", "github.com/cairn-hpc/cairn/internal/launch", "github.com/cairn-hpc/cairn/internal/metrics", "github.com/cairn-hpc/cairn/internal/model", "github.com/cairn-hpc/cairn/internal/names", "github.com/cairn-hpc/cairn/internal/pki", "github.com/cairn-hpc/cairn/internal/rpc"}, []string{"github.com/cairn-hpc/cairn/"}},
 	// The coordinator process: the catalog's etcd, the election, events
 	// and hooks around coord; it answers the coordinator API while it
 	// stands by.
-	{"cairn/internal/control", []string{"cairn/api/coord/v1", "cairn/internal/catalog", "cairn/internal/coord", "cairn/internal/dashboard", "cairn/internal/events", "cairn/internal/metrics", "cairn/internal/pki", "cairn/internal/rpc", "cairn/internal/service"}, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/control", []string{"github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/internal/catalog", "github.com/cairn-hpc/cairn/internal/coord", "github.com/cairn-hpc/cairn/internal/dashboard", "github.com/cairn-hpc/cairn/internal/events", "github.com/cairn-hpc/cairn/internal/metrics", "github.com/cairn-hpc/cairn/internal/pki", "github.com/cairn-hpc/cairn/internal/rpc", "github.com/cairn-hpc/cairn/internal/service"}, []string{"github.com/cairn-hpc/cairn/"}},
 	// What a daemon tells the service manager and probes: nothing of
 	// either daemon.
-	{"cairn/internal/service", nil, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/service", nil, []string{"github.com/cairn-hpc/cairn/"}},
 	// The dashboard shows what the coordinator's read methods and the
 	// event stream tell it: the APIs' types, nothing of how they are had.
-	{"cairn/internal/dashboard", []string{"cairn/api/agent/v1", "cairn/api/coord/v1", "cairn/api/events/v1", "cairn/internal/events", "cairn/internal/human", "cairn/internal/names"}, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/dashboard", []string{"github.com/cairn-hpc/cairn/api/agent/v1", "github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/api/events/v1", "github.com/cairn-hpc/cairn/internal/events", "github.com/cairn-hpc/cairn/internal/human", "github.com/cairn-hpc/cairn/internal/names"}, []string{"github.com/cairn-hpc/cairn/"}},
 	// The metrics are linked by the coordinator and the agent alike: they
 	// know the wire's records and events, nothing of either side.
-	{"cairn/internal/metrics", []string{"cairn/api/coord/v1", "cairn/api/events/v1"}, []string{"cairn/", "go.etcd.io/", "os/exec"}},
+	{"github.com/cairn-hpc/cairn/internal/metrics", []string{"github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/api/events/v1"}, []string{"github.com/cairn-hpc/cairn/", "go.etcd.io/", "os/exec"}},
 	// The testbed runs the coordinator and the agents as processes and
 	// talks to them through the API.
-	{"cairn/internal/testbed", []string{"cairn/internal/container", "cairn/internal/durable", "cairn/internal/metrics", "cairn/internal/netw", "cairn/internal/pki", "cairn/internal/proc", "cairn/internal/rpc"}, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/testbed", []string{"github.com/cairn-hpc/cairn/internal/container", "github.com/cairn-hpc/cairn/internal/durable", "github.com/cairn-hpc/cairn/internal/metrics", "github.com/cairn-hpc/cairn/internal/netw", "github.com/cairn-hpc/cairn/internal/pki", "github.com/cairn-hpc/cairn/internal/proc", "github.com/cairn-hpc/cairn/internal/rpc"}, []string{"github.com/cairn-hpc/cairn/"}},
 	// A chaos run drives a testbed and its job through the coordinator's
 	// API, and measures with the model.
-	{"cairn/internal/chaos", []string{"cairn/api/coord/v1", "cairn/api/events/v1", "cairn/api/rank/v1", "cairn/internal/model", "cairn/internal/ringapp", "cairn/internal/rpc", "cairn/internal/testbed"}, []string{"cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/chaos", []string{"github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/api/events/v1", "github.com/cairn-hpc/cairn/api/rank/v1", "github.com/cairn-hpc/cairn/internal/model", "github.com/cairn-hpc/cairn/internal/ringapp", "github.com/cairn-hpc/cairn/internal/rpc", "github.com/cairn-hpc/cairn/internal/testbed"}, []string{"github.com/cairn-hpc/cairn/"}},
 }
 
 // reach are rules on everything a package depends on, directly or not.
@@ -108,20 +108,20 @@ var reach = []struct {
 	pkg  string
 	deny []string
 }{
-	{"cairn/internal/coord", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy"}},
-	{"cairn/internal/control", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy"}},
-	{"cairn/internal/dashboard", []string{"cairn/internal/agent", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy", "cairn/internal/coord", "cairn/internal/catalog", "cairn/internal/rpc", "go.etcd.io/"}},
-	{"cairn/internal/testbed", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/control", "cairn/internal/catalog", "go.etcd.io/"}},
-	{"cairn/internal/chaos", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/control", "cairn/internal/catalog", "go.etcd.io/"}},
-	{"cairn/internal/agent", []string{"cairn/internal/coord", "cairn/internal/catalog", "go.etcd.io/"}},
-	{"cairn/internal/rpc", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/container", "cairn/internal/store", "go.etcd.io/"}},
-	{"cairn/internal/metrics", []string{"cairn/internal/agent", "cairn/internal/coord", "cairn/internal/control", "cairn/internal/catalog", "cairn/internal/container", "cairn/internal/criu", "cairn/internal/image", "cairn/internal/store", "cairn/internal/netw", "cairn/internal/lazy", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/coord", []string{"github.com/cairn-hpc/cairn/internal/agent", "github.com/cairn-hpc/cairn/internal/container", "github.com/cairn-hpc/cairn/internal/criu", "github.com/cairn-hpc/cairn/internal/image", "github.com/cairn-hpc/cairn/internal/store", "github.com/cairn-hpc/cairn/internal/netw", "github.com/cairn-hpc/cairn/internal/lazy"}},
+	{"github.com/cairn-hpc/cairn/internal/control", []string{"github.com/cairn-hpc/cairn/internal/agent", "github.com/cairn-hpc/cairn/internal/container", "github.com/cairn-hpc/cairn/internal/criu", "github.com/cairn-hpc/cairn/internal/image", "github.com/cairn-hpc/cairn/internal/store", "github.com/cairn-hpc/cairn/internal/netw", "github.com/cairn-hpc/cairn/internal/lazy"}},
+	{"github.com/cairn-hpc/cairn/internal/dashboard", []string{"github.com/cairn-hpc/cairn/internal/agent", "github.com/cairn-hpc/cairn/internal/container", "github.com/cairn-hpc/cairn/internal/criu", "github.com/cairn-hpc/cairn/internal/image", "github.com/cairn-hpc/cairn/internal/store", "github.com/cairn-hpc/cairn/internal/netw", "github.com/cairn-hpc/cairn/internal/lazy", "github.com/cairn-hpc/cairn/internal/coord", "github.com/cairn-hpc/cairn/internal/catalog", "github.com/cairn-hpc/cairn/internal/rpc", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/testbed", []string{"github.com/cairn-hpc/cairn/internal/agent", "github.com/cairn-hpc/cairn/internal/coord", "github.com/cairn-hpc/cairn/internal/control", "github.com/cairn-hpc/cairn/internal/catalog", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/chaos", []string{"github.com/cairn-hpc/cairn/internal/agent", "github.com/cairn-hpc/cairn/internal/coord", "github.com/cairn-hpc/cairn/internal/control", "github.com/cairn-hpc/cairn/internal/catalog", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/agent", []string{"github.com/cairn-hpc/cairn/internal/coord", "github.com/cairn-hpc/cairn/internal/catalog", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/rpc", []string{"github.com/cairn-hpc/cairn/internal/agent", "github.com/cairn-hpc/cairn/internal/coord", "github.com/cairn-hpc/cairn/internal/container", "github.com/cairn-hpc/cairn/internal/store", "go.etcd.io/"}},
+	{"github.com/cairn-hpc/cairn/internal/metrics", []string{"github.com/cairn-hpc/cairn/internal/agent", "github.com/cairn-hpc/cairn/internal/coord", "github.com/cairn-hpc/cairn/internal/control", "github.com/cairn-hpc/cairn/internal/catalog", "github.com/cairn-hpc/cairn/internal/container", "github.com/cairn-hpc/cairn/internal/criu", "github.com/cairn-hpc/cairn/internal/image", "github.com/cairn-hpc/cairn/internal/store", "github.com/cairn-hpc/cairn/internal/netw", "github.com/cairn-hpc/cairn/internal/lazy", "go.etcd.io/"}},
 }
 
 // TestReach checks the reach rules on the module's whole dependency graph.
 func TestReach(t *testing.T) {
 	graph := map[string][]string{}
-	for _, p := range listPackages(t, "-deps", "cairn/...") {
+	for _, p := range listPackages(t, "-deps", "github.com/cairn-hpc/cairn/...") {
 		graph[p.ImportPath] = p.Imports
 	}
 	if len(graph) < 50 {
@@ -136,17 +136,17 @@ func TestReach(t *testing.T) {
 // found, with the path that makes it.
 func TestReachFindsViolations(t *testing.T) {
 	graph := map[string][]string{
-		"cairn/internal/coord":      {"cairn/internal/rpc", "fmt"},
-		"cairn/internal/rpc":        {"cairn/internal/helper"},
-		"cairn/internal/helper":     {"cairn/internal/store/pack"},
-		"cairn/internal/store/pack": nil,
-		"cairn/internal/agent":      {"go.etcd.io/etcd/client/v3"},
+		"github.com/cairn-hpc/cairn/internal/coord":      {"github.com/cairn-hpc/cairn/internal/rpc", "fmt"},
+		"github.com/cairn-hpc/cairn/internal/rpc":        {"github.com/cairn-hpc/cairn/internal/helper"},
+		"github.com/cairn-hpc/cairn/internal/helper":     {"github.com/cairn-hpc/cairn/internal/store/pack"},
+		"github.com/cairn-hpc/cairn/internal/store/pack": nil,
+		"github.com/cairn-hpc/cairn/internal/agent":      {"go.etcd.io/etcd/client/v3"},
 	}
 	got := reachViolations(graph)
 	want := []string{
-		"cairn/internal/agent reaches go.etcd.io/etcd/client/v3, which it must not: cairn/internal/agent -> go.etcd.io/etcd/client/v3",
-		"cairn/internal/coord reaches cairn/internal/store/pack, which it must not: cairn/internal/coord -> cairn/internal/rpc -> cairn/internal/helper -> cairn/internal/store/pack",
-		"cairn/internal/rpc reaches cairn/internal/store/pack, which it must not: cairn/internal/rpc -> cairn/internal/helper -> cairn/internal/store/pack",
+		"github.com/cairn-hpc/cairn/internal/agent reaches go.etcd.io/etcd/client/v3, which it must not: github.com/cairn-hpc/cairn/internal/agent -> go.etcd.io/etcd/client/v3",
+		"github.com/cairn-hpc/cairn/internal/coord reaches github.com/cairn-hpc/cairn/internal/store/pack, which it must not: github.com/cairn-hpc/cairn/internal/coord -> github.com/cairn-hpc/cairn/internal/rpc -> github.com/cairn-hpc/cairn/internal/helper -> github.com/cairn-hpc/cairn/internal/store/pack",
+		"github.com/cairn-hpc/cairn/internal/rpc reaches github.com/cairn-hpc/cairn/internal/store/pack, which it must not: github.com/cairn-hpc/cairn/internal/rpc -> github.com/cairn-hpc/cairn/internal/helper -> github.com/cairn-hpc/cairn/internal/store/pack",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -193,13 +193,13 @@ func reachViolations(graph map[string][]string) []string {
 }
 
 func TestLayering(t *testing.T) {
-	pkgs := listPackages(t, "cairn/...")
+	pkgs := listPackages(t, "github.com/cairn-hpc/cairn/...")
 	for _, p := range pkgs {
 		for _, r := range rules {
 			if p.ImportPath != r.pkg && !strings.HasPrefix(p.ImportPath, strings.TrimSuffix(r.pkg, "/")+"/") {
 				continue
 			}
-			if r.pkg == "cairn/internal/store" && p.ImportPath != r.pkg {
+			if r.pkg == "github.com/cairn-hpc/cairn/internal/store" && p.ImportPath != r.pkg {
 				continue // store/pack, store/index and store/tier have rules of their own
 			}
 			for _, imp := range p.Imports {
@@ -217,9 +217,9 @@ func TestLayering(t *testing.T) {
 		// store/pack; only store and the tier may import store/index.
 		for _, imp := range p.Imports {
 			switch {
-			case imp == "cairn/internal/store/pack" && !slices.Contains([]string{"cairn/internal/store", "cairn/internal/store/index", "cairn/internal/store/tier"}, p.ImportPath):
+			case imp == "github.com/cairn-hpc/cairn/internal/store/pack" && !slices.Contains([]string{"github.com/cairn-hpc/cairn/internal/store", "github.com/cairn-hpc/cairn/internal/store/index", "github.com/cairn-hpc/cairn/internal/store/tier"}, p.ImportPath):
 				t.Errorf("%s imports %s: only the store may", p.ImportPath, imp)
-			case imp == "cairn/internal/store/index" && p.ImportPath != "cairn/internal/store" && p.ImportPath != "cairn/internal/store/tier":
+			case imp == "github.com/cairn-hpc/cairn/internal/store/index" && p.ImportPath != "github.com/cairn-hpc/cairn/internal/store" && p.ImportPath != "github.com/cairn-hpc/cairn/internal/store/tier":
 				t.Errorf("%s imports %s: only the store may", p.ImportPath, imp)
 			}
 		}

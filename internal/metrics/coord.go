@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -27,6 +27,9 @@ type CoordOptions struct {
 	// Also is gathered with the coordinator's own series: the default
 	// registry, where the embedded etcd's metrics are (nil: none).
 	Also prometheus.Gatherer
+	// Certs gives when the coordinator's certificates expire (nil: not
+	// exposed).
+	Certs CertExpiry
 	// Now is the clock of the replication lag; nil means time.Now.
 	Now func() time.Time
 }
@@ -154,6 +157,9 @@ func NewCoord(opts CoordOptions) *Coord {
 	m.nodeQuarantined = d.gauge("cairn_node_quarantined_packs", "Damaged packs the node's store set aside, as its last heartbeat reported.", node)
 	m.nodeLost = d.counter("cairn_node_lost_total", "Times the node was declared dead.", node)
 	m.nodeWarnings = d.counter("cairn_node_health_warnings_total", "Times a health probe of the node went bad.", node)
+	if opts.Certs != nil {
+		d.add(newCertCollector(opts.Certs, nil), certDef)
+	}
 	return m
 }
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/metrics"
 )
 
 // TestDocsListEveryMetric: docs/cluster.md lists every family, with its
@@ -19,8 +19,8 @@ func TestDocsListEveryMetric(t *testing.T) {
 	}
 	doc := string(b)
 	var defs []metrics.Def
-	defs = append(defs, metrics.NewCoord(metrics.CoordOptions{}).Defs()...)
-	defs = append(defs, metrics.NewNode(metrics.NodeOptions{Node: "n1"}).Defs()...)
+	defs = append(defs, metrics.NewCoord(metrics.CoordOptions{Certs: certs}).Defs()...)
+	defs = append(defs, metrics.NewNode(metrics.NodeOptions{Node: "n1", Certs: certs}).Defs()...)
 	for _, d := range defs {
 		line := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(d.Name) + "` \\| " + d.Type + " \\|.*$").FindString(doc)
 		if line == "" {

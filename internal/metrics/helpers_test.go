@@ -5,8 +5,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
-	evv1 "cairn/api/events/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -96,4 +97,10 @@ func lint(t *testing.T, g prometheus.Gatherer) {
 // evDurable is a live checkpoint.durable event.
 func evDurable(job string, seq int, bytes int64) evv1.Event {
 	return evv1.Event{Type: evv1.CkptDurable, Job: job, Ckpt: seq, Time: t0, Bytes: bytes}
+}
+
+// certs is a CertExpiry for registries that expose every family.
+func certs() (node, ca time.Time) {
+	now := time.Now()
+	return now.Add(365 * 24 * time.Hour), now.Add(10 * 365 * 24 * time.Hour)
 }

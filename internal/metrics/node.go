@@ -49,6 +49,8 @@ type NodeOptions struct {
 	// (nil: none run).
 	Staging, Data func() (SpaceStats, error)
 	Probes        func() []Probe
+	// Certs gives when the agent's certificates expire (nil: not exposed).
+	Certs CertExpiry
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -103,6 +105,10 @@ func NewNode(opts NodeOptions) *Node {
 	n.probe = n.desc("cairn_health_probe_ok", "1 if the health probe passed its last run, 0 if it failed.", "probe")
 	n.reg.MustRegister(nodeCollector{n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if opts.Certs != nil {
+		n.reg.MustRegister(newCertCollector(opts.Certs, prometheus.Labels{"node": opts.Node}))
+		n.defs = append(n.defs, Def{certDef.Name, certDef.Type, certDef.Help, append([]string{"node"}, certDef.Labels...)})
+	}
 	return n
 }
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/metrics"
 )
 
 // TestNode: an agent's figures, with the store's read once, then at most

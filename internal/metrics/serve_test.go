@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/metrics"
 )
 
 func TestLoadToken(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/model"
+	"github.com/cairn-hpc/cairn/internal/model"
 )
 
 // intervalCases are (C, M) pairs from C ≪ M, where Young's formula is

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 )
 
 // MinFailures is how many node failures the cluster must have seen

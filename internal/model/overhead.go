@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 )
 
 // Round is one checkpoint round as the model takes it from its record.

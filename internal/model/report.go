@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	rankv1 "cairn/api/rank/v1"
-	"cairn/internal/plan"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
+	"github.com/cairn-hpc/cairn/internal/plan"
 )
 
 // Facts are what the coordinator knows of a job for its report.

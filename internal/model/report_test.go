@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	rankv1 "cairn/api/rank/v1"
-	"cairn/internal/model"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
+	"github.com/cairn-hpc/cairn/internal/model"
 )
 
 // TestReport: the report takes the progress of the rank that reported

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // approx reports whether got is within a minute of want.
@@ -83,7 +83,7 @@ func TestInit(t *testing.T) {
 			}
 			// The loaded key signs: credentials it issues verify against the CA.
 			creds := issue(t, loaded, "node1", pki.Agent, pki.IssueOptions{})
-			if err := creds.Cert.CheckSignatureFrom(ca.Cert); err != nil {
+			if err := creds.Cert().CheckSignatureFrom(ca.Cert); err != nil {
 				t.Errorf("certificate issued by the loaded CA: %v", err)
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,16 +34,27 @@ type IssueOptions struct {
 // part in the cluster's mutual TLS: its leaf certificate and key and the
 // CA certificate it trusts.
 type Credentials struct {
-	// Name, Role and ClusterID are read from Cert and CA.
+	// Name, Role and ClusterID are read from the leaf certificate and CA;
+	// a reload never changes them.
 	Name      string
 	Role      Role
 	ClusterID string
-	// Cert is the leaf certificate, the content of node.crt.
-	Cert *x509.Certificate
 	// CA is the cluster CA certificate, the content of ca.crt.
 	CA *x509.Certificate
 
-	key *ecdsa.PrivateKey
+	dir  string                          // where LoadCredentials read them; "" for issued ones
+	leaf atomic.Pointer[tls.Certificate] // node.crt and node.key, replaced by Reload
+}
+
+// Cert is the leaf certificate in use, the content of node.crt when the
+// credentials were loaded or last reloaded.
+func (c *Credentials) Cert() *x509.Certificate { return c.leaf.Load().Leaf }
+
+// newCredentials puts a leaf and its key into credentials.
+func newCredentials(name string, role Role, clusterID string, cert, ca *x509.Certificate, key *ecdsa.PrivateKey, dir string) *Credentials {
+	c := &Credentials{Name: name, Role: role, ClusterID: clusterID, CA: ca, dir: dir}
+	c.leaf.Store(&tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert})
+	return c
 }
 
 // Issue makes credentials for name in the given role: a fresh P-256 key
@@ -114,14 +126,24 @@ func (ca *CA) Issue(name string, role Role, opts IssueOptions) (*Credentials, er
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for %s: parse: %w", name, err)
 	}
-	return &Credentials{
-		Name:      name,
-		Role:      role,
-		ClusterID: ca.ClusterID,
-		Cert:      cert,
-		CA:        ca.Cert,
-		key:       key,
-	}, nil
+	return newCredentials(name, role, ca.ClusterID, cert, ca.Cert, key, ""), nil
+}
+
+// Renew issues credentials for the same name, role and IP addresses as
+// the leaf certificate old, which must be one of this CA's: a fresh key
+// and a certificate valid for opts.Validity from now (IPs in opts are
+// ignored). The old certificate may have expired; renewing is how a node
+// that was off for a year comes back.
+func (ca *CA) Renew(old *x509.Certificate, opts IssueOptions) (*Credentials, error) {
+	name, role, err := leafIdentity(old)
+	if err != nil {
+		return nil, fmt.Errorf("renew certificate: %w: %w", ErrCorrupt, err)
+	}
+	if err := old.CheckSignatureFrom(ca.Cert); err != nil {
+		return nil, fmt.Errorf("renew certificate of %s: it was not issued by the CA of cluster %s: %w: %w", name, ca.ClusterID, ErrWrongCluster, err)
+	}
+	opts.IPs = old.IPAddresses
+	return ca.Issue(name, role, opts)
 }
 
 // Write writes the credentials to dir as node.crt, node.key (mode 0600) and
@@ -129,7 +151,8 @@ func (ca *CA) Issue(name string, role Role, opts IssueOptions) (*Credentials, er
 // atomically; existing credentials are overwritten, which is how they are
 // renewed.
 func (c *Credentials) Write(dir string) error {
-	keyPEM, err := encodeKey(c.key)
+	leaf := c.leaf.Load()
+	keyPEM, err := encodeKey(leaf.PrivateKey.(*ecdsa.PrivateKey))
 	if err != nil {
 		return fmt.Errorf("write credentials for %s: %w", c.Name, err)
 	}
@@ -142,7 +165,7 @@ func (c *Credentials) Write(dir string) error {
 		mode os.FileMode
 	}{
 		{KeyFile, keyPEM, keyMode},
-		{CertFile, encodeCert(c.Cert), certMode},
+		{CertFile, encodeCert(leaf.Leaf), certMode},
 		{CACertFile, encodeCert(c.CA), certMode},
 	}
 	for _, f := range files {
@@ -185,7 +208,38 @@ func LoadCredentials(dir string) (*Credentials, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load credentials: %w", err)
 	}
-	return &Credentials{Name: name, Role: role, ClusterID: id, Cert: cert, CA: ca, key: key}, nil
+	return newCredentials(name, role, id, cert, ca, key, dir), nil
+}
+
+// Reload reads the credentials' directory again and, if it holds another
+// certificate (renewed: `cairn node cert --renew`), presents that one at
+// every handshake from now on, with no restart; connections already made
+// go on. It tells whether the certificate changed. Credentials of another
+// name, role or cluster, a certificate that has expired, or files that do
+// not load (caught half-written: try again) give an error and leave the
+// credentials in use as they are.
+func (c *Credentials) Reload() (bool, error) {
+	if c.dir == "" {
+		return false, errors.New("reload credentials: not loaded from a directory")
+	}
+	n, err := LoadCredentials(c.dir)
+	if err != nil {
+		return false, fmt.Errorf("reload: %w", err)
+	}
+	if n.Name != c.Name || n.Role != c.Role || !n.CA.Equal(c.CA) {
+		return false, fmt.Errorf("reload credentials: %s now holds those of %s %s of cluster %s, not %s %s of %s; kept the ones in use",
+			c.dir, n.Role, n.Name, n.ClusterID, c.Role, c.Name, c.ClusterID)
+	}
+	cur, next := c.leaf.Load(), n.leaf.Load()
+	if cur.Leaf.Equal(next.Leaf) {
+		return false, nil
+	}
+	if time.Now().After(next.Leaf.NotAfter) {
+		return false, fmt.Errorf("reload credentials: %s in %s expired at %s; kept the one in use (valid until %s)",
+			CertFile, c.dir, next.Leaf.NotAfter.Format(time.RFC3339), cur.Leaf.NotAfter.Format(time.RFC3339))
+	}
+	c.leaf.Store(next)
+	return true, nil
 }
 
 // leafIdentity returns the name and role in a cairn leaf certificate, or
@@ -211,12 +265,6 @@ func leafIdentity(c *x509.Certificate) (string, Role, error) {
 	return name, role, nil
 }
 
-// tlsCertificate returns the credentials as a tls.Certificate, the chain
-// being the leaf alone: peers already hold the CA.
-func (c *Credentials) tlsCertificate() tls.Certificate {
-	return tls.Certificate{
-		Certificate: [][]byte{c.Cert.Raw},
-		PrivateKey:  c.key,
-		Leaf:        c.Cert,
-	}
-}
+// tlsCertificate returns the certificate in use for a handshake, the
+// chain being the leaf alone: peers already hold the CA.
+func (c *Credentials) tlsCertificate() *tls.Certificate { return c.leaf.Load() }

@@ -7,12 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 func TestIssue(t *testing.T) {
@@ -71,7 +72,7 @@ func TestIssue(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Issue: %v", err)
 			}
-			c := creds.Cert
+			c := creds.Cert()
 			var ips []string
 			for _, ip := range c.IPAddresses {
 				ips = append(ips, ip.String())
@@ -139,8 +140,8 @@ func TestIssueNeverOutlivesCA(t *testing.T) {
 	}
 	for _, opts := range []pki.IssueOptions{{}, {NotAfter: time.Now().Add(48 * time.Hour)}} {
 		creds := issue(t, ca, "node1", pki.Agent, opts)
-		if !creds.Cert.NotAfter.Equal(ca.Cert.NotAfter) {
-			t.Errorf("with %+v: NotAfter %v, want the CA's %v", opts, creds.Cert.NotAfter, ca.Cert.NotAfter)
+		if !creds.Cert().NotAfter.Equal(ca.Cert.NotAfter) {
+			t.Errorf("with %+v: NotAfter %v, want the CA's %v", opts, creds.Cert().NotAfter, ca.Cert.NotAfter)
 		}
 	}
 }
@@ -167,7 +168,7 @@ func TestCredentialsWriteLoad(t *testing.T) {
 		t.Fatalf("LoadCredentials: %v", err)
 	}
 	if got.Name != "coord" || got.Role != pki.Coordinator || got.ClusterID != a.ca.ClusterID ||
-		!got.Cert.Equal(a.coord.Cert) || !got.CA.Equal(a.ca.Cert) {
+		!got.Cert().Equal(a.coord.Cert()) || !got.CA.Equal(a.ca.Cert) {
 		t.Errorf("LoadCredentials gave %s/%s of cluster %s, want coord/coordinator of %s", got.Name, got.Role, got.ClusterID, a.ca.ClusterID)
 	}
 
@@ -180,7 +181,7 @@ func TestCredentialsWriteLoad(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadCredentials: %v", err)
 	}
-	if !got.Cert.Equal(renewed.Cert) {
+	if !got.Cert().Equal(renewed.Cert()) {
 		t.Error("LoadCredentials after renewal gave the old certificate")
 	}
 }
@@ -246,4 +247,98 @@ func TestLoadCredentialsErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReload: credentials loaded from a directory present, after a
+// renewal written there and a Reload, the new certificate at every new
+// handshake, on both ends, with the same configs; anything else found
+// there (another node's, an expired certificate) is refused and the one
+// in use stays.
+func TestReload(t *testing.T) {
+	a := newCluster(t)
+	coordDir, agentDir := t.TempDir(), t.TempDir()
+	for dir, c := range map[string]*pki.Credentials{coordDir: a.coord, agentDir: a.agent} {
+		if err := c.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	coord, err := pki.LoadCredentials(coordDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := pki.LoadCredentials(agentDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, client := pki.ServerConfig(coord), pki.ClientConfig(agent, "coord")
+	shown := func() (srvSaw, cliSaw *x509.Certificate) {
+		t.Helper()
+		srv, cli := handshake(t, server, client)
+		if srv.err != nil || cli.err != nil {
+			t.Fatalf("handshake: server %v, client %v", srv.err, cli.err)
+		}
+		return srv.state.PeerCertificates[0], cli.state.PeerCertificates[0]
+	}
+	if changed, err := coord.Reload(); changed || err != nil {
+		t.Fatalf("Reload of unchanged credentials: %v, %v; want false, nil", changed, err)
+	}
+
+	oldCoord, oldAgent := coord.Cert(), agent.Cert()
+	for dir, old := range map[string]*x509.Certificate{coordDir: oldCoord, agentDir: oldAgent} {
+		renewed, err := a.ca.Renew(old, pki.IssueOptions{Validity: 48 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if renewed.Name != mustLoad(t, dir).Name || !slices.EqualFunc(renewed.Cert().IPAddresses, old.IPAddresses, net.IP.Equal) {
+			t.Fatalf("renewed %s: %+v, IPs %v, want those of the old one (%v)", dir, renewed, renewed.Cert().IPAddresses, old.IPAddresses)
+		}
+		if err := renewed.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if srvSaw, cliSaw := shown(); !srvSaw.Equal(oldAgent) || !cliSaw.Equal(oldCoord) {
+		t.Fatalf("before Reload, the new certificates are in use")
+	}
+	for _, c := range []*pki.Credentials{coord, agent} {
+		if changed, err := c.Reload(); !changed || err != nil {
+			t.Fatalf("Reload of renewed credentials: %v, %v; want true, nil", changed, err)
+		}
+	}
+	srvSaw, cliSaw := shown()
+	if srvSaw.Equal(oldAgent) || !srvSaw.Equal(agent.Cert()) || cliSaw.Equal(oldCoord) || !cliSaw.Equal(coord.Cert()) {
+		t.Fatalf("after Reload the old certificates are still shown")
+	}
+	if d := time.Until(coord.Cert().NotAfter); d > 49*time.Hour || d < 47*time.Hour {
+		t.Errorf("renewed certificate valid for %v, want 48h", d)
+	}
+
+	inUse := coord.Cert()
+	for what, c := range map[string]*pki.Credentials{
+		"another node's": a.agent,
+		"expired":        issue(t, a.ca, "coord", pki.Coordinator, expired()),
+	} {
+		if err := c.Write(coordDir); err != nil {
+			t.Fatal(err)
+		}
+		if changed, err := coord.Reload(); changed || err == nil {
+			t.Errorf("Reload of %s credentials: %v, %v; want an error", what, changed, err)
+		} else {
+			t.Logf("%s: %v", what, err)
+		}
+		if !coord.Cert().Equal(inUse) {
+			t.Fatalf("after refusing %s credentials, another certificate is in use", what)
+		}
+	}
+	if _, err := a.ca.Renew(newCluster(t).agent.Cert(), pki.IssueOptions{}); !errors.Is(err, pki.ErrWrongCluster) {
+		t.Errorf("Renew of another cluster's certificate: %v, want ErrWrongCluster", err)
+	}
+}
+
+func mustLoad(t *testing.T, dir string) *pki.Credentials {
+	t.Helper()
+	c, err := pki.LoadCredentials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

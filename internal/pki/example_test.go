@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // Example shows what `cairn init` and `cairn node cert NODE` do, and how an

@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"cairn/internal/durable"
+	"github.com/cairn-hpc/cairn/internal/durable"
 )
 
 // File names, inside a CA directory ([Init], [Load]) and a credentials

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // cluster is a CA with credentials for every role, all issued for tests.

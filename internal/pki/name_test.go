@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 func TestValidateName(t *testing.T) {

@@ -29,7 +29,8 @@ type Identity struct {
 }
 
 // ServerConfig returns the TLS configuration for a server (the coordinator
-// or an agent) holding creds: TLS 1.3 only, creds' certificate, and a
+// or an agent) holding creds: TLS 1.3 only, creds' certificate (the one
+// in use at each handshake: see [Credentials.Reload]), and a
 // client certificate required and verified against the cluster CA alone.
 // The caller may read the client's [Identity] with [PeerIdentity] once the
 // handshake is done.
@@ -37,7 +38,7 @@ func ServerConfig(creds *Credentials) *tls.Config {
 	return &tls.Config{
 		MinVersion:             tls.VersionTLS13,
 		MaxVersion:             tls.VersionTLS13,
-		Certificates:           []tls.Certificate{creds.tlsCertificate()},
+		GetCertificate:         func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return creds.tlsCertificate(), nil },
 		ClientAuth:             tls.RequireAndVerifyClientCert,
 		ClientCAs:              creds.pool(),
 		SessionTicketsDisabled: true,
@@ -70,9 +71,11 @@ func ServerConfigOptionalCert(creds *Credentials) *tls.Config {
 // alone, never the system roots.
 func ClientConfig(creds *Credentials, serverName string) *tls.Config {
 	return &tls.Config{
-		MinVersion:       tls.VersionTLS13,
-		MaxVersion:       tls.VersionTLS13,
-		Certificates:     []tls.Certificate{creds.tlsCertificate()},
+		MinVersion: tls.VersionTLS13,
+		MaxVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return creds.tlsCertificate(), nil
+		},
 		RootCAs:          creds.pool(),
 		ServerName:       serverName,
 		VerifyConnection: verifyPeer(creds.ClusterID),

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 func TestHandshake(t *testing.T) {
@@ -103,7 +103,7 @@ func TestHandshakeRefused(t *testing.T) {
 	expiredCoord := issue(t, a.ca, "coord", pki.Coordinator, expired())
 
 	noCert := pki.ClientConfig(a.agent, "coord")
-	noCert.Certificates = nil
+	noCert.GetClientCertificate = nil
 	tls12 := pki.ClientConfig(a.agent, "coord")
 	tls12.MinVersion, tls12.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
 	// A server that, by a caller's mistake, also trusts cluster b's CA:
@@ -116,10 +116,8 @@ func TestHandshakeRefused(t *testing.T) {
 	intruder.RootCAs = x509.NewCertPool()
 	intruder.RootCAs.AddCert(a.ca.Cert)
 	intruder.VerifyConnection = nil
-	bCert := intruder.Certificates[0]
-	intruder.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-		return &bCert, nil // even though a's server asks for a's CA
-	}
+	// Its GetClientCertificate shows b's certificate even though a's
+	// server asks for one of a's CA.
 
 	unknownAuthority := func(err error) bool {
 		var e x509.UnknownAuthorityError
@@ -262,7 +260,7 @@ func TestPeerIdentity(t *testing.T) {
 	}{
 		{
 			name:  "issued credentials",
-			state: state(a.agent.Cert, a.agent.CA),
+			state: state(a.agent.Cert(), a.agent.CA),
 			want:  pki.Identity{Name: "node1", Role: pki.Agent, ClusterID: a.ca.ClusterID},
 		},
 		{
@@ -274,7 +272,7 @@ func TestPeerIdentity(t *testing.T) {
 		{
 			name: "handshake not complete",
 			state: tls.ConnectionState{
-				VerifiedChains: [][]*x509.Certificate{{a.agent.Cert, a.agent.CA}},
+				VerifiedChains: [][]*x509.Certificate{{a.agent.Cert(), a.agent.CA}},
 			},
 			wantErr: pki.ErrUnauthenticated,
 		},
@@ -282,14 +280,14 @@ func TestPeerIdentity(t *testing.T) {
 			name: "certificates not verified",
 			state: tls.ConnectionState{
 				HandshakeComplete: true,
-				PeerCertificates:  []*x509.Certificate{a.agent.Cert},
+				PeerCertificates:  []*x509.Certificate{a.agent.Cert()},
 			},
 			wantErr: pki.ErrUnauthenticated,
 		},
-		{name: "leaf alone", state: state(a.agent.Cert), wantErr: pki.ErrUnauthenticated},
+		{name: "leaf alone", state: state(a.agent.Cert()), wantErr: pki.ErrUnauthenticated},
 		{
 			name:    "intermediate CA",
-			state:   state(a.agent.Cert, cairnCA, cairnCA),
+			state:   state(a.agent.Cert(), cairnCA, cairnCA),
 			wantErr: pki.ErrUnauthenticated,
 		},
 		{
@@ -329,7 +327,7 @@ func TestServerConfigOptionalCert(t *testing.T) {
 	server := pki.ServerConfigOptionalCert(a.coord)
 
 	noCert := pki.ClientConfig(a.cli, "coord")
-	noCert.Certificates = nil
+	noCert.GetClientCertificate = nil
 	srv, cli := handshake(t, server, noCert)
 	if srv.err != nil || cli.err != nil {
 		t.Fatalf("no certificate: server %v, client %v; want a connection", srv.err, cli.err)
@@ -350,8 +348,6 @@ func TestServerConfigOptionalCert(t *testing.T) {
 	intruder := pki.ClientConfig(b.agent, "coord")
 	intruder.RootCAs = x509.NewCertPool()
 	intruder.RootCAs.AddCert(a.ca.Cert)
-	bCert := intruder.Certificates[0]
-	intruder.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &bCert, nil }
 	intruder.VerifyConnection = nil
 	srv, _ = handshake(t, server, intruder)
 	var unknown x509.UnknownAuthorityError

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cairn/internal/plan"
+	"github.com/cairn-hpc/cairn/internal/plan"
 )
 
 // TestAnswer: a row holds what Exact, Tolerable and ReplicasFor say, and

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cairn/internal/plan"
+	"github.com/cairn-hpc/cairn/internal/plan"
 )
 
 // subsets calls fn with every f-subset of n nodes as a failed mask.

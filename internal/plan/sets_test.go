@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"cairn/internal/plan"
+	"github.com/cairn-hpc/cairn/internal/plan"
 )
 
 // TestSetsRing: the holder sets of the ring placement give Exact's ring

@@ -4,7 +4,7 @@ import (
 	"syscall"
 	"testing"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 func TestParseSignal(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	rankv1 "cairn/api/rank/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 // Sentinels for the agent's error codes: errors.Is(err, ErrForbidden) is

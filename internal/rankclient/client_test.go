@@ -15,8 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/rankclient"
-	"cairn/internal/rankclient/ranktest"
+	"github.com/cairn-hpc/cairn/internal/rankclient"
+	"github.com/cairn-hpc/cairn/internal/rankclient/ranktest"
 )
 
 func newServer(t *testing.T, cfg ranktest.Config) (*ranktest.Server, *rankclient.Client) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/rankclient/ranktest"
+	"github.com/cairn-hpc/cairn/internal/rankclient/ranktest"
 )
 
 // The other clients of the rank API, libcairn (C, and Fortran through

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/rankclient/ranktest"
+	"github.com/cairn-hpc/cairn/internal/rankclient/ranktest"
 )
 
 // The programs of examples/rank-api against the fake endpoint: the same

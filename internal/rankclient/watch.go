@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
-	rankv1 "cairn/api/rank/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 // Watcher is what Watch calls back, on Watch's goroutine, one call at a

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	rankv1 "cairn/api/rank/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 // Defaults of the flags. With them 4 ranks on one 2-core host (loopback) run for about 16 s.

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	rankv1 "cairn/api/rank/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 // reporter publishes a rank's progress on the cluster's event stream

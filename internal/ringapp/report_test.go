@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	rankv1 "cairn/api/rank/v1"
-	"cairn/internal/ringapp"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
 )
 
 // TestReportsProgress: rank 0 publishes its progress through the rank

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
 )
 
 // childEnv makes the test binary run ringapp.Main with its arguments, so

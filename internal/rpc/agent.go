@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/pki"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // AgentClient calls one agent. Errors the agent returns are *agentv1.Error.

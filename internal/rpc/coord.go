@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/pki"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // CoordServerName is the name in the coordinator's certificate.

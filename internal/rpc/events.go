@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	evv1 "cairn/api/events/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
 )
 
 // EachEvent calls fn with every event of the stream q selects, and the

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 )
 
 // FailoverWait bounds how long a call to the coordinators keeps trying

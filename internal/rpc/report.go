@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	coordv1 "cairn/api/coord/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 )
 
 // Report returns a job's overhead model, interval and restart odds.

@@ -19,8 +19,8 @@ import (
 	"net/http"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/pki"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // Client calls one server. Errors the server returns are *agentv1.Error.

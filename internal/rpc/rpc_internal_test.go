@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	evv1 "cairn/api/events/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
 )
 
 // TestLabelled: every line of every rank is written whole after its

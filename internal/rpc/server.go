@@ -10,9 +10,9 @@ import (
 	"net/http"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/pki"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/pki"
 )
 
 // Serve serves h on ln with mutual TLS from creds until ctx is done, then

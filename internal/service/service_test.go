@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/service"
+	"github.com/cairn-hpc/cairn/internal/service"
 )
 
 // TestNotify: with $NOTIFY_SOCKET, the daemon's ready, status and

@@ -25,10 +25,10 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/internal/durable"
-	"cairn/internal/pki"
-	"cairn/internal/proc"
-	"cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/durable"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 // Ports the allocation's cairn serves on, on each node's address.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // Blob is a chunk as a store keeps it: its ID, its bytes as stored

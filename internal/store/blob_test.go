@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // TestBlob moves chunks between stores as stored: compressed and not,

@@ -9,8 +9,8 @@ import (
 	"os"
 	"slices"
 
-	"cairn/internal/store/index"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // CheckOptions configure Check.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/store"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 func TestCheck(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // chunkFixture puts n random 4 KiB chunks into a new store and returns

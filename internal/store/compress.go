@@ -5,7 +5,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // Compression selects how new chunks are compressed.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // TestCrashBeforeIndex copies a store's directory while the writer has

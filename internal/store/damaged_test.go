@@ -9,8 +9,8 @@ import (
 	"slices"
 	"testing"
 
-	"cairn/internal/store"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // TestScrubRepair: a damaged chunk is found by Scrub and set aside; a good

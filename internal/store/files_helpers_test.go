@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // testChunkSize is the size of the fixed chunks putFiles cuts files into.

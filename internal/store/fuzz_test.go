@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // FuzzManifestUnmarshal checks that decoding arbitrary bytes never panics

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 
-	"cairn/internal/store/index"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // RemoveManifest deletes the manifest id. Its chunks stay in the store

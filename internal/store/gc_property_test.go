@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // TestGCModel runs random sequences of ingest, pin, unpin and GC (keeping

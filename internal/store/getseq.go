@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"runtime"
 
-	"cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/index"
 )
 
 // maxRunBytes bounds how much of a pack GetSeq reads at once.

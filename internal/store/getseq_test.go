@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 func TestGetSeq(t *testing.T) {

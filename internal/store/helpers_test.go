@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 func randBytes(seed uint64, n int) []byte {

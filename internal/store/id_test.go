@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 func TestID(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/zeebo/blake3"
 
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // ImportOptions configure Import.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // Environment of a child process started by the SIGKILL tests: TestMain

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"cairn/internal/store/index"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // quarantineDir holds the damaged packs a writer's recovery set aside,

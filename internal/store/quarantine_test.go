@@ -10,8 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"cairn/internal/store"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // unindexedPack puts n chunks of size bytes (incompressible) into a new

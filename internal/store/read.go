@@ -8,8 +8,8 @@ import (
 	"io/fs"
 	"os"
 
-	"cairn/internal/store/index"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // Has reports whether the chunk id is stored or queued in the open pack.

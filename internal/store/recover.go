@@ -10,8 +10,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"cairn/internal/store/index"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // FormatVersion is the store layout version recorded in the config file.

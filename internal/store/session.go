@@ -6,7 +6,7 @@ import (
 	"os"
 	"sync"
 
-	"cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/index"
 )
 
 // ReadSession pins the packs of the store until release is called: while

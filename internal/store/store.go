@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 
-	"cairn/internal/store/index"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // DefaultPackSize is the size at which a pack is finished unless

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"cairn/internal/store"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 func TestPutGet(t *testing.T) {

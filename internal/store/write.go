@@ -9,8 +9,8 @@ import (
 
 	"github.com/zeebo/blake3"
 
-	"cairn/internal/store/index"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // commit is a finished pack being committed in the background. Its pending

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/human"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/human"
 )
 
 // Jobs writes the cluster's jobs (cairn jobs).

@@ -5,10 +5,10 @@ import (
 	"io"
 	"strconv"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/human"
-	"cairn/internal/image"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/human"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // Status is a container's status with how it exited, or what it was
@@ -124,8 +124,11 @@ func Incarnations(w io.Writer, incs []agentv1.Incarnation) error {
 func Checks(w io.Writer, checks []container.HostCheck) {
 	for _, c := range checks {
 		mark := "ok "
-		if !c.OK {
+		switch {
+		case !c.OK:
 			mark = "BAD"
+		case c.Limit:
+			mark = "LIM"
 		}
 		fmt.Fprintf(w, "%s %-9s %s\n", mark, c.Name, c.Detail)
 	}

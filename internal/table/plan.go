@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"cairn/internal/plan"
+	"github.com/cairn-hpc/cairn/internal/plan"
 )
 
 // Plan writes the answers to a planning question (cairn plan): the

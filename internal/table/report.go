@@ -5,8 +5,8 @@ import (
 	"io"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/human"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/human"
 )
 
 // Report writes a job's report (cairn report): its rounds' terms, the

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/container"
-	"cairn/internal/image"
-	"cairn/internal/plan"
-	"cairn/internal/table"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/plan"
+	"github.com/cairn-hpc/cairn/internal/table"
 )
 
 func lines(s string) string { return strings.TrimRight(s, "\n") }

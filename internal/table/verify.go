@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // The lines of cairn verify: every problem starts with BAD.

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/internal/durable"
+	"github.com/cairn-hpc/cairn/internal/durable"
 )
 
 // Cluster is what DIR/cluster.json records of a testbed: enough for the

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"syscall"
 
-	"cairn/internal/container"
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/netw"
 
 	"golang.org/x/sys/unix"
 )

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // What runs on a node, as a machine: the processes in its network

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // Spawn starts argv detached (a session of its own, output appended to

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // ErrAgentRuns is Revive's answer for a node whose agent runs: the node

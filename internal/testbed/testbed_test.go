@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/testbed"
+	"github.com/cairn-hpc/cairn/internal/testbed"
 )
 
 // TestLoad: what Load reads is what cluster.json holds, and a testbed that

@@ -14,12 +14,12 @@ import (
 	"strings"
 	"time"
 
-	"cairn/internal/container"
-	"cairn/internal/durable"
-	"cairn/internal/metrics"
-	"cairn/internal/netw"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/durable"
+	"github.com/cairn-hpc/cairn/internal/metrics"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 // The testbed's service ports.

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/proc"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // The browser of the end-to-end tests: Debian's Chromium and its

@@ -19,11 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/image"
-	"cairn/internal/netw"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/testbed"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/testbed"
 )
 
 // Cluster is a local cluster made by `cairn up` for one test.

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/testbed"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/testbed"
 )
 
 // Clusters of several coordinators (`cairn up --coordinators N`).

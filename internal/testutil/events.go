@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
 )
 
 // Events is `cairn events --json` with args (--job, --type, ...): the

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/netw"
-	"cairn/internal/testbed"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/testbed"
 )
 
 // Failures made on purpose: agents, the coordinator and whole nodes

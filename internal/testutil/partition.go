@@ -4,8 +4,8 @@ import (
 	"context"
 	"os/exec"
 
-	"cairn/internal/container"
-	"cairn/internal/testbed"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/testbed"
 )
 
 // Partition cuts node off the underlay, as a failed link or switch port

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // Output says how a workload's output shows that its processes started

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // Slurm is a real Slurm (Debian's slurm-wlm: munged, slurmctld and one

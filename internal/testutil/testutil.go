@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/container"
-	"cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // RequiresRoot skips t unless it runs as root.

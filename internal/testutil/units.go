@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/netw"
-	"cairn/internal/testbed"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/testbed"
 )
 
 // Unit is what a systemd service unit file says of how to start its

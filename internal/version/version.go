@@ -1,6 +1,7 @@
 package version
 
 import (
+	"cmp"
 	"runtime"
 	"runtime/debug"
 )
@@ -8,9 +9,12 @@ import (
 // API is the version of the agent and coordinator APIs.
 const API = "v1"
 
-// Revision is set by the Makefile (-ldflags -X) for builds without VCS
-// stamping.
-var Revision string
+// Version and Revision are set by the Makefile (-ldflags -X): Version
+// from the newest tag (git describe: v0.9.0, or v0.9.0-3-gabcdef012345
+// three commits after it, -dirty with changes), Revision for builds
+// without VCS stamping. Without them, Version is the module version the
+// Go toolchain stamped (a tag, or a pseudo-version).
+var Version, Revision string
 
 // Info is what `cairn version` prints.
 type Info struct {
@@ -23,12 +27,12 @@ type Info struct {
 
 // Get returns this binary's Info.
 func Get() Info {
-	v := Info{Version: "devel", Revision: Revision, Go: runtime.Version(), API: API}
+	v := Info{Version: cmp.Or(Version, "devel"), Revision: Revision, Go: runtime.Version(), API: API}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return v
 	}
-	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+	if Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		v.Version = bi.Main.Version
 	}
 	for _, s := range bi.Settings {

@@ -3,9 +3,9 @@ package version_test
 import (
 	"testing"
 
-	"cairn/internal/version"
+	"github.com/cairn-hpc/cairn/internal/version"
 
-	coordv1 "cairn/api/coord/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 )
 
 func TestString(t *testing.T) {

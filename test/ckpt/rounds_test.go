@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/failpoint"
-	"cairn/internal/netw"
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestRoundAborts: a participant that dies during prepare, or whose dump

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestCheckpointStop: `cairn checkpoint JOB --stop` takes one global

@@ -16,14 +16,14 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/agent"
-	"cairn/internal/container"
-	"cairn/internal/coord/agenttest"
-	"cairn/internal/netw"
-	"cairn/internal/pki"
-	"cairn/internal/rpc"
-	"cairn/internal/testutil"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/agent"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/coord/agenttest"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestAgentConformance runs the agent's conformance suite against real

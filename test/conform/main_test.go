@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/agent"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/agent"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // pendingTTL is the agents' agent.PendingTTL here: set before any agent

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/failpoint"
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // points are the coordinator failpoints the tests of this package hold

@@ -18,8 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testbed"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // systemdDir is deploy/systemd in the source tree.
@@ -54,6 +55,13 @@ func TestUnitsVerify(t *testing.T) {
 	}
 	if out, err := exec.Command("cp", bin, filepath.Join(root, "usr/bin/cairn")).CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	// ExecReload's kill, where Debian 12 has it (/bin is /usr/bin).
+	if out, err := exec.Command("cp", "/usr/bin/kill", filepath.Join(root, "usr/bin/kill")).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := os.Symlink("usr/bin", filepath.Join(root, "bin")); err != nil {
+		t.Fatal(err)
 	}
 	for _, u := range units {
 		if out, err := exec.Command("cp", filepath.Join(systemdDir(), u), filepath.Join(root, "etc/systemd/system", u)).CombinedOutput(); err != nil {
@@ -167,54 +175,115 @@ func freePort(t *testing.T, host string) string {
 	return ln.Addr().String()
 }
 
-// TestDaemonsAsUnits: a cluster's coordinator and each agent, one after
-// the other while the ring job runs, are stopped as their units stop
-// them (SIGTERM to the daemon's own process) and started as their units
-// start them: ExecStart, configured only through their environment file.
-// Each tells the service manager it is ready and answers /healthz; an
-// agent logs JSON when its file says so. The job's ranks run on
-// throughout (no restart), the next checkpoint commits, a rank migrates
-// onto the spare node (restored under an agent the unit started), and
-// the job ends with an uninterrupted run's result. A variable a flag
-// refuses stops the daemon at once, naming the variable.
-func TestDaemonsAsUnits(t *testing.T) {
+// TestPackageRehearsal: a deployment as docs/operations.md describes it,
+// from the package `make dist` builds, installed with dpkg -i.
+//
+//  1. The ring job runs on a cluster of this tree's build. The
+//     coordinator, then each agent in turn, is stopped as systemd stops
+//     its unit (SIGTERM to the daemon's own process) and started as the
+//     installed unit starts it: its ExecStart (/usr/bin/cairn, the
+//     package's) configured only through its environment file. That is
+//     an upgrade under a running job. Each daemon tells the service
+//     manager it is ready and answers /healthz; an agent logs JSON when
+//     its file says so.
+//  2. An MPI job starts on the daemons the units started; both jobs
+//     checkpoint.
+//  3. Every agent is restarted again by its unit, one by one, while both
+//     jobs run ("systemctl restart cairn-agent" on each node).
+//  4. An agent's certificate is renewed and reloaded (SIGHUP, as
+//     systemctl reload sends it) without a restart.
+//
+// Throughout, no rank of either job restarts; checkpoints commit after
+// each step, a rank migrates onto the spare node, a new job runs, and
+// both jobs end with an uninterrupted run's results.
+func TestPackageRehearsal(t *testing.T) {
+	installPackage(t)
 	c := testutil.NewCluster(t, 3)
 	notify := listenNotify(t)
-	agentUnit := testutil.ReadUnit(t, filepath.Join(systemdDir(), "cairn-agent.service"))
-	coordUnit := testutil.ReadUnit(t, filepath.Join(systemdDir(), "cairn-coordinator.service"))
-	// Their ExecStart, with the binary under test.
-	execStart := func(u testutil.Unit) []string { return append([]string{c.Bin}, u.ExecStart[1:]...) }
+	agentUnit := installedUnit(t, "cairn-agent.service")
+	coordUnit := installedUnit(t, "cairn-coordinator.service")
+	if agentUnit.ExecStart[0] != "/usr/bin/cairn" || coordUnit.ExecStart[0] != "/usr/bin/cairn" {
+		t.Fatalf("installed units start %q and %q, want the package's /usr/bin/cairn", agentUnit.ExecStart, coordUnit.ExecStart)
+	}
+	// Running since the jobs started: no restart, both still running.
+	running := func(after string, jobs ...string) {
+		t.Helper()
+		for _, job := range jobs {
+			if j := c.Job(job); j.State != "running" || j.Restarts != 0 {
+				t.Fatalf("after %s, %s is %s with %d restarts (%s)", after, job, j.State, j.Restarts, j.Reason)
+			}
+		}
+	}
 
-	messages := 3 * testutil.RingMessages
+	messages := 6 * testutil.RingMessages
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--per-node", "1"}, c.RingArgs(messages)...)...)
 	c.WaitProgress("ring", 2, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")
 
+	// 1. The upgrade to the package, by the units.
 	health := freePort(t, "127.0.0.1")
-	c.LaunchCoordinatorAsUnit(execStart(coordUnit), "NOTIFY_SOCKET="+notify.path, "CAIRN_COORDINATOR_HEALTH_LISTEN="+health)
+	c.LaunchCoordinatorAsUnit(coordUnit.ExecStart, "NOTIFY_SOCKET="+notify.path, "CAIRN_COORDINATOR_HEALTH_LISTEN="+health)
 	notify.wait(t, "READY=1", "coordinator")
 	healthy(t, health)
-
-	f := c.File()
-	for i, n := range f.Nodes {
+	if exe := daemonExe(t, c.File().Coordinators[0].PID); exe != "/usr/bin/cairn" {
+		t.Fatalf("the coordinator runs %s, not the package's /usr/bin/cairn", exe)
+	}
+	envFiles := map[string]string{}
+	agentExtra := func(i int, n testbed.Node) []string {
 		host, _, _ := net.SplitHostPort(n.Addr)
 		extra := []string{"NOTIFY_SOCKET=" + notify.path, "CAIRN_AGENT_HEALTH_LISTEN=" + net.JoinHostPort(host, "7421")}
 		if i == 0 {
 			extra = append(extra, "CAIRN_AGENT_LOG_FORMAT=json")
 		}
+		return extra
+	}
+	for i, n := range c.File().Nodes {
+		host, _, _ := net.SplitHostPort(n.Addr)
 		before := len(c.AgentLog(n.Name))
-		file := c.LaunchAgentAsUnit(n.Name, execStart(agentUnit), extra...)
+		envFiles[n.Name] = c.LaunchAgentAsUnit(n.Name, agentUnit.ExecStart, agentExtra(i, n)...)
 		notify.wait(t, "READY=1", "node "+n.Name+" serving")
 		healthy(t, net.JoinHostPort(host, "7421"))
-		t.Logf("%s's agent restarted by its unit, configured by %s", n.Name, file)
+		t.Logf("%s's agent started by its unit, configured by %s", n.Name, envFiles[n.Name])
 		if i == 0 {
 			jsonLines(t, n.Name, c.AgentLog(n.Name)[before:])
 		}
-		if j := c.Job("ring"); j.State != "running" || j.Restarts != 0 {
-			t.Fatalf("after %s's agent restarted, the job is %s with %d restarts (%s)", n.Name, j.State, j.Restarts, j.Reason)
+		running(n.Name+"'s agent was upgraded", "ring")
+	}
+	for _, n := range c.File().Nodes {
+		if exe := daemonExe(t, n.PID); exe != "/usr/bin/cairn" {
+			t.Fatalf("%s's agent runs %s, not the package's /usr/bin/cairn", n.Name, exe)
 		}
 	}
+	c.Bin = "/usr/bin/cairn" // the CLI too, from here on
 	c.OK("checkpoint", "ring")
+
+	// 2. An MPI job on the daemons the units started.
+	prog := mpiRing(t)
+	mpiArgs := []string{"--iters", "1200", "--every", "20"}
+	want := mpiReference(t, prog, 3, append(mpiArgs, "--sleep-ms", "0")...)
+	c.OK(append([]string{"run", "--job", "mpi", "--ranks", "3", "--per-node", "1", "--mpi", "openmpi", "--", prog}, append(mpiArgs, "--sleep-ms", "50")...)...)
+	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
+		out := c.Logs("mpi", 0)
+		return strings.Contains(out, "progress 40/"), "rank 0 of the MPI job:\n" + out
+	})
+	c.OK("checkpoint", "mpi")
+
+	// 3. Every agent restarted by its unit while both jobs run.
+	for i, n := range c.File().Nodes {
+		c.LaunchAgentAsUnit(n.Name, agentUnit.ExecStart, agentExtra(i, n)...)
+		running(n.Name+"'s agent restarted", "ring", "mpi")
+	}
+	c.OK("checkpoint", "ring")
+	c.OK("checkpoint", "mpi")
+
+	// 4. A certificate renewed and reloaded, no restart; the cluster
+	// goes on talking to that agent.
+	n0 := c.File().Nodes[0]
+	renewAndReload(t, c, envFiles[n0.Name], n0)
+	c.OK("checkpoint", "mpi")
+	c.OK("checkpoint", "ring")
+	running("the certificate was renewed", "ring", "mpi")
+
 	// A rank restored by agents the units started.
 	c.OK("migrate", "ring/0", "--to", c.Unused(c.Status("ring").Placement))
 	// And a job started by them: runc run, which waits for a container to
@@ -223,23 +292,31 @@ func TestDaemonsAsUnits(t *testing.T) {
 	if out, err := c.Run("wait", "hello"); err != nil {
 		t.Fatalf("a job started by agents their units started: %v\n%s", err, out)
 	}
+	if out, err := c.Run("wait", "mpi"); err != nil {
+		t.Fatalf("wait mpi: %v\n%s", err, out)
+	}
+	if m := mpiFinal.FindStringSubmatch(c.Logs("mpi", 0)); m == nil || m[3] != want {
+		t.Fatalf("the MPI job's result %q, want %s (an uninterrupted run's); rank 0:\n%s", m, want, c.Logs("mpi", 0))
+	}
 	if got, want := c.Result("ring"), ringapp.Expected(2, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s (an uninterrupted run's)", got, want)
 	}
-	if j := c.Job("ring"); j.Restarts != 0 {
-		t.Errorf("the job restarted %d times while its agents did", j.Restarts)
+	for _, job := range []string{"ring", "mpi"} {
+		if j := c.Job(job); j.Restarts != 0 {
+			t.Errorf("%s restarted %d times while its agents did", job, j.Restarts)
+		}
 	}
 
 	// A variable a flag refuses, and a flag given with it on the command
 	// line (the flag wins).
-	cmd := exec.Command(c.Bin, "agent", "--creds", t.TempDir())
+	cmd := exec.Command("/usr/bin/cairn", "agent", "--creds", t.TempDir())
 	cmd.Env = append(os.Environ(), "CAIRN_AGENT_HEALTH_EVERY=soon")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "$CAIRN_AGENT_HEALTH_EVERY") {
 		t.Errorf("an agent with CAIRN_AGENT_HEALTH_EVERY=soon: %v, want exit 2 naming the variable:\n%s", err, out)
 	}
-	cmd = exec.Command(c.Bin, "agent", "--creds", t.TempDir(), "--log-format", "xml")
+	cmd = exec.Command("/usr/bin/cairn", "agent", "--creds", t.TempDir(), "--log-format", "xml")
 	cmd.Env = append(os.Environ(), "CAIRN_AGENT_LOG_FORMAT=json")
 	out, err = cmd.CombinedOutput()
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `--log-format "xml"`) {

@@ -15,10 +15,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/image"
-	"cairn/internal/ringapp"
-	"cairn/internal/store"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // damageChunk flips a byte in the stored blob of a chunk of a CRIU page

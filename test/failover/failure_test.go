@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // testNodeLoss runs the ring on 4 of 5 nodes (the fifth a spare) with k

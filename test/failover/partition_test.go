@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/container"
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 var noSelfFence = flag.Bool("no-self-fence", false, "run TestPartitionedNode's cut-off agent with --self-fence=off, to see the test fail")

@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/store"
-	"cairn/internal/testutil"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // nodeChunks asks node's agent for the checkpoints of container it holds

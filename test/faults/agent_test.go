@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/failpoint"
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // ringMessages sizes the job so that it runs on through a case.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/failpoint"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // finalRE is a rank's last line in examples/rank-api/ckpt.py.

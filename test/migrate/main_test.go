@@ -3,7 +3,7 @@ package migrate
 import (
 	"testing"
 
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }

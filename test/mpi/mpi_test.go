@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/testutil"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // The MPI program of these tests: examples/mpi/mpiring.c, built with each

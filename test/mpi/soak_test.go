@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // soakSize is the size of the soak's job: ranks ranks on nodes nodes

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // exitCode is the exit code of a cairn run (0 when it succeeded).

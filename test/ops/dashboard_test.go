@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestDashboard: the dashboard of a local cluster, in a real headless

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestHealthWarningMigrates: a node's health probe (a command of the

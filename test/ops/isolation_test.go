@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestRankIsolation runs a job whose rank looks for what it must not see

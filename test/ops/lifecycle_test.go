@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/testutil"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestJobEnds: jobs whose ranks all exit 0, one of whose ranks exits 7,

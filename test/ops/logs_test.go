@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/testutil"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // counterScript prints "line N" every 50 ms, N from 1.

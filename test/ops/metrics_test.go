@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	evv1 "cairn/api/events/v1"
-	"cairn/internal/testutil"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestMetrics: the ring (3 ranks, one replica of every image) on 4 nodes

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	coordv1 "cairn/api/coord/v1"
-	evv1 "cairn/api/events/v1"
-	rankv1 "cairn/api/rank/v1"
-	"cairn/internal/model"
-	"cairn/internal/testutil"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
+	"github.com/cairn-hpc/cairn/internal/model"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestReport is `cairn report` on the ring job with one replica after

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/netw"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/netw"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // The rank API end to end (docs/rank-api.md): programs in C and Python

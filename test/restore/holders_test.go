@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestRestartFromHolders: a node holding a rank dies during a job with

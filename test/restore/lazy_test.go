@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/failpoint"
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestLazyRestartHolderDies: a node holding a rank dies during a job with

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/ringapp"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // ringJob is the ring job submitted with deploy/slurm/cairn.sbatch.

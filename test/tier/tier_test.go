@@ -19,11 +19,11 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	coordv1 "cairn/api/coord/v1"
-	"cairn/internal/ringapp"
-	"cairn/internal/store"
-	"cairn/internal/store/tier"
-	"cairn/internal/testutil"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/ringapp"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/tier"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // TestRestartFromTierOnFreshCluster: a job's checkpoints are flushed from
@@ -428,7 +428,7 @@ func TestTierRefusals(t *testing.T) {
 	}
 	ctx := context.Background()
 	packs := 0
-	for o := range cl.ListObjects(ctx, "ckpts", minio.ListObjectsOptions{Prefix: "cairn/ring/packs/", Recursive: true}) {
+	for o := range cl.ListObjects(ctx, "ckpts", minio.ListObjectsOptions{Prefix: "github.com/cairn-hpc/cairn/ring/packs/", Recursive: true}) {
 		if o.Err != nil {
 			t.Fatal(o.Err)
 		}

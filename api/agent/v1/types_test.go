@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // TestStatus pins each status's wire value and which statuses count as

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // Paths of the coordinator API.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	rankv1 "cairn/api/rank/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 // TestRepliesOnce: a request sent again with its ID gets the first reply

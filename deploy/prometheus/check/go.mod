@@ -1,4 +1,4 @@
-module cairn/deploy/prometheus/check
+module github.com/cairn-hpc/cairn/deploy/prometheus/check
 
 go 1.26.8
 

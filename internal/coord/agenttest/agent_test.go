@@ -1,8 +1,8 @@
 package agenttest_test
 
 import (
-	"cairn/internal/coord"
-	"cairn/internal/coord/agenttest"
+	"github.com/cairn-hpc/cairn/internal/coord"
+	"github.com/cairn-hpc/cairn/internal/coord/agenttest"
 )
 
 // The suite's Agent is coord.Agent: the suite runs against every agent

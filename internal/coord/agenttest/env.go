@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // Agent is what the coordinator asks of a node's agent: coord.Agent, whose

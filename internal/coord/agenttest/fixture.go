@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // Every case runs one job, on one job network of its fresh nodes.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // Run runs every case of the suite against env, each as a subtest of t

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/coord/machine"
-	"cairn/internal/tracetest"
+	"github.com/cairn-hpc/cairn/internal/coord/machine"
+	"github.com/cairn-hpc/cairn/internal/tracetest"
 )
 
 // TestTraces runs the scripts in testdata/*.txt. A script is a list of

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // Client is a caller's client of one node's agent; it satisfies

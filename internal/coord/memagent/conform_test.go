@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
-	"cairn/internal/coord/agenttest"
-	"cairn/internal/coord/memagent"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/coord/agenttest"
+	"github.com/cairn-hpc/cairn/internal/coord/memagent"
 )
 
 // pendingTTL is the agents' memagent.Options.PendingTTL.

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // Node is one in-memory agent and what it holds.

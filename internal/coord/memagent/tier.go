@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"sync"
 
-	agentv1 "cairn/api/agent/v1"
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 )
 
 // The durable tier, modelled: one bucket per URL shared by every node (as

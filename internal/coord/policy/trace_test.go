@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/coord/policy"
-	"cairn/internal/tracetest"
+	"github.com/cairn-hpc/cairn/internal/coord/policy"
+	"github.com/cairn-hpc/cairn/internal/tracetest"
 )
 
 // TestTraces runs the scripts in testdata/*.txt (see package tracetest).

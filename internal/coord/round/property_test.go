@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/coord/round"
+	"github.com/cairn-hpc/cairn/internal/coord/round"
 )
 
 // TestRandomRounds steps seeded random event sequences (duplicates, unknown

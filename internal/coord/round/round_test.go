@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn/internal/coord/round"
+	"github.com/cairn-hpc/cairn/internal/coord/round"
 )
 
 func participants(n int) []round.Participant {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"cairn/internal/coord/round"
-	"cairn/internal/tracetest"
+	"github.com/cairn-hpc/cairn/internal/coord/round"
+	"github.com/cairn-hpc/cairn/internal/tracetest"
 )
 
 // TestTraces runs the scripts in testdata/*.txt. A script is a list of

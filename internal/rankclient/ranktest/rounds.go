@@ -9,7 +9,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	rankv1 "cairn/api/rank/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 func (s *Server) checkpoint(req rankv1.Request) rankv1.Reply {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	rankv1 "cairn/api/rank/v1"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
 )
 
 // Outcome is what a round ends in.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	rankv1 "cairn/api/rank/v1"
-	"cairn/internal/rankclient/ranktest"
+	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
+	"github.com/cairn-hpc/cairn/internal/rankclient/ranktest"
 )
 
 // exchange sends line on a new connection and returns the reply, after

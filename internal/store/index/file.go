@@ -9,7 +9,7 @@ import (
 
 	"github.com/zeebo/blake3"
 
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // Magic starts every index file: "CAIRNIX" and the format version 1.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/zeebo/blake3"
 
-	"cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/index"
 )
 
 // FuzzDecode checks that Decode never panics and accepts only canonical

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // Location says where a chunk is stored.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/zeebo/blake3"
 
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // FuzzReadHeader feeds arbitrary bytes to ReadHeader as a whole pack. It

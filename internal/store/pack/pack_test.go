@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/zeebo/blake3"
 
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 type blob struct {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"cairn/internal/store/tier"
+	"github.com/cairn-hpc/cairn/internal/store/tier"
 )
 
 func TestOpen(t *testing.T) {

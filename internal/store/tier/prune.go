@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"slices"
 
-	"cairn/internal/store"
-	"cairn/internal/store/index"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // PruneStats says what a Prune did.

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store"
 )
 
 // recordsDir holds one record per checkpoint: what a restart from the

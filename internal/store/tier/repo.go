@@ -13,9 +13,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"cairn/internal/store"
-	"cairn/internal/store/index"
-	"cairn/internal/store/pack"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/index"
+	"github.com/cairn-hpc/cairn/internal/store/pack"
 )
 
 // Layout of a Repo under its prefix (docs/format.md, "Durable tier"):

@@ -11,9 +11,9 @@ import (
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"cairn/internal/store/tier"
-	"cairn/internal/store/tier/tiertest"
-	"cairn/internal/testutil"
+	"github.com/cairn-hpc/cairn/internal/store/tier"
+	"github.com/cairn-hpc/cairn/internal/store/tier/tiertest"
+	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
 // s3Buckets starts one real S3 server (SeaweedFS) for the test and opens

@@ -13,9 +13,9 @@ import (
 	"sync"
 	"testing"
 
-	"cairn/internal/store"
-	"cairn/internal/store/tier"
-	"cairn/internal/store/tier/tiertest"
+	"github.com/cairn-hpc/cairn/internal/store"
+	"github.com/cairn-hpc/cairn/internal/store/tier"
+	"github.com/cairn-hpc/cairn/internal/store/tier/tiertest"
 )
 
 func TestMemBucket(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"testing"
 
-	"cairn/internal/store/tier"
+	"github.com/cairn-hpc/cairn/internal/store/tier"
 )
 
 // Run runs the suite; open returns a new, empty bucket for each case.
