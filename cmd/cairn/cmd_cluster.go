@@ -22,7 +22,7 @@ import (
 )
 
 func newCoordinatorCmd() *cobra.Command {
-	var listen, creds, dir, etcd, uiListen, uiToken, tokenFile string
+	var listen, creds, dir, etcd, uiListen, uiToken, tokenFile, caDir string
 	var name, peers, advertise string
 	var deadline, ttl, mtbf time.Duration
 	var jobSubnets string
@@ -91,6 +91,7 @@ loopback address, after logging in once at /ui/login (docs/cluster.md).`,
 			}
 			cfg := control.Config{Creds: creds, Dir: dir, Listen: listen, Name: name, Advertise: advertise, HealthListen: d.healthListen,
 				UIListen: uiListen, UITokenFile: uiToken, Hooks: hooks, HookSecret: secret, HookRoots: roots, MetricsTokenFile: tokenFile,
+				CADir:  caDir,
 				Coord:  coord.Options{Deadline: deadline, NodeTTL: ttl, JobSubnets: subnets, MTBF: mtbf},
 				Logger: log}
 			if peers != "" {
@@ -132,6 +133,7 @@ loopback address, after logging in once at /ui/login (docs/cluster.md).`,
 	f.StringVar(&uiToken, "ui-token-file", "", "serve the read-only dashboard to browsers that log in with the token in this file")
 	f.StringVar(&uiListen, "ui-listen", "127.0.0.1:7401", "loopback address the dashboard is served on with --ui-token-file")
 	f.StringVar(&tokenFile, "metrics-token-file", "", "a bearer token (at least 16 bytes) that lets a scraper without a client certificate GET /metrics, and nothing else")
+	f.StringVar(&caDir, "ca", "", "the cluster CA's directory (cairn init's DATA/pki): renew agents' certificates when they ask (whoever holds this coordinator's account can then mint any node's; see docs/operations.md)")
 	d.add(f)
 	nameVars(f, "CAIRN_COORDINATOR_")
 	return cmd

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -133,23 +134,7 @@ func tailed(w io.Writer, o logsOptions, copy func(io.Writer) error) error {
 
 // rankLogs prints a rank's output, fetched from its node's agent.
 func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
-	job, rs, _ := strings.Cut(ref, "/")
-	rank, err := strconv.Atoi(rs)
-	if err != nil || rank < 0 || fmt.Sprint(rank) != rs {
-		return usageError{fmt.Errorf("%q: want JOB/RANK", ref)}
-	}
-	if err := checkName(job); err != nil {
-		return err
-	}
-	return withCoord(func(c *rpc.CoordClient) error {
-		ctx := cmd.Context()
-		ra, err := c.RankAgents(ctx, job)
-		if err != nil {
-			return err
-		}
-		if rank >= ra.Ranks() {
-			return usageError{fmt.Errorf("job %s has ranks 0..%d", job, ra.Ranks()-1)}
-		}
+	return withRank(cmd, ref, func(ctx context.Context, ra *rpc.RankAgents, rank int) error {
 		if o.list {
 			incs, err := ra.Incarnations(ctx, rank)
 			if err != nil {
@@ -282,23 +267,41 @@ them from the container's codes.`,
 }
 
 func newExecCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "exec NAME -- CMD [ARGS...]",
-		Short: "Run a command inside a running container",
-		Long: `Run CMD inside a running container with this terminal's stdio, and exit with
-its exit code. cairn's own failures exit as podman's do: 127 when CMD is not
-in the container (a path from its working directory, or a name on its
-PATH), 126 when it is there but no executable file, 125 for anything else
-(no such container, not running, ...). Note: a process started this way
-holds host files as stdio, so checkpoint the container only after it has
-ended.`,
+	var interactive, tty bool
+	cmd := &cobra.Command{
+		Use:   "exec [-i] NAME | JOB/RANK -- CMD [ARGS...]",
+		Short: "Run a command inside a running container, or a rank of a job",
+		Long: `Run CMD inside a running container of this node, or inside rank RANK of job
+JOB wherever the cluster runs it (JOB/RANK), its output on this terminal's
+stdout and stderr, and exit with its exit code. With -i, this stdin is
+CMD's (streamed to the rank's node); without, CMD gets no input.
+
+cairn's own failures exit as podman's do: 127 when CMD is not in the
+container (a path from its working directory, or a name on its PATH), 126
+when it is there but no executable file, 125 for anything else (no such
+container or job, not running, usage). -t (a terminal) is not supported:
+CMD runs with pipes. Note: a process started this way holds pipes to
+outside the container, so a checkpoint of the container or the rank's job
+is refused until it has ended.`,
 		Args: func(cmd *cobra.Command, args []string) error { return asOwnError(cobra.MinimumNArgs(2)(cmd, args)) },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := manager()
-			if err != nil {
-				return asOwnError(err)
+			if tty {
+				return asOwnError(usageError{errors.New("-t: cairn exec runs the command with pipes, not a terminal; -i gives it this stdin")})
 			}
-			code, err := m.Exec(cmd.Context(), args[0], args[1:], os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			var stdin io.Reader
+			if interactive {
+				stdin = os.Stdin
+			}
+			var code int
+			var err error
+			if strings.Contains(args[0], "/") {
+				code, err = rankExec(cmd, args[0], args[1:], stdin)
+			} else {
+				var m *container.Manager
+				if m, err = manager(); err == nil {
+					code, err = m.Exec(cmd.Context(), args[0], args[1:], stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
+				}
+			}
 			if err != nil {
 				return asOwnError(err)
 			}
@@ -308,6 +311,55 @@ ended.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "give CMD this stdin")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "not supported: CMD runs with pipes")
+	return cmd
+}
+
+// rankExec runs args in rank JOB/RANK (ref) on its node.
+func rankExec(cmd *cobra.Command, ref string, args []string, stdin io.Reader) (int, error) {
+	code := -1
+	err := withRank(cmd, ref, func(ctx context.Context, ra *rpc.RankAgents, rank int) error {
+		ac := ra.Agent(rank)
+		defer ac.Close()
+		var err error
+		code, err = ac.Exec(ctx, ra.RankName(rank), args, stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		return err
+	})
+	return code, err
+}
+
+// withRank calls f with where the ranks of JOB/RANK's (ref) job are and
+// the rank, once the coordinator says the job has that rank.
+func withRank(cmd *cobra.Command, ref string, f func(ctx context.Context, ra *rpc.RankAgents, rank int) error) error {
+	job, rank, err := parseRankRef(ref)
+	if err != nil {
+		return err
+	}
+	return withCoord(func(c *rpc.CoordClient) error {
+		ctx := cmd.Context()
+		ra, err := c.RankAgents(ctx, job)
+		if err != nil {
+			return err
+		}
+		if rank >= ra.Ranks() {
+			return usageError{fmt.Errorf("job %s has ranks 0..%d", job, ra.Ranks()-1)}
+		}
+		return f(ctx, ra, rank)
+	})
+}
+
+// parseRankRef reads JOB/RANK.
+func parseRankRef(ref string) (string, int, error) {
+	job, rs, _ := strings.Cut(ref, "/")
+	rank, err := strconv.Atoi(rs)
+	if err != nil || rank < 0 || fmt.Sprint(rank) != rs {
+		return "", 0, usageError{fmt.Errorf("%q: want JOB/RANK", ref)}
+	}
+	if err := checkName(job); err != nil {
+		return "", 0, err
+	}
+	return job, rank, nil
 }
 
 // printIncarnations prints a container's or a rank's incarnations.

@@ -85,9 +85,12 @@ func asOwnError(err error) error {
 	switch {
 	case err == nil, errors.As(err, &ec):
 		return err
-	case errors.Is(err, container.ErrExecNotFound):
+	}
+	var we *agentv1.Error
+	switch {
+	case errors.Is(err, container.ErrExecNotFound), errors.As(err, &we) && we.Code == agentv1.CodeExecNotFound:
 		return ownError{err, exitNotFound}
-	case errors.Is(err, container.ErrExecNotExecutable):
+	case errors.Is(err, container.ErrExecNotExecutable), errors.As(err, &we) && we.Code == agentv1.CodeExecNotExecutable:
 		return ownError{err, exitNotExecutable}
 	}
 	return ownError{err, exitOwnFailure}

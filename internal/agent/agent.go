@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
@@ -30,6 +31,9 @@ type Config struct {
 	// Creds is the directory of the node's credentials (role agent); no
 	// rank ever sees it.
 	Creds string
+	// RenewBefore: in a cluster, the agent asks the coordinator to renew
+	// its certificate once it expires within this (0: never).
+	RenewBefore time.Duration
 	// Container are the options of the node's Manager.
 	Container container.Options
 	// Listen is the address the agent API is served on.
@@ -172,6 +176,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		co := rpc.NewCoordClient(a.cfg.Coordinator, a.creds)
 		defer co.Close()
 		s.Coord = co
+		if a.cfg.RenewBefore > 0 {
+			go keepRenewed(ctx, a.creds, co, a.cfg.RenewBefore, renewEvery, a.log)
+		}
 	}
 	if a.cfg.HealthListen != "" {
 		if _, err := service.ServeHealth(ctx, a.cfg.HealthListen, a.log); err != nil {

@@ -131,6 +131,7 @@ func (s *Server) routes() []route {
 		{post, named(agentv1.PathKill), false, s.kill},
 		{get, named(agentv1.PathLogs), false, withName(s.logs)},
 		{get, named(agentv1.PathIncarnations), false, withName(s.incarnations)},
+		{post, named(agentv1.PathExec), false, withName(s.exec)},
 
 		// Job networks and ranks (coordinator), ranks.go.
 		{put, agentv1.PathJobNet, false, do(s.putJobNet)},
@@ -325,6 +326,12 @@ func failErr(w http.ResponseWriter, err error) {
 	case errors.As(err, &we):
 		rpc.FailError(w, we)
 	case errors.Is(err, names.ErrInvalid), errors.Is(err, container.ErrBadConfig):
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
+	case errors.Is(err, container.ErrExecNotFound):
+		fail(w, http.StatusNotFound, agentv1.CodeExecNotFound, err.Error())
+	case errors.Is(err, container.ErrExecNotExecutable):
+		fail(w, http.StatusBadRequest, agentv1.CodeExecNotExecutable, err.Error())
+	case errors.Is(err, container.ErrUserNSExec):
 		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
 	case errors.Is(err, container.ErrNotFound), errors.Is(err, image.ErrNotFound):
 		fail(w, http.StatusNotFound, agentv1.CodeNotFound, err.Error())

@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -42,11 +43,21 @@ func (m *Manager) Exec(ctx context.Context, name string, args []string, stdin io
 	}
 	a := m.runc.argv("", append([]string{"exec", m.runcID(name)}, args...)...)
 	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// A stdin that is no file is copied by a goroutine that waits for
+	// its next read; once the command has exited, it is not waited for.
+	cmd.WaitDelay = time.Second
 	err = cmd.Run()
 	var ee *exec.ExitError
-	if errors.As(err, &ee) {
+	switch {
+	case errors.As(err, &ee):
 		return ee.ExitCode(), nil
+	case errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil:
+		// Exited; something it left holds its output open.
+		return cmd.ProcessState.ExitCode(), nil
 	}
 	if err != nil {
 		return -1, fmt.Errorf("exec in %s: %w", name, err)

@@ -51,6 +51,9 @@ type Config struct {
 	// MetricsTokenFile holds a bearer token that lets a scraper without a
 	// client certificate read /metrics ("": none).
 	MetricsTokenFile string
+	// CADir, if set, is the cluster CA's directory (cairn init's pki):
+	// the coordinator renews agents' certificates with it when they ask.
+	CADir string
 	// Coord are the coordinator's options; Run sets EtcdDesc, Events,
 	// Metrics (with etcd's, from the default registry) and MetricsToken.
 	Coord coord.Options
@@ -97,6 +100,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("credentials in %s are for a %s, not the coordinator", cfg.Creds, c.Role)
 	}
 	cfg.clusterID = c.ClusterID
+	if cfg.CADir != "" {
+		ca, err := pki.Load(cfg.CADir)
+		if err != nil {
+			return fmt.Errorf("--ca: %w", err)
+		}
+		if ca.ClusterID != c.ClusterID {
+			return fmt.Errorf("--ca: %s holds the CA of cluster %s, not %s", cfg.CADir, ca.ClusterID, c.ClusterID)
+		}
+		cfg.Coord.CA = ca
+	}
 	if cfg.Peers != nil && len(cfg.Etcd.Endpoints) > 0 {
 		return errors.New("peers are for an embedded etcd of several members; an external etcd has its own")
 	}
@@ -167,6 +180,9 @@ func Run(ctx context.Context, cfg Config) error {
 	opts.Metrics = metrics.NewCoord(metrics.CoordOptions{Also: prometheus.DefaultGatherer,
 		Certs: func() (time.Time, time.Time) { return c.Cert().NotAfter, c.CA.NotAfter }})
 	service.KeepCredentials(ctx, c, service.ReloadEvery, log)
+	if opts.CA != nil {
+		go keepOwnRenewed(ctx, opts.CA, c, cfg.Creds, log)
+	}
 	l := &leadership{cfg: cfg, catCfg: catCfg, cat: cat, creds: c, opts: opts, uiToken: uiToken, log: log,
 		addr: ln.Addr().String()}
 	conf := pki.ServerConfig(c)
@@ -210,6 +226,35 @@ func startEmbedded(ctx context.Context, cfg Config) (*catalog.Embedded, error) {
 		e, err := catalog.StartEmbedded(ctx, opts)
 		if !errors.Is(err, catalog.ErrLocked) || time.Since(start) > 10*time.Second {
 			return e, err
+		}
+	}
+}
+
+// keepOwnRenewed renews the coordinator's own certificate with the CA it
+// holds once it expires within service.ExpiryWarning, looking every hour
+// until ctx is done: as agents have theirs renewed by asking it.
+func keepOwnRenewed(ctx context.Context, ca *pki.CA, creds *pki.Credentials, dir string, log *slog.Logger) {
+	tick := time.NewTicker(time.Hour)
+	defer tick.Stop()
+	for {
+		if time.Until(creds.Cert().NotAfter) < service.ExpiryWarning {
+			renewed, err := ca.Renew(creds.Cert(), pki.IssueOptions{})
+			if err == nil {
+				err = renewed.Write(dir)
+			}
+			if err == nil {
+				_, err = creds.Reload()
+			}
+			if err != nil {
+				log.Warn("own certificate not renewed; trying again in an hour", "err", err)
+			} else {
+				log.Info("own certificate renewed with the CA", "valid_until", creds.Cert().NotAfter)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
 	}
 }

@@ -37,16 +37,22 @@ func issue(t *testing.T, ca *pki.CA, name string, role pki.Role) *pki.Credential
 // ends.
 func startCoordinator(t *testing.T, opts coord.Options) *testCoord {
 	t.Helper()
+	ca, err := pki.Init(t.TempDir(), pki.InitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startCoordinatorOf(t, ca, opts)
+}
+
+// startCoordinatorOf is startCoordinator in the cluster of ca.
+func startCoordinatorOf(t *testing.T, ca *pki.CA, opts coord.Options) *testCoord {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	e, err := catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cat, err := catalog.Open(ctx, catalog.Config{Endpoints: e.Endpoints()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.Init(t.TempDir(), pki.InitOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

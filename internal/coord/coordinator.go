@@ -39,6 +39,9 @@ type Options struct {
 	JobSubnets netip.Prefix
 	// EtcdDesc describes the catalog's etcd for health replies.
 	EtcdDesc string
+	// CA, if set, renews agents' certificates when they ask
+	// (coordv1.PathRenew).
+	CA *pki.CA
 	// Events receives the cluster's events; nil keeps them in memory.
 	Events *events.Exchange
 	// WriteTimeout is how long a caller may leave what the coordinator

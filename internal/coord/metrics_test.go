@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/cairn-hpc/cairn/internal/events"
 	"github.com/cairn-hpc/cairn/internal/metrics"
 	"github.com/cairn-hpc/cairn/internal/pki"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef"
@@ -301,4 +303,67 @@ func TestMetricsAfterCoordinatorRestart(t *testing.T) {
 		return got[`cairn_checkpoints_durable_total{job_name="ring"}`] == 1 && got[`cairn_replica_copies_total{job_name="ring"}`] == 2 &&
 			got[`cairn_checkpoint_last_durable_number{job_name="ring"}`] == float64(seq+1)
 	})
+}
+
+// TestPrometheusTargets: the coordinator lists every node it knows at its
+// agent's address, in Prometheus's HTTP service discovery format, to
+// clients and to the read-only token; not to agents.
+func TestPrometheusTargets(t *testing.T) {
+	tc := startCoordinator(t, coord.Options{Metrics: metrics.NewCoord(metrics.CoordOptions{}), MetricsToken: metrics.Token(testToken)})
+	ctx := context.Background()
+	for i, n := range []string{"n2", "n1"} {
+		co := rpc.NewCoordClient(tc.addr, issue(t, tc.ca, n, pki.Agent))
+		j := coordv1.Join{Name: n, Addr: fmt.Sprintf("192.0.2.%d:7420", i+1), Underlay: fmt.Sprintf("192.0.2.%d", i+1),
+			Labels: map[string]string{"rack": "r" + n, "gpu-model": "none"}, API: coordv1.APIVersion}
+		if _, err := co.Join(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		co.Close()
+	}
+	get := func(creds *pki.Credentials, token string) (int, []metrics.TargetGroup) {
+		t.Helper()
+		conf := &tls.Config{InsecureSkipVerify: true}
+		if creds != nil {
+			conf = pki.ClientConfig(creds, "127.0.0.1")
+		}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: conf}, Timeout: 10 * time.Second}
+		defer hc.CloseIdleConnections()
+		req, _ := http.NewRequest("GET", "https://"+tc.addr+metrics.TargetsPath, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out []metrics.TargetGroup
+		if resp.StatusCode == http.StatusOK {
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode, out
+	}
+	for _, who := range []struct {
+		name  string
+		creds *pki.Credentials
+		token string
+	}{{"a client", issue(t, tc.ca, "prometheus", pki.Client), ""}, {"the token", nil, testToken}} {
+		status, groups := get(who.creds, who.token)
+		if status != http.StatusOK || len(groups) != 2 {
+			t.Fatalf("%s: HTTP %d, %+v; want both nodes", who.name, status, groups)
+		}
+		g := groups[0]
+		if g.Targets[0] != "192.0.2.2:7420" || g.Labels["node"] != "n1" || g.Labels["__meta_cairn_alive"] != "true" ||
+			g.Labels["__meta_cairn_label_rack"] != "rn1" || g.Labels["__meta_cairn_label_gpu_model"] != "none" {
+			t.Errorf("%s: first group %+v, want n1 at 192.0.2.2:7420 with its labels", who.name, g)
+		}
+	}
+	if status, _ := get(issue(t, tc.ca, "n1", pki.Agent), ""); status != http.StatusForbidden {
+		t.Errorf("an agent: HTTP %d, want 403", status)
+	}
+	if status, _ := get(nil, "not-the-token-at-all"); status != http.StatusUnauthorized {
+		t.Errorf("a wrong token: HTTP %d, want 401", status)
+	}
 }

@@ -60,6 +60,7 @@ func (c *Coordinator) handler() http.Handler {
 	})
 	route("POST "+coordv1.PathJoin, agentsOnly, c.serveJoin)
 	route("POST "+coordv1.PathHeartbeat, agentsOnly, c.serveHeartbeat)
+	route("POST "+coordv1.PathRenew, agentsOnly, c.serveRenew)
 	route("GET "+coordv1.PathEvents, clients, c.serveEvents)
 	route("GET "+coordv1.PathNodes, clients, func(w http.ResponseWriter, r *http.Request) {
 		nodes, err := c.Nodes(r.Context())
@@ -202,6 +203,15 @@ func (c *Coordinator) handler() http.Handler {
 		scrape = metrics.Handler(c.opts.Metrics)
 		route("GET "+metrics.Path, clients, scrape.ServeHTTP)
 	}
+	targets := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		nodes, err := c.Nodes(r.Context())
+		if err != nil {
+			failErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, metrics.Targets(nodes))
+	})
+	route("GET "+metrics.TargetsPath, clients, targets)
 	c.ranks.rankRoutes(route)
 	ui := dashboard.New(dashboard.Config{Source: c, Events: c.opts.Events, Cluster: c.creds.ClusterID, WriteTimeout: c.opts.WriteTimeout, Logger: c.log})
 	route("GET "+dashboard.Prefix, clients, ui.ServeHTTP) // read-only; docs/cluster.md, "Dashboard"
@@ -215,9 +225,15 @@ func (c *Coordinator) handler() http.Handler {
 		fail(w, http.StatusNotFound, agentv1.CodeNotFound, r.Method+" "+r.URL.Path+" is not in the coordinator API")
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if scrape != nil && c.opts.MetricsToken.Allows(r) {
-			scrape.ServeHTTP(w, r) // the read-only token, with or without a certificate
-			return
+		if c.opts.MetricsToken.Allows(r) { // the read-only token, with or without a certificate
+			switch {
+			case r.URL.Path == metrics.TargetsPath:
+				targets.ServeHTTP(w, r)
+				return
+			case scrape != nil:
+				scrape.ServeHTTP(w, r)
+				return
+			}
 		}
 		id, ok := rpc.Caller(w, r)
 		if !ok {
@@ -256,6 +272,32 @@ func (c *Coordinator) serveJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := c.Join(r.Context(), j)
 	reply(w, http.StatusOK, out, err)
+}
+
+// serveRenew renews the calling agent's certificate with the CA this
+// coordinator holds (Options.CA): the new certificate is for the name,
+// role and addresses of the one the caller's connection presented.
+func (c *Coordinator) serveRenew(w http.ResponseWriter, r *http.Request) {
+	id := r.Context().Value(callerKey{}).(pki.Identity)
+	if c.opts.CA == nil {
+		fail(w, http.StatusNotImplemented, coordv1.CodeNoCA, "this coordinator holds no CA (coordinator --ca): renew with `cairn node cert --renew` where the CA is, then reload the agent")
+		return
+	}
+	var req coordv1.RenewCert
+	if !decode(w, r, &req) {
+		return
+	}
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		fail(w, http.StatusUnauthorized, agentv1.CodeUnauthorized, "no client certificate")
+		return
+	}
+	cert, err := c.opts.CA.SignRenewal(r.TLS.PeerCertificates[0], req.CSR, pki.IssueOptions{})
+	if err != nil {
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
+		return
+	}
+	c.log.Info("certificate renewed", "node", id.Name, "role", id.Role, "valid_until", cert.NotAfter)
+	writeJSON(w, http.StatusOK, coordv1.RenewCertReply{Cert: cert.Raw})
 }
 
 // serveHeartbeat handles an agent's heartbeat, for the node its

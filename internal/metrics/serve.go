@@ -23,7 +23,8 @@ func Handler(g prometheus.Gatherer) http.Handler {
 }
 
 // Token is a read-only bearer token an operator sets for scrapers without
-// a client certificate: it allows GET /metrics and nothing else. An empty
+// a client certificate: it allows GET /metrics (and the coordinator's
+// GET TargetsPath) and nothing else. An empty
 // Token allows nothing.
 type Token []byte
 
@@ -60,7 +61,7 @@ func LoadToken(file string) (Token, error) {
 // Allows reports whether r is a GET of Path whose Authorization is the
 // token as a bearer token, compared in constant time.
 func (t Token) Allows(r *http.Request) bool {
-	if len(t) == 0 || r.Method != http.MethodGet || r.URL.Path != Path {
+	if len(t) == 0 || r.Method != http.MethodGet || r.URL.Path != Path && r.URL.Path != TargetsPath {
 		return false
 	}
 	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")

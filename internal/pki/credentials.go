@@ -69,18 +69,38 @@ func (ca *CA) Issue(name string, role Role, opts IssueOptions) (*Credentials, er
 	if !role.valid() {
 		return nil, fmt.Errorf("issue certificate for %s: %w: %q", name, ErrInvalidRole, role)
 	}
+	notBefore, notAfter, err := ca.period(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("issue certificate for %s: generate key: %w", name, err)
+	}
+	cert, err := ca.sign(name, role, opts.IPs, &key.PublicKey, notBefore, notAfter)
+	if err != nil {
+		return nil, err
+	}
+	return newCredentials(name, role, ca.ClusterID, cert, ca.Cert, key, ""), nil
+}
+
+// period is the validity period of a certificate for name that opts ask
+// for: from now (less the clock skew allowed) for opts.Validity (or
+// DefaultLeafValidity), or exactly opts' NotBefore and NotAfter, never
+// beyond the CA.
+func (ca *CA) period(name string, opts IssueOptions) (notBefore, notAfter time.Time, err error) {
 	now := time.Now()
 	if now.After(ca.Cert.NotAfter) {
-		return nil, fmt.Errorf("issue certificate for %s: cluster CA expired at %v", name, ca.Cert.NotAfter)
+		return notBefore, notAfter, fmt.Errorf("issue certificate for %s: cluster CA expired at %v", name, ca.Cert.NotAfter)
 	}
 	validity := opts.Validity
 	if validity == 0 {
 		validity = DefaultLeafValidity
 	}
 	if validity < 0 {
-		return nil, fmt.Errorf("issue certificate for %s: negative validity %v", name, validity)
+		return notBefore, notAfter, fmt.Errorf("issue certificate for %s: negative validity %v", name, validity)
 	}
-	notBefore, notAfter := now.Add(-clockSkew), now.Add(validity)
+	notBefore, notAfter = now.Add(-clockSkew), now.Add(validity)
 	if !opts.NotBefore.IsZero() {
 		notBefore = opts.NotBefore
 	}
@@ -91,13 +111,14 @@ func (ca *CA) Issue(name string, role Role, opts IssueOptions) (*Credentials, er
 		notAfter = ca.Cert.NotAfter
 	}
 	if !notAfter.After(notBefore) {
-		return nil, fmt.Errorf("issue certificate for %s: NotAfter %v is not after NotBefore %v", name, notAfter, notBefore)
+		return notBefore, notAfter, fmt.Errorf("issue certificate for %s: NotAfter %v is not after NotBefore %v", name, notAfter, notBefore)
 	}
+	return notBefore, notAfter, nil
+}
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("issue certificate for %s: generate key: %w", name, err)
-	}
+// sign makes a leaf certificate of name and role, for pub, valid from
+// notBefore to notAfter.
+func (ca *CA) sign(name string, role Role, ips []net.IP, pub any, notBefore, notAfter time.Time) (*x509.Certificate, error) {
 	serial, err := newSerial()
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for %s: %w", name, err)
@@ -110,7 +131,7 @@ func (ca *CA) Issue(name string, role Role, opts IssueOptions) (*Credentials, er
 			CommonName:         name,
 		},
 		DNSNames:              []string{name},
-		IPAddresses:           opts.IPs,
+		IPAddresses:           ips,
 		NotBefore:             notBefore,
 		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature,
@@ -118,7 +139,7 @@ func (ca *CA) Issue(name string, role Role, opts IssueOptions) (*Credentials, er
 		BasicConstraintsValid: true,
 		IsCA:                  false,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for %s: sign: %w", name, err)
 	}
@@ -126,7 +147,7 @@ func (ca *CA) Issue(name string, role Role, opts IssueOptions) (*Credentials, er
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for %s: parse: %w", name, err)
 	}
-	return newCredentials(name, role, ca.ClusterID, cert, ca.Cert, key, ""), nil
+	return cert, nil
 }
 
 // Renew issues credentials for the same name, role and IP addresses as
@@ -209,6 +230,82 @@ func LoadCredentials(dir string) (*Credentials, error) {
 		return nil, fmt.Errorf("load credentials: %w", err)
 	}
 	return newCredentials(name, role, id, cert, ca, key, dir), nil
+}
+
+// RenewalRequest starts a renewal of c by another party that holds the
+// CA (the coordinator, for an agent): a fresh key, which stays here, and
+// a certificate request signed by it (DER), for [CA.SignRenewal]. What
+// the new certificate says comes from the one c presents, not from the
+// request.
+func (c *Credentials) RenewalRequest() (csr []byte, key *ecdsa.PrivateKey, err error) {
+	key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("renewal request: %w", err)
+	}
+	csr, err = x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: c.Name}}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("renewal request: %w", err)
+	}
+	return csr, key, nil
+}
+
+// SignRenewal renews the certificate of a peer that proved it holds it
+// (peer, as the TLS handshake verified it): a certificate with peer's
+// name, role and IP addresses, for the key of csr (whose signature must
+// hold: the requester has that key), valid as opts say from now. The
+// request's own subject and extensions are ignored: a request grants
+// nothing by itself.
+func (ca *CA) SignRenewal(peer *x509.Certificate, csr []byte, opts IssueOptions) (*x509.Certificate, error) {
+	name, role, err := leafIdentity(peer)
+	if err != nil {
+		return nil, fmt.Errorf("renew certificate: %w: %w", ErrUnauthenticated, err)
+	}
+	if err := peer.CheckSignatureFrom(ca.Cert); err != nil {
+		return nil, fmt.Errorf("renew certificate of %s: %w: %w", name, ErrWrongCluster, err)
+	}
+	req, err := x509.ParseCertificateRequest(csr)
+	if err != nil {
+		return nil, fmt.Errorf("renew certificate of %s: request: %w", name, err)
+	}
+	if err := req.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("renew certificate of %s: request not signed by its key: %w", name, err)
+	}
+	if _, ok := req.PublicKey.(*ecdsa.PublicKey); !ok {
+		return nil, fmt.Errorf("renew certificate of %s: request for a %T key, want ECDSA", name, req.PublicKey)
+	}
+	notBefore, notAfter, err := ca.period(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return ca.sign(name, role, peer.IPAddresses, req.PublicKey, notBefore, notAfter)
+}
+
+// Install writes a renewed certificate and its key (from
+// [Credentials.RenewalRequest]) into the credentials' directory and
+// reloads them: the certificate must be for c's name, role and cluster,
+// and match key.
+func (c *Credentials) Install(cert *x509.Certificate, key *ecdsa.PrivateKey) error {
+	if c.dir == "" {
+		return errors.New("install renewed credentials: not loaded from a directory")
+	}
+	name, role, err := leafIdentity(cert)
+	if err != nil || name != c.Name || role != c.Role {
+		return fmt.Errorf("install renewed credentials: the certificate is not %s %s's (%s %s, %v)", c.Role, c.Name, role, name, err)
+	}
+	if err := cert.CheckSignatureFrom(c.CA); err != nil {
+		return fmt.Errorf("install renewed credentials: %w: %w", ErrWrongCluster, err)
+	}
+	if !key.PublicKey.Equal(cert.PublicKey) {
+		return errors.New("install renewed credentials: the certificate is not for the key")
+	}
+	n := newCredentials(c.Name, c.Role, c.ClusterID, cert, c.CA, key, c.dir)
+	if err := n.Write(c.dir); err != nil {
+		return err
+	}
+	if _, err := c.Reload(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // Reload reads the credentials' directory again and, if it holds another

@@ -1,7 +1,9 @@
 package pki_test
 
 import (
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"io/fs"
 	"net"
@@ -341,4 +343,57 @@ func mustLoad(t *testing.T, dir string) *pki.Credentials {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestSignRenewal: credentials renewed by whoever holds the CA, from a
+// request whose key stays with the requester: the certificate says what
+// the requester's verified certificate says, whatever the request asks;
+// Install puts it in use. Requests not signed by their key, peers of
+// another cluster and certificates of another node are refused.
+func TestSignRenewal(t *testing.T) {
+	a := newCluster(t)
+	dir := t.TempDir()
+	if err := a.coord.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	creds := mustLoad(t, dir)
+	old := creds.Cert()
+	csr, key, err := creds.RenewalRequest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := a.ca.SignRenewal(old, csr, pki.IssueOptions{Validity: 72 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != "coord" || !slices.EqualFunc(cert.IPAddresses, old.IPAddresses, net.IP.Equal) || cert.SerialNumber.Cmp(old.SerialNumber) == 0 {
+		t.Fatalf("renewed: %v %v serial %v; want coord's name and IPs %v, a new serial", cert.Subject, cert.IPAddresses, cert.SerialNumber, old.IPAddresses)
+	}
+	if err := creds.Install(cert, key); err != nil {
+		t.Fatal(err)
+	}
+	if !creds.Cert().Equal(cert) || !mustLoad(t, dir).Cert().Equal(cert) {
+		t.Fatal("Install: the renewed certificate is not in use and on disk")
+	}
+
+	// A request that asks for another name gets the peer's all the same.
+	other, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "node9"}, DNSNames: []string{"node9"}}, key)
+	if c, err := a.ca.SignRenewal(a.agent.Cert(), other, pki.IssueOptions{}); err != nil || c.Subject.CommonName != "node1" || len(c.DNSNames) != 1 || c.DNSNames[0] != "node1" {
+		t.Errorf("a request for node9 from node1: %v %v, want node1's certificate", c, err)
+	}
+	tampered := slices.Clone(csr)
+	tampered[len(tampered)-3] ^= 0xff
+	if _, err := a.ca.SignRenewal(old, tampered, pki.IssueOptions{}); err == nil {
+		t.Error("a request whose signature does not hold was signed")
+	}
+	if _, err := a.ca.SignRenewal(newCluster(t).agent.Cert(), csr, pki.IssueOptions{}); !errors.Is(err, pki.ErrWrongCluster) {
+		t.Errorf("a peer of another cluster: %v, want ErrWrongCluster", err)
+	}
+	wrong, _ := a.ca.SignRenewal(a.agent.Cert(), csr, pki.IssueOptions{})
+	if err := creds.Install(wrong, key); err == nil {
+		t.Error("node1's certificate installed into coord's credentials")
+	}
+	if !creds.Cert().Equal(cert) {
+		t.Error("a refused Install changed the certificate in use")
+	}
 }

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -272,6 +273,50 @@ func (c *AgentClient) IncarnationLog(ctx context.Context, name string, n int, fo
 		p += "?" + q.Encode()
 	}
 	return c.stream(ctx, p)
+}
+
+// Exec runs args in a running container on the agent's node, its output
+// written to stdout and stderr as it comes, and returns its exit code.
+// With stdin nil the command gets no input; else stdin is streamed to it.
+// A failure before the command ran is an *agentv1.Error
+// (CodeExecNotFound, CodeExecNotExecutable, CodeNotFound, ...).
+func (c *AgentClient) Exec(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	q := url.Values{"arg": args}
+	body := io.Reader(http.NoBody)
+	if stdin != nil {
+		q.Set("stdin", "1")
+		body = stdin
+	}
+	rc, err := c.rpc.Duplex(ctx, agentv1.PathExec+url.PathEscape(name)+"?"+q.Encode(), body)
+	if err != nil {
+		return -1, err
+	}
+	defer rc.Close()
+	for {
+		f, err := agentv1.ReadExecFrame(rc)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // no exit frame: the agent or the link went away
+			}
+			return -1, fmt.Errorf("exec in %s: %w", name, err)
+		}
+		switch f.Kind {
+		case agentv1.ExecStdout:
+			_, err = stdout.Write(f.Data)
+		case agentv1.ExecStderr:
+			_, err = stderr.Write(f.Data)
+		case agentv1.ExecExit:
+			if len(f.Data) != 4 {
+				return -1, fmt.Errorf("exec in %s: exit frame of %d bytes", name, len(f.Data))
+			}
+			return int(int32(binary.BigEndian.Uint32(f.Data))), nil
+		default:
+			return -1, fmt.Errorf("exec in %s: frame of kind %d", name, f.Kind)
+		}
+		if err != nil {
+			return -1, err
+		}
+	}
 }
 
 // Incarnations lists a container's incarnations on the agent's node,

@@ -57,6 +57,12 @@ func (c *CoordClient) Join(ctx context.Context, j coordv1.Join) (coordv1.JoinRep
 	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathJoin, j, &out)
 }
 
+// RenewCert asks for a renewal of the caller's certificate (agents only).
+func (c *CoordClient) RenewCert(ctx context.Context, req coordv1.RenewCert) (coordv1.RenewCertReply, error) {
+	var out coordv1.RenewCertReply
+	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathRenew, req, &out)
+}
+
 // Heartbeat keeps the caller's node alive (agents only).
 func (c *CoordClient) Heartbeat(ctx context.Context, hb coordv1.Heartbeat) (coordv1.HeartbeatReply, error) {
 	var out coordv1.HeartbeatReply

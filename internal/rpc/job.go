@@ -44,6 +44,9 @@ func (c *CoordClient) RankAgents(ctx context.Context, job string) (*RankAgents, 
 	return ra, nil
 }
 
+// RankName is rank r's container name on its node.
+func (ra *RankAgents) RankName(r int) string { return agentv1.RankName(ra.job, r) }
+
 // Ranks is the job's number of ranks.
 func (ra *RankAgents) Ranks() int { return len(ra.placement) }
 
@@ -64,7 +67,7 @@ func (ra *RankAgents) Logs(ctx context.Context, w io.Writer, follow bool) error 
 	copyRank := func(r int) error {
 		ac := ra.Agent(r)
 		defer ac.Close()
-		body, err := ac.Logs(ctx, agentv1.RankName(ra.job, r), follow)
+		body, err := ac.Logs(ctx, ra.RankName(r), follow)
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", r, err)
 		}
@@ -95,7 +98,7 @@ func (ra *RankAgents) Logs(ctx context.Context, w io.Writer, follow bool) error 
 func (ra *RankAgents) Log(ctx context.Context, w io.Writer, r, n int, follow bool) error {
 	ac := ra.Agent(r)
 	defer ac.Close()
-	body, err := ac.IncarnationLog(ctx, agentv1.RankName(ra.job, r), n, follow)
+	body, err := ac.IncarnationLog(ctx, ra.RankName(r), n, follow)
 	if err != nil {
 		return err
 	}
@@ -111,7 +114,7 @@ func (ra *RankAgents) Log(ctx context.Context, w io.Writer, r, n int, follow boo
 func (ra *RankAgents) Incarnations(ctx context.Context, r int) ([]agentv1.Incarnation, error) {
 	ac := ra.Agent(r)
 	defer ac.Close()
-	return ac.Incarnations(ctx, agentv1.RankName(ra.job, r))
+	return ac.Incarnations(ctx, ra.RankName(r))
 }
 
 // labelled writes whole lines of several ranks to w, each after its

@@ -117,6 +117,26 @@ func (c *Client) StreamHeader(ctx context.Context, path string, body any) (io.Re
 	return resp.Body, resp.Header, nil
 }
 
+// Duplex POSTs body as a stream (sent while the reply comes, over
+// HTTP/2) and returns the reply's body, to read as it comes.
+func (c *Client) Duplex(ctx context.Context, path string, body io.Reader) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	c.setTerm(req)
+	resp, err := c.streams.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("POST %s: %w", path, err)
+	}
+	if err := replyError(http.MethodPost, path, resp); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
 func (c *Client) setTerm(req *http.Request) {
 	if c.term.N != 0 {
 		req.Header.Set(agentv1.TermHeader, c.term.String())

@@ -155,28 +155,8 @@ func daemonExe(t *testing.T, pid int) string {
 // checks that it then presents the new certificate, with no restart.
 func renewAndReload(t *testing.T, c *testutil.Cluster, envFile string, node testbed.Node) {
 	t.Helper()
-	var creds string
-	for _, kv := range testutil.ReadEnvFile(t, envFile) {
-		if v, ok := strings.CutPrefix(kv, "CAIRN_AGENT_CREDS="); ok {
-			creds = v
-		}
-	}
-	if creds == "" {
-		t.Fatalf("%s sets no CAIRN_AGENT_CREDS", envFile)
-	}
-	client, err := pki.LoadCredentials(filepath.Join(testbed.Dir(c.Data), "client"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	shown := func() []byte {
-		t.Helper()
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", node.Addr, pki.ClientConfig(client, node.Name))
-		if err != nil {
-			t.Fatalf("TLS to %s's agent: %v", node.Name, err)
-		}
-		defer conn.Close()
-		return conn.ConnectionState().PeerCertificates[0].Raw
-	}
+	creds := credsOf(t, envFile)
+	shown := func() []byte { return presented(t, c, node) }
 	before := shown()
 	out, err := exec.Command(c.Bin, "--data", testbed.Dir(c.Data), "node", "cert", "--renew", "-o", creds).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "renewed credentials in "+creds) {
@@ -198,6 +178,33 @@ func renewAndReload(t *testing.T, c *testutil.Cluster, envFile string, node test
 	if log := c.AgentLog(node.Name); !strings.Contains(log, "certificate reloaded") {
 		t.Errorf("%s's agent logged no reload:\n%s", node.Name, log)
 	}
+}
+
+// credsOf is the credentials directory an agent's environment file names.
+func credsOf(t *testing.T, envFile string) string {
+	t.Helper()
+	for _, kv := range testutil.ReadEnvFile(t, envFile) {
+		if v, ok := strings.CutPrefix(kv, "CAIRN_AGENT_CREDS="); ok {
+			return v
+		}
+	}
+	t.Fatalf("%s sets no CAIRN_AGENT_CREDS", envFile)
+	return ""
+}
+
+// presented is the certificate node's agent presents to a new connection.
+func presented(t *testing.T, c *testutil.Cluster, node testbed.Node) []byte {
+	t.Helper()
+	client, err := pki.LoadCredentials(filepath.Join(testbed.Dir(c.Data), "client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", node.Addr, pki.ClientConfig(client, node.Name))
+	if err != nil {
+		t.Fatalf("TLS to %s's agent: %v", node.Name, err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].Raw
 }
 
 func mustLoad(t *testing.T, dir string) *pki.Credentials {

@@ -222,7 +222,9 @@ func TestPackageRehearsal(t *testing.T) {
 
 	// 1. The upgrade to the package, by the units.
 	health := freePort(t, "127.0.0.1")
-	c.LaunchCoordinatorAsUnit(coordUnit.ExecStart, "NOTIFY_SOCKET="+notify.path, "CAIRN_COORDINATOR_HEALTH_LISTEN="+health)
+	// The coordinator holds the CA, to renew agents' certificates.
+	c.LaunchCoordinatorAsUnit(coordUnit.ExecStart, "NOTIFY_SOCKET="+notify.path, "CAIRN_COORDINATOR_HEALTH_LISTEN="+health,
+		"CAIRN_COORDINATOR_CA="+filepath.Join(testbed.Dir(c.Data), "pki"))
 	notify.wait(t, "READY=1", "coordinator")
 	healthy(t, health)
 	if exe := daemonExe(t, c.File().Coordinators[0].PID); exe != "/usr/bin/cairn" {
@@ -268,9 +270,25 @@ func TestPackageRehearsal(t *testing.T) {
 	})
 	c.OK("checkpoint", "mpi")
 
-	// 3. Every agent restarted by its unit while both jobs run.
+	// 3. Every agent restarted by its unit while both jobs run. The
+	// second is told to renew a year before expiry: it has the
+	// coordinator renew its certificate at once.
 	for i, n := range c.File().Nodes {
-		c.LaunchAgentAsUnit(n.Name, agentUnit.ExecStart, agentExtra(i, n)...)
+		extra := agentExtra(i, n)
+		var before []byte
+		if i == 1 {
+			extra = append(extra, "CAIRN_AGENT_RENEW_BEFORE=9000h")
+			before = presented(t, c, n)
+		}
+		c.LaunchAgentAsUnit(n.Name, agentUnit.ExecStart, extra...)
+		if i == 1 {
+			c.WaitAgentLog(n.Name, "certificate renewed by the coordinator", 30*time.Second)
+			n = c.File().Nodes[i]
+			now := presented(t, c, n)
+			if bytes.Equal(now, before) || !bytes.Equal(now, mustLoad(t, credsOf(t, envFiles[n.Name])).Cert().Raw) {
+				t.Fatalf("%s's agent, renewed by the coordinator, does not present the certificate now in its credentials", n.Name)
+			}
+		}
 		running(n.Name+"'s agent restarted", "ring", "mpi")
 	}
 	c.OK("checkpoint", "ring")

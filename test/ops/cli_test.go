@@ -71,6 +71,7 @@ func TestClusterCLISafety(t *testing.T) {
 	if out, err := c.Run("logs", "-f", "--tail", "1", "sig/0"); exitCode(t, err) != 2 {
 		t.Errorf("logs -f --tail of a rank: %v\n%s", err, out)
 	}
+	testExecInRank(t, c)
 	if out, err := c.Run("rm", "sig"); exitCode(t, err) != 1 || !strings.Contains(out, "running") {
 		t.Errorf("rm of a running job without -f: %v\n%s", err, out)
 	}
@@ -103,6 +104,50 @@ func TestClusterCLISafety(t *testing.T) {
 	}
 	if out, err := c.Run("rm", "sig"); exitCode(t, err) != 3 {
 		t.Errorf("rm of a removed job: %v\n%s", err, out)
+	}
+}
+
+// testExecInRank: `cairn exec JOB/RANK` runs a command in that rank on
+// its node: its stdout and stderr apart, its exit code; -i streams this
+// stdin to it; cairn's own failures exit 125/126/127 as on a container;
+// -t is refused. Ranks of job sig run.
+func testExecInRank(t *testing.T, c *testutil.Cluster) {
+	t.Helper()
+	cmd := exec.Command(c.Bin, "--data", c.Data, "exec", "sig/1", "--", "sh", "-c", "echo rank=$CAIRN_RANK; echo oops >&2; exit 5")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if code := exitCode(t, cmd.Run()); code != 5 || stdout.String() != "rank=1\n" || stderr.String() != "oops\n" {
+		t.Errorf("exec sig/1: exit %d, stdout %q, stderr %q; want 5, rank=1, oops", code, stdout.String(), stderr.String())
+	}
+	// -i: this stdin, streamed; a big one, to cross frames and windows.
+	in := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	cmd = exec.Command(c.Bin, "--data", c.Data, "exec", "-i", "sig/0", "--", "sh", "-c", "wc -c; echo done >&2")
+	cmd.Stdin = strings.NewReader(in)
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != fmt.Sprint(len(in)) {
+		t.Errorf("exec -i sig/0 -- wc -c of %d bytes: %v, %q", len(in), err, out)
+	}
+	// Without -i, no input: cat ends at once.
+	cmd = exec.Command(c.Bin, "--data", c.Data, "exec", "sig/0", "--", "cat")
+	cmd.Stdin = strings.NewReader("not for cat\n")
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
+		t.Errorf("exec without -i -- cat: %v, %q; want no input, no output", err, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"exec", "sig/1", "--", "no-such-command"}, 127, "no-such-command"},
+		{[]string{"exec", "sig/1", "--", "/etc/passwd"}, 126, "not an executable file"},
+		{[]string{"exec", "sig/7", "--", "true"}, 125, "ranks 0..1"},
+		{[]string{"exec", "nosuch/0", "--", "true"}, 125, "nosuch"},
+		{[]string{"exec", "-t", "sig/0", "--", "sh"}, 125, "not a terminal"},
+	} {
+		out, err := c.Run(tc.args...)
+		if code := exitCode(t, err); code != tc.code || !strings.Contains(out, tc.says) {
+			t.Errorf("cairn %s: exit %d, want %d saying %q:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.says, out)
+		}
 	}
 }
 

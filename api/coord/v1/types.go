@@ -13,6 +13,7 @@ const (
 	PathJoin      = "/v1/nodes/join"      // POST Join (agents): JoinReply
 	PathHeartbeat = "/v1/nodes/heartbeat" // POST Heartbeat (agents): HeartbeatReply; 404 means join again
 	PathNodes     = "/v1/nodes"           // GET: []Node
+	PathRenew     = "/v1/nodes/renew"     // POST RenewCert (agents): RenewCertReply; CodeNoCA when the coordinator holds no CA
 	// GET: []Coordinator, answered by every coordinator, leader or not.
 	PathCoordinators = "/v1/coordinators"
 	// GET ?after=SEQ&since=RFC3339&job=J&type=PATTERN&follow=1: the
@@ -80,6 +81,9 @@ const (
 	// CodeVersion: the caller speaks another version of the API (an agent
 	// that joins, of another API version than the coordinator's).
 	CodeVersion = "version"
+	// CodeNoCA: the coordinator holds no CA (coordinator --ca), so it
+	// cannot renew certificates.
+	CodeNoCA = "no_ca"
 )
 
 // APIVersion is the version of the coordinator and agent APIs this
@@ -106,6 +110,18 @@ type Join struct {
 	// version), shown with the node.
 	API     string `json:"api,omitempty"`
 	Version string `json:"version,omitempty"`
+}
+
+// RenewCert asks the coordinator to renew the caller's certificate. The
+// new certificate says what the caller's current one says (the one its
+// connection presented); only the key is the request's.
+type RenewCert struct {
+	CSR []byte `json:"csr"` // a certificate request (DER) signed by the new key
+}
+
+// RenewCertReply is the renewed certificate.
+type RenewCertReply struct {
+	Cert []byte `json:"cert"` // DER, signed by the cluster CA
 }
 
 // JoinReply tells the agent how often to send heartbeats.
