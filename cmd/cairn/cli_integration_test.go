@@ -826,7 +826,27 @@ func TestCLIPKI(t *testing.T) {
 			t.Errorf("node.key mode %v", fi.Mode().Perm())
 		}
 	}
+	// --renew keeps the name, role and address; --json says what it wrote.
+	var got struct {
+		Name    string `json:"name"`
+		Role    string `json:"role"`
+		Dir     string `json:"dir"`
+		Renewed bool   `json:"renewed"`
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "node.crt"))
+	if err := json.Unmarshal([]byte(c.ok("node", "cert", "--renew", "-o", dir, "--json")), &got); err != nil || got.Name != "n1" || got.Role != "agent" || got.Dir != dir || !got.Renewed {
+		t.Errorf("node cert --renew --json: %+v %v", got, err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, "node.crt"))
+	if bytes.Equal(before, after) {
+		t.Error("node cert --renew left node.crt as it was")
+	}
+	if out, err := exec.Command("openssl", "x509", "-in", filepath.Join(dir, "node.crt"), "-noout", "-ext", "subjectAltName").CombinedOutput(); err != nil || !strings.Contains(string(out), "IP Address:10.214.0.5") {
+		t.Errorf("renewed certificate's SANs: %v %s", err, out)
+	}
 	for _, args := range [][]string{
+		{"node", "cert", "--renew", "-o", dir, "--ip", "10.0.0.9"},
+		{"node", "cert", "n2", "--renew", "-o", dir},
 		{"node", "cert", "../evil", "-o", dir},
 		{"node", "cert", "n2", "-o", dir, "--role", "root"},
 		{"node", "cert", "n2", "-o", dir, "--ip", "not-an-ip"},

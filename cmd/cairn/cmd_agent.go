@@ -17,7 +17,7 @@ import (
 
 func newAgentCmd() *cobra.Command {
 	var listen, creds, coordAddr, underlay, underlayDev, advertise, netnsPrefix string
-	var labels []string
+	var labels, cpu []string
 	var healthCmd string
 	var healthEvery, renewBefore time.Duration
 	var minDisk, minMem float64
@@ -75,9 +75,9 @@ restarted where its ranks were) then reads nothing from the store.`,
 			}
 			cfg := agent.Config{Creds: creds, Listen: listen, Coordinator: coordAddr, Advertise: advertise, HealthListen: d.healthListen,
 				NetnsPrefix: netnsPrefix, Labels: map[string]string{}, ToolsDir: toolsDir, MPICHFix: mpichFix, MetricsTokenFile: tokenFile,
-				RenewBefore: renewBefore,
-				Health:      agent.HealthConfig{Every: healthEvery, MinFreeDisk: minDisk / 100, MinFreeMemory: minMem / 100, Command: healthCmd},
-				Logger:      log}
+				RenewBefore: renewBefore, CPU: cpu,
+				Health: agent.HealthConfig{Every: healthEvery, MinFreeDisk: minDisk / 100, MinFreeMemory: minMem / 100, Command: healthCmd},
+				Logger: log}
 			switch selfFence {
 			case "on":
 				cfg.SelfFence = true
@@ -136,6 +136,7 @@ restarted where its ranks were) then reads nothing from the store.`,
 	f.StringVar(&netnsPrefix, "netns-prefix", "", "name prefix of rank network namespaces (default cairn-NODE-)")
 	f.StringArrayVar(&labels, "label", nil, "node label KEY=VALUE, e.g. rack=r1 (repeatable)")
 	f.StringVar(&tokenFile, "metrics-token-file", "", "a bearer token (at least 16 bytes) that lets a scraper without a client certificate GET /metrics, and nothing else")
+	f.StringSliceVar(&cpu, "cpu-features", nil, "the CPU features this node declares, comma-separated, instead of those /proc/cpuinfo lists (a cluster's common subset, say): ranks that started on a node with more are not placed here")
 	f.DurationVar(&renewBefore, "renew-before", agent.DefaultRenewBefore, "ask the coordinator to renew this node's certificate once it expires within this (it must hold the CA: coordinator --ca); 0: never")
 	f.StringVar(&keepImages, "keep-images", envOr("CAIRN_KEEP_IMAGES", "1G"), "staging the node may use to keep each rank's newest image after its checkpoint, so that a restore of it here reads no store; 0 keeps none ($CAIRN_KEEP_IMAGES)")
 	f.StringVar(&toolsDir, "tools-dir", filepath.Join(prefix(), "tools"), "where the tools mounted in MPI ranks (this cairn binary, the MPICH fix) are kept, by content")

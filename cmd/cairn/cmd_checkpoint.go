@@ -104,19 +104,31 @@ that aborts stops nothing (the job runs on, and the command fails).`,
 			},
 		})
 	}
-	cmd.AddCommand(&cobra.Command{
+	var rmJSON bool
+	rm := &cobra.Command{
 		Use:   "rm NAME:SEQ | JOB:SEQ...",
 		Short: "Delete checkpoints (of a job: from the catalog, then from every node)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return forEachRef(args, func(name string, seq int) error {
+			// What --json prints: each checkpoint deleted, and of a job's
+			// the rank images dropped.
+			type deleted struct {
+				Name   string `json:"name"`
+				Seq    int    `json:"seq"`
+				Images *int   `json:"images,omitempty"`
+			}
+			done := []deleted{}
+			err := forEachRef(args, func(name string, seq int) error {
 				if c, ok := asJob(cmd.Context(), name); ok {
 					defer c.Close()
 					out, err := c.RemoveCkpt(cmd.Context(), name, seq)
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s:%d (%d rank images dropped)\n", name, seq, out.Images)
+					done = append(done, deleted{name, seq, &out.Images})
+					if !rmJSON {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s:%d (%d rank images dropped)\n", name, seq, out.Images)
+					}
 					return nil
 				}
 				m, err := manager()
@@ -126,11 +138,20 @@ that aborts stops nothing (the job runs on, and the command fails).`,
 				if err := m.Repo().Remove(name, seq); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d\n", name, seq)
+				done = append(done, deleted{Name: name, Seq: seq})
+				if !rmJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s:%d\n", name, seq)
+				}
 				return nil
 			})
+			if rmJSON {
+				err = errors.Join(err, printJSON(cmd.OutOrStdout(), done))
+			}
+			return err
 		},
-	})
+	}
+	rm.Flags().BoolVar(&rmJSON, "json", false, "print the checkpoints deleted as JSON")
+	cmd.AddCommand(rm)
 	return cmd
 }
 

@@ -365,7 +365,8 @@ revive NODE' brings it back.`,
 }
 
 func newNodeReviveCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "revive NODE",
 		Short: "Local clusters only: bring a failed node back (its agent started again)",
 		Long: `Bring back a node of the local cluster made by 'cairn up' that failed ('cairn
@@ -389,10 +390,15 @@ node whose agent runs is refused.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), n)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "node %s back: agent at %s (pid %d)\n", n.Name, n.Addr, n.PID)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node, as the local cluster keeps it, as JSON")
+	return cmd
 }
 
 // withCoord calls fn with a client of the configured coordinator, and

@@ -121,29 +121,35 @@ func jobPs(cmd *cobra.Command, name string, asJSON, quiet bool, tmpl *template.T
 }
 
 // jobWait waits until every rank of a job has exited.
-func jobWait(cmd *cobra.Command, c *rpc.CoordClient, name string) error {
+func jobWait(cmd *cobra.Command, c *rpc.CoordClient, name string, asJSON bool) error {
 	st, err := c.WaitJob(cmd.Context(), name, 500*time.Millisecond)
 	if err != nil {
 		return err
 	}
-	worst := 0
-	for _, r := range st.RankStates {
-		code := -1
-		if r.ExitCode != nil {
-			code = *r.ExitCode
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "rank %d: %s (%d)\n", r.Rank, r.Status, code)
-		if code != 0 && worst == 0 {
-			worst = code
-			if worst < 0 {
-				worst = 1
-			}
+	if asJSON {
+		err = printJSON(cmd.OutOrStdout(), st)
+	} else {
+		for _, r := range st.RankStates {
+			fmt.Fprintf(cmd.OutOrStdout(), "rank %d: %s (%d)\n", r.Rank, r.Status, exitOf(r))
 		}
 	}
-	if worst != 0 {
-		return exitCodeError{worst}
+	if err != nil {
+		return err
+	}
+	for _, r := range st.RankStates {
+		if code := exitOf(r); code != 0 {
+			return exitCodeError{max(code, 1)} // the first rank's that failed; unknown (-1) is 1
+		}
 	}
 	return nil
+}
+
+// exitOf is a rank's exit code, -1 if it has none.
+func exitOf(r coordv1.Rank) int {
+	if r.ExitCode == nil {
+		return -1
+	}
+	return *r.ExitCode
 }
 
 // goesOn is the error of a cluster operation this command was
@@ -258,7 +264,7 @@ tier with the credentials of their own environment (docs/hpc.md).`,
 }
 
 func newNodeSpareCmd() *cobra.Command {
-	var off bool
+	var off, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "spare NODE [--off]",
 		Short: "Keep a node as a spare: no new jobs on it; restarts go there first",
@@ -268,6 +274,9 @@ func newNodeSpareCmd() *cobra.Command {
 				n, err := c.SetSpare(cmd.Context(), args[0], !off)
 				if err != nil {
 					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), n)
 				}
 				what := "a spare"
 				if !n.Spare {
@@ -279,6 +288,7 @@ func newNodeSpareCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&off, "off", false, "make the node an ordinary node again")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node as JSON")
 	return cmd
 }
 

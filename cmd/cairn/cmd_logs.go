@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 	"github.com/cairn-hpc/cairn/internal/agent"
 	"github.com/cairn-hpc/cairn/internal/container"
 	"github.com/cairn-hpc/cairn/internal/human"
@@ -156,8 +157,15 @@ func allRankLogs(cmd *cobra.Command, w io.Writer, c *rpc.CoordClient, job string
 	return ra.Logs(cmd.Context(), w, follow)
 }
 
+// removed is what `cairn rm --json` says of one name.
+type removed struct {
+	Name string           `json:"name"`
+	Kind string           `json:"kind"`          // container or job
+	Job  *coordv1.Removed `json:"job,omitempty"` // what a job's removal deleted
+}
+
 func newRmCmd() *cobra.Command {
-	var force bool
+	var force, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "rm [-f] NAME...",
 		Short: "Remove containers (their checkpoints are kept), or jobs of the cluster",
@@ -179,6 +187,7 @@ checkpoints is refused without -f; with -f, cairn says what it deleted.`,
 				return err
 			}
 			var errs []error
+			done := []removed{}
 			for _, name := range args {
 				if c, ok := asJob(cmd.Context(), name); ok {
 					out, err := c.RemoveJob(cmd.Context(), name, force)
@@ -187,19 +196,29 @@ checkpoints is refused without -f; with -f, cairn says what it deleted.`,
 						errs = append(errs, err)
 						continue
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: removed the job, %d ranks, %d checkpoints and %d rank images on live nodes\n", name, out.Ranks, out.Ckpts, out.Images)
+					done = append(done, removed{Name: name, Kind: "job", Job: &out})
+					if !asJSON {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s: removed the job, %d ranks, %d checkpoints and %d rank images on live nodes\n", name, out.Ranks, out.Ckpts, out.Images)
+					}
 					continue
 				}
 				if err := m.Remove(cmd.Context(), name, force); err != nil {
 					errs = append(errs, notFound(cmd.Context(), name, err))
 					continue
 				}
-				fmt.Fprintln(cmd.OutOrStdout(), name)
+				done = append(done, removed{Name: name, Kind: "container"})
+				if !asJSON {
+					fmt.Fprintln(cmd.OutOrStdout(), name)
+				}
+			}
+			if asJSON {
+				errs = append(errs, printJSON(cmd.OutOrStdout(), done))
 			}
 			return errors.Join(errs...)
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "kill running containers first")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was removed as JSON")
 	return cmd
 }
 
@@ -236,7 +255,8 @@ processes; the job and its checkpoints stay (cairn restart JOB).`,
 }
 
 func newWaitCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "wait NAME",
 		Short: "Wait until a container stops (or every rank of a job); exit with its exit code",
 		Long: `Wait until a container stops, or every rank of a job has ended, and
@@ -247,7 +267,7 @@ them from the container's codes.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if c, ok := asJob(cmd.Context(), args[0]); ok {
 				defer c.Close()
-				return asOwnError(jobWait(cmd, c, args[0]))
+				return asOwnError(jobWait(cmd, c, args[0], asJSON))
 			}
 			m, err := manager()
 			if err != nil {
@@ -257,13 +277,21 @@ them from the container's codes.`,
 			if err != nil {
 				return asOwnError(notFound(cmd.Context(), args[0], err))
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), table.Status(in))
+			if asJSON {
+				if err := printJSON(cmd.OutOrStdout(), in); err != nil {
+					return asOwnError(err)
+				}
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), table.Status(in))
+			}
 			if in.Exit != nil && in.Exit.Code != 0 {
 				return exitCodeError{in.Exit.Code}
 			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the container (or the job, its ranks' states) as JSON once it has stopped")
+	return cmd
 }
 
 func newExecCmd() *cobra.Command {

@@ -93,14 +93,17 @@ rank there until 'cairn node undrain NODE'. Use it before servicing a node.`,
 }
 
 func newNodeUndrainCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "undrain NODE",
 		Short: "Let ranks be placed on a drained node again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return drain(cmd, args[0], true, false)
+			return drain(cmd, args[0], true, asJSON)
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
 }
 
 func drain(cmd *cobra.Command, node string, undrain, asJSON bool) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,8 +15,25 @@ import (
 // pkiDir is where the cluster CA lives in a data dir.
 func pkiDir() string { return filepath.Join(global.dataDir, "pki") }
 
+// caInfo is what `cairn init --json` prints.
+type caInfo struct {
+	Cluster string    `json:"cluster"`
+	Dir     string    `json:"dir"`
+	Until   time.Time `json:"valid_until"`
+}
+
+// credsInfo is what `cairn node cert --json` prints.
+type credsInfo struct {
+	Name    string    `json:"name"`
+	Role    pki.Role  `json:"role"`
+	Cluster string    `json:"cluster"`
+	Dir     string    `json:"dir"`
+	Until   time.Time `json:"valid_until"`
+	Renewed bool      `json:"renewed,omitempty"`
+}
+
 func newInitCmd() *cobra.Command {
-	var force bool
+	var force, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "init [--force]",
 		Short: "Create the cluster's certificate authority (in DATA/pki)",
@@ -32,11 +50,15 @@ credentials of another cluster, or none, cannot join or call anything.
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), caInfo{ca.ClusterID, pkiDir(), ca.Cert.NotAfter})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "cluster %s: CA in %s (valid until %s)\n", ca.ClusterID, pkiDir(), ca.Cert.NotAfter.Format("2006-01-02"))
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "replace an existing CA")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the cluster's id and CA as JSON")
 	return cmd
 }
 
@@ -60,7 +82,7 @@ func newNodeCmd() *cobra.Command {
 	}
 	var role, out string
 	var ips []string
-	var renew bool
+	var renew, asJSON bool
 	cert := &cobra.Command{
 		Use:   "cert NAME -o DIR [--role agent|coordinator|client] [--ip IP]... | cert --renew -o DIR",
 		Short: "Issue credentials for a node (or the coordinator, or a CLI user), or renew them",
@@ -119,6 +141,9 @@ within a minute; no restart. An expired certificate can be renewed too.`,
 			if err := creds.Write(out); err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), credsInfo{creds.Name, creds.Role, creds.ClusterID, out, creds.Cert().NotAfter, renew})
+			}
 			what := "credentials in"
 			if renew {
 				what = "renewed credentials in"
@@ -128,6 +153,7 @@ within a minute; no restart. An expired certificate can be renewed too.`,
 			return nil
 		},
 	}
+	cert.Flags().BoolVar(&asJSON, "json", false, "print what was written as JSON")
 	cert.Flags().BoolVar(&renew, "renew", false, "renew the credentials in -o DIR: a new key and certificate, same name, role and addresses")
 	cert.Flags().StringVar(&role, "role", "agent", "agent, coordinator or client")
 	cert.Flags().StringVarP(&out, "output", "o", "", "directory to write the credentials to (required)")

@@ -130,7 +130,7 @@ or a new name.`,
 		newInitCmd(), newNodeCmd(), newAgentCmd(), newCoordinatorCmd(), newUpCmd(), newDownCmd(),
 		newJobsCmd(), newNodesCmd(), newCoordinatorsCmd(), newRestartCmd(), newFlushCmd(), newSlurmCmd(), newEventsCmd(), newMigrateCmd(), newMigrationsCmd(), newDrainCmd(),
 		newCheckCmd(), newDemoCmd(), newChaosCmd(), newStateappCmd(), newRingappCmd(), newVersionCmd(), newRankCmd(), newSystemCmd(),
-		newManPagesCmd(),
+		newManPagesCmd(), newCatalogCmd(),
 	)
 	addCompletions(root)
 	root.Version = version.Get().String()

@@ -17,6 +17,7 @@ import (
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/cpufeat"
 	"github.com/cairn-hpc/cairn/internal/launch"
 	"github.com/cairn-hpc/cairn/internal/metrics"
 	"github.com/cairn-hpc/cairn/internal/netw"
@@ -31,6 +32,9 @@ type Config struct {
 	// Creds is the directory of the node's credentials (role agent); no
 	// rank ever sees it.
 	Creds string
+	// CPU lists the CPU features the node declares at its join; nil reads
+	// them from /proc/cpuinfo (cpufeat).
+	CPU []string
 	// RenewBefore: in a cluster, the agent asks the coordinator to renew
 	// its certificate once it expires within this (0: never).
 	RenewBefore time.Duration
@@ -202,8 +206,15 @@ func (a *Agent) join(ctx context.Context, h *Health, s *Server) {
 	if advertise == "" {
 		advertise = a.ln.Addr().String()
 	}
+	cpu := a.cfg.CPU
+	if cpu == nil {
+		var err error
+		if cpu, err = cpufeat.Read(); err != nil {
+			a.log.Warn("CPU features not read: jobs are placed here whatever they need", "err", err)
+		}
+	}
 	j := coordv1.Join{Name: a.creds.Name, Addr: advertise, Underlay: a.cfg.Underlay.String(), Labels: a.cfg.Labels,
-		API: coordv1.APIVersion, Version: version.Get().Version}
+		API: coordv1.APIVersion, Version: version.Get().Version, CPU: cpu}
 	go h.Run(ctx, func(w []string) {
 		if len(w) > 0 {
 			a.log.Warn("health probes failing", "probes", strings.Join(w, "; "))

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -285,6 +286,23 @@ const listPage = 256
 // Watch to follow every change after it. An error from each stops List,
 // which returns it as it is.
 func (c *Catalog) List(ctx context.Context, prefix string, each func(key string, raw []byte) error) (rev int64, err error) {
+	return c.list(ctx, prefix, func(kv *mvccpb.KeyValue) error { return each(strings.TrimPrefix(string(kv.Key), Root), kv.Value) })
+}
+
+// Backup is List of the whole catalog, less the keys that live only as
+// long as a lease (members alive, the leader's): what a backup keeps,
+// since a restored catalog gets new leases from the processes that run.
+func (c *Catalog) Backup(ctx context.Context, each func(key string, raw []byte) error) (rev int64, err error) {
+	return c.list(ctx, "", func(kv *mvccpb.KeyValue) error {
+		if kv.Lease != 0 {
+			return nil
+		}
+		return each(strings.TrimPrefix(string(kv.Key), Root), kv.Value)
+	})
+}
+
+// list is List, with etcd's records.
+func (c *Catalog) list(ctx context.Context, prefix string, each func(kv *mvccpb.KeyValue) error) (rev int64, err error) {
 	if err := checkPrefix(prefix); err != nil {
 		return 0, err
 	}
@@ -306,7 +324,7 @@ func (c *Catalog) List(ctx context.Context, prefix string, each func(key string,
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			if err := each(strings.TrimPrefix(string(kv.Key), Root), kv.Value); err != nil {
+			if err := each(kv); err != nil {
 				return 0, err
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cairn-hpc/cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
 	"github.com/cairn-hpc/cairn/internal/image"
 	"github.com/cairn-hpc/cairn/internal/names"
 	"github.com/cairn-hpc/cairn/internal/netw"
@@ -210,6 +211,7 @@ func (m *Manager) prepare(ctx context.Context, name string, seq int, stop bool, 
 		return nil, fmt.Errorf("checkpoint %s: %w: %s; continue it (kill -CONT) or end it, and checkpoint again",
 			name, ErrStoppedProcesses, strings.Join(stopped, ", "))
 	}
+	failpoint.Hold(ctx, "before-freeze", m.log)
 	var timing image.Timing
 	p.start = time.Now()
 	wasPaused := in.Status == StatusPaused

@@ -1,15 +1,19 @@
 package container_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +21,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/failpoint"
 	"github.com/cairn-hpc/cairn/internal/netw"
 	"github.com/cairn-hpc/cairn/internal/testutil"
 )
@@ -121,26 +126,66 @@ func TestWatchdogReleasesAbandonedFreeze(t *testing.T) {
 	os.WriteFile(fz, []byte("THAWED"), 0)
 }
 
-// TestDumpTimeout checkpoints a container holding a stopped process, on
-// which CRIU hangs while it seizes the frozen tree. The dump is killed at
-// the dump timeout, the checkpoint fails with ErrDumpTimeout, nothing is
-// listed, and the container runs on, thawed and unlocked.
+// TestDumpTimeout checkpoints a container one of whose processes stops
+// (SIGSTOP) after cairn looked for stopped ones and before it freezes the
+// container (held there by the failpoint before-freeze): CRIU hangs on
+// it. The dump is killed at the dump timeout, the checkpoint fails with
+// ErrDumpTimeout, nothing is listed, and the container runs on, thawed
+// and unlocked.
 func TestDumpTimeout(t *testing.T) {
-	env := testutil.NewEnv(t, func(o *container.Options) { o.DumpTimeout = 2 * time.Second })
+	armed := filepath.Join(t.TempDir(), "armed")
+	if err := os.WriteFile(armed, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(failpoint.Env, "before-freeze")
+	t.Setenv(failpoint.ArmedEnv, armed)
+	var logs syncBuffer
+	env := testutil.NewEnv(t, func(o *container.Options) {
+		o.DumpTimeout = 2 * time.Second
+		o.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logs), nil))
+	})
 	ctx := context.Background()
 	m := env.Manager
 	in, err := m.Run(ctx, container.Config{Name: "hang", Args: []string{"sh", "-c",
-		"sleep 600 & kill -STOP $!; i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"}})
+		"sleep 600 & i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sleeper int
+	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/freezer", in.CgroupsPath, "cgroup.procs"))
+		for _, p := range strings.Fields(string(b)) {
+			if cmd, _ := os.ReadFile("/proc/" + p + "/cmdline"); string(cmd) == "sleep\x00600\x00" {
+				sleeper, _ = strconv.Atoi(p)
+				return true, ""
+			}
+		}
+		return false, "no sleep 600 yet"
+	})
 	count := func() string {
 		b, _ := os.ReadFile(filepath.Join(in.RootFS, "tmp/count"))
 		return strings.TrimSpace(string(b))
 	}
 	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) { return count() != "", "no count yet" })
 	start := time.Now()
-	_, err = m.Checkpoint(ctx, "hang", container.CheckpointOptions{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Checkpoint(ctx, "hang", container.CheckpointOptions{})
+		done <- err
+	}()
+	testutil.WaitUntil(t, 10*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), "failpoint reached"), "the checkpoint did not reach before-freeze"
+	})
+	if err := syscall.Kill(sleeper, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitUntil(t, 5*time.Second, func() (bool, string) {
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", sleeper))
+		i := strings.LastIndexByte(string(stat), ')')
+		return i > 0 && i+2 < len(stat) && stat[i+2] == 'T', "sleep 600 not stopped yet"
+	})
+	os.Remove(armed)
+	err = <-done
 	took := time.Since(start)
 	if !errors.Is(err, container.ErrDumpTimeout) || !errors.Is(err, container.ErrDumpFailed) {
 		t.Fatalf("checkpoint of a hanging dump: %v (after %v), want ErrDumpTimeout", err, took)
@@ -238,4 +283,22 @@ func TestCheckpointRefusesStoppedProcesses(t *testing.T) {
 	if _, err := m.Checkpoint(ctx, "x", container.CheckpointOptions{}); err != nil {
 		t.Fatalf("checkpoint once the process was continued: %v", err)
 	}
+}
+
+// syncBuffer is a bytes.Buffer for several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

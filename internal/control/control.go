@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -12,9 +13,11 @@ import (
 	"strings"
 	"time"
 
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 	"github.com/cairn-hpc/cairn/internal/catalog"
 	"github.com/cairn-hpc/cairn/internal/coord"
 	"github.com/cairn-hpc/cairn/internal/dashboard"
+	"github.com/cairn-hpc/cairn/internal/durable"
 	"github.com/cairn-hpc/cairn/internal/events"
 	"github.com/cairn-hpc/cairn/internal/metrics"
 	"github.com/cairn-hpc/cairn/internal/pki"
@@ -257,4 +260,50 @@ func keepOwnRenewed(ctx context.Context, ca *pki.CA, creds *pki.Credentials, dir
 		case <-tick.C:
 		}
 	}
+}
+
+// Restore makes dir the state dir of a coordinator that starts from a
+// backup (coord.Coordinator.Backup, `cairn catalog backup`): an embedded
+// etcd in dir/etcd holding the backup's catalog, and the backup's event
+// history in dir/events.jsonl. dir must hold neither: a restore never
+// writes over a coordinator's state. Whatever fails leaves dir as it was.
+// A coordinator started with --dir dir then takes over the cluster: the
+// nodes join it again, the jobs' records, checkpoints and copies are the
+// backup's.
+func Restore(ctx context.Context, backup io.Reader, dir string) (coordv1.BackupInfo, error) {
+	etcdDir, evFile := filepath.Join(dir, "etcd"), filepath.Join(dir, "events.jsonl")
+	for _, p := range []string{etcdDir, evFile} {
+		if _, err := os.Lstat(p); err == nil {
+			return coordv1.BackupInfo{}, fmt.Errorf("restore: %s exists: restore into a directory without a coordinator's state", p)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return coordv1.BackupInfo{}, err
+	}
+	info, evs, err := restoreCatalog(ctx, backup, etcdDir)
+	if err != nil {
+		os.RemoveAll(etcdDir)
+		return info, err
+	}
+	if err := durable.WriteFile(evFile, evs, 0o600); err != nil {
+		os.RemoveAll(etcdDir)
+		return info, err
+	}
+	return info, nil
+}
+
+// restoreCatalog starts an embedded etcd in etcdDir and restores backup
+// into it.
+func restoreCatalog(ctx context.Context, backup io.Reader, etcdDir string) (coordv1.BackupInfo, []byte, error) {
+	e, err := catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: etcdDir})
+	if err != nil {
+		return coordv1.BackupInfo{}, nil, err
+	}
+	defer e.Close()
+	cat, err := catalog.Open(ctx, catalog.Config{Endpoints: e.Endpoints()})
+	if err != nil {
+		return coordv1.BackupInfo{}, nil, err
+	}
+	defer cat.Close()
+	return coord.RestoreCatalog(ctx, cat, backup)
 }

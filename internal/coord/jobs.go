@@ -113,7 +113,7 @@ func (c *Coordinator) RunJob(ctx context.Context, req coordv1.RunJob) (*coordv1.
 		return nil, err
 	}
 	j := &coordv1.Job{RunJob: req, VNI: vni, Subnet: subnet.String(), Placement: placement,
-		State: coordv1.JobStarting, Created: time.Now().UTC(), NextCkpt: 1}
+		State: coordv1.JobStarting, Created: time.Now().UTC(), NextCkpt: 1, CPU: cpuOf(cands, placement)}
 	a := subnet.Addr().Next() // .1 stays free
 	for range req.Ranks {
 		a = a.Next()

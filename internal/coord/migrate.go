@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-hpc/cairn/internal/catalog"
 	"github.com/cairn-hpc/cairn/internal/coord/machine"
 	"github.com/cairn-hpc/cairn/internal/coord/policy"
+	"github.com/cairn-hpc/cairn/internal/cpufeat"
 )
 
 func migPrefix(job string) string       { return "migrations/" + job + "/" }
@@ -80,6 +81,9 @@ func (mg *migrations) migrate(ctx context.Context, name string, rank int, to str
 	}
 	if _, ok := live[to]; !ok {
 		return nil, apiErr(coordv1.CodeNodeDead, "node %s is not a live node of the cluster", to)
+	}
+	if err := checkCPU(j, []coordv1.Node{live[to]}, []string{to}); err != nil {
+		return nil, err
 	}
 	var seq int
 	if j, err = c.rec.updateJob(ctx, name, func(j *coordv1.Job) error {
@@ -230,14 +234,22 @@ func (mg *migrations) migrationTarget(ctx context.Context, j *coordv1.Job, from 
 		return "", err
 	}
 	var best *coordv1.Node
+	lackCPU := 0
 	for i := range cands {
 		n := &cands[i]
 		if n.Name == from || n.Drained || len(n.Health) > 0 {
 			continue
 		}
+		if len(cpufeat.Missing(j.CPU, n.CPU)) > 0 {
+			lackCPU++
+			continue
+		}
 		if best == nil || (n.Spare && !best.Spare) || (n.Spare == best.Spare && n.Ranks < best.Ranks) {
 			best = n
 		}
+	}
+	if best == nil && lackCPU > 0 {
+		return "", apiErr(coordv1.CodeNoNodes, "no live node to move a rank of %s to: %d lack CPU features its ranks started with (%s)", j.Name, lackCPU, lacking(j, cands))
 	}
 	if best == nil {
 		return "", apiErr(coordv1.CodeNoNodes, "no live node to move a rank of %s to", j.Name)

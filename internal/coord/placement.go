@@ -3,10 +3,13 @@ package coord
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"sort"
+	"strings"
 
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
+	"github.com/cairn-hpc/cairn/internal/cpufeat"
 )
 
 // Placement: where a job's ranks go, and the job's network.
@@ -58,6 +61,51 @@ func place(n, perNode int, cands []coordv1.Node, prefer []string) ([]string, err
 		count[best]++
 	}
 	return out, nil
+}
+
+// cpuOf is every CPU feature of the nodes of placement, among nodes.
+func cpuOf(nodes []coordv1.Node, placement []string) []string {
+	var sets [][]string
+	for _, n := range nodes {
+		if slices.Contains(placement, n.Name) {
+			sets = append(sets, n.CPU)
+		}
+	}
+	return cpufeat.Union(sets...)
+}
+
+// withCPU keeps the nodes among cands that have every CPU feature of j
+// (those its ranks started on). None left, it says which features the
+// others lack.
+func withCPU(j *coordv1.Job, cands []coordv1.Node) ([]coordv1.Node, error) {
+	out := slices.DeleteFunc(slices.Clone(cands), func(n coordv1.Node) bool { return len(cpufeat.Missing(j.CPU, n.CPU)) > 0 })
+	if len(out) == 0 && len(cands) > 0 {
+		return nil, apiErr(coordv1.CodeNoNodes, "no candidate node has the CPU features job %s's ranks started with: %s", j.Name, lacking(j, cands))
+	}
+	return out, nil
+}
+
+// checkCPU refuses a placement on a node that lacks a CPU feature of j.
+func checkCPU(j *coordv1.Job, nodes []coordv1.Node, placement []string) error {
+	for _, n := range nodes {
+		if !slices.Contains(placement, n.Name) {
+			continue
+		}
+		if miss := cpufeat.Missing(j.CPU, n.CPU); len(miss) > 0 {
+			return apiErr(coordv1.CodeNoNodes, "node %s lacks CPU features job %s's ranks started with (%s): its processes would die of SIGILL there",
+				n.Name, j.Name, strings.Join(miss, " "))
+		}
+	}
+	return nil
+}
+
+// lacking says, node by node, which of j's CPU features each lacks.
+func lacking(j *coordv1.Job, nodes []coordv1.Node) string {
+	var parts []string
+	for _, n := range nodes {
+		parts = append(parts, n.Name+" lacks "+strings.Join(cpufeat.Missing(j.CPU, n.CPU), " "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // candidates returns the live nodes among names (all live nodes if none,

@@ -315,6 +315,10 @@ func (jr *jobRuns) plan(ctx context.Context, j *coordv1.Job, req coordv1.Restart
 		if err != nil {
 			return nil, cfg, err
 		}
+		// Only where the processes' CPU features are.
+		if cands, err = withCPU(j, cands); err != nil {
+			return nil, cfg, err
+		}
 		// Nodes found dead are seen so a lease after their last
 		// heartbeat; a node that missed two already has most likely
 		// failed too (failures come together), and a restart placed
@@ -332,7 +336,11 @@ func (jr *jobRuns) plan(ctx context.Context, j *coordv1.Job, req coordv1.Restart
 			return nil, cfg, err
 		}
 		if len(req.Placement) > 0 {
-			if _, err := c.rec.candidates(ctx, req.Placement, true); err != nil {
+			named, err := c.rec.candidates(ctx, req.Placement, true)
+			if err != nil {
+				return nil, cfg, err
+			}
+			if err := checkCPU(j, named, req.Placement); err != nil {
 				return nil, cfg, err
 			}
 		}

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -61,6 +62,17 @@ func (c *Coordinator) handler() http.Handler {
 	route("POST "+coordv1.PathJoin, agentsOnly, c.serveJoin)
 	route("POST "+coordv1.PathHeartbeat, agentsOnly, c.serveHeartbeat)
 	route("POST "+coordv1.PathRenew, agentsOnly, c.serveRenew)
+	route("GET "+coordv1.PathBackup, clients, func(w http.ResponseWriter, r *http.Request) {
+		// Written once it is all read: an error before is a reply.
+		var buf bytes.Buffer
+		if _, err := c.Backup(r.Context(), &buf); err != nil {
+			failErr(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+		_, _ = buf.WriteTo(w)
+	})
 	route("GET "+coordv1.PathEvents, clients, c.serveEvents)
 	route("GET "+coordv1.PathNodes, clients, func(w http.ResponseWriter, r *http.Request) {
 		nodes, err := c.Nodes(r.Context())
@@ -331,7 +343,7 @@ func (c *Coordinator) Join(ctx context.Context, j coordv1.Join) (*coordv1.JoinRe
 		return nil, apiErr(coordv1.CodeVersion, "agent %s (%s) speaks API %s, this coordinator API %s: coordinators and agents must speak the same API version (cairn version shows it); upgrade the older side (docs/operations.md, \"Upgrades\")",
 			j.Name, cmp.Or(j.Version, "an unknown release"), api, coordv1.APIVersion)
 	}
-	n := coordv1.Node{Name: j.Name, Addr: j.Addr, Underlay: j.Underlay, Labels: j.Labels, Joined: time.Now().UTC(), Version: j.Version}
+	n := coordv1.Node{Name: j.Name, Addr: j.Addr, Underlay: j.Underlay, Labels: j.Labels, Joined: time.Now().UTC(), Version: j.Version, CPU: j.CPU}
 	var old coordv1.Node
 	if _, err := c.cat.Get(ctx, nodeKey(j.Name), &old); err == nil {
 		n.Spare, n.Drained = old.Spare, old.Drained // a node that comes back stays what it was

@@ -29,7 +29,9 @@
 // lazy restore's page server, once the processes are restored, before it
 // fetches pages they lack: their memory still arriving); rank-request and rank-reply
 // (the rank API, a checkpoint or event request read and not yet carried
-// out, or carried out and its reply not yet written).
+// out, or carried out and its reply not yet written); before-freeze (a
+// container's checkpoint, once cairn has looked for stopped processes and
+// before it freezes the container).
 package failpoint
 
 import (

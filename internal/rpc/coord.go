@@ -57,6 +57,12 @@ func (c *CoordClient) Join(ctx context.Context, j coordv1.Join) (coordv1.JoinRep
 	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathJoin, j, &out)
 }
 
+// Backup opens a backup of the catalog and the event history (clients
+// only): a tar stream.
+func (c *CoordClient) Backup(ctx context.Context) (io.ReadCloser, error) {
+	return c.rpc.Stream(ctx, coordv1.PathBackup, nil)
+}
+
 // RenewCert asks for a renewal of the caller's certificate (agents only).
 func (c *CoordClient) RenewCert(ctx context.Context, req coordv1.RenewCert) (coordv1.RenewCertReply, error) {
 	var out coordv1.RenewCertReply

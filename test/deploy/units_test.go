@@ -215,7 +215,8 @@ func TestPackageRehearsal(t *testing.T) {
 		}
 	}
 
-	messages := 6 * testutil.RingMessages
+	// Long enough to run through every step below, on a loaded machine too.
+	messages := 16 * testutil.RingMessages
 	c.OK(append([]string{"run", "--job", "ring", "--ranks", "2", "--per-node", "1"}, c.RingArgs(messages)...)...)
 	c.WaitProgress("ring", 2, 0, 60*time.Second)
 	c.OK("checkpoint", "ring")

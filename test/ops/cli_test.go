@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -98,9 +99,16 @@ func TestClusterCLISafety(t *testing.T) {
 	if out := c.Logs("sig", 1); !strings.Contains(out, "got TERM") {
 		t.Errorf("rank 1 never saw TERM:\n%s", out)
 	}
+	// wait --json: the job's ranks as they ended, and its exit code.
+	cmd := exec.Command(c.Bin, "--data", c.Data, "wait", "sig", "--json")
+	out, err := cmd.Output()
+	var st testutil.JobStatus
+	if code := exitCode(t, err); code != 7 || json.Unmarshal(out, &st) != nil || len(st.RankStates) != 2 || st.RankStates[1].ExitCode == nil || *st.RankStates[1].ExitCode != 7 {
+		t.Errorf("wait sig --json: exit %d, %s", code, out)
+	}
 	// Ended and without checkpoints: rm needs no -f.
-	if out := c.OK("rm", "sig"); !strings.Contains(out, "0 checkpoints") {
-		t.Errorf("rm: %s", out)
+	if out := c.OK("rm", "sig", "--json"); !strings.Contains(out, `"kind": "job"`) || !strings.Contains(out, `"ckpts": 0`) {
+		t.Errorf("rm --json: %s", out)
 	}
 	if out, err := c.Run("rm", "sig"); exitCode(t, err) != 3 {
 		t.Errorf("rm of a removed job: %v\n%s", err, out)

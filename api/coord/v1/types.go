@@ -110,6 +110,24 @@ type Join struct {
 	// version), shown with the node.
 	API     string `json:"api,omitempty"`
 	Version string `json:"version,omitempty"`
+	// CPU lists the CPU features the node offers programs (cpufeat): a
+	// job's ranks go only where every feature of the nodes they started
+	// on is.
+	CPU []string `json:"cpu,omitempty"`
+}
+
+// PathBackup: GET (clients) a backup of the catalog and the event
+// history, a tar stream (cairn catalog backup); its BackupInfo is the
+// tar's first file, backup.json.
+const PathBackup = "/v1/backup"
+
+// BackupInfo says what a backup holds.
+type BackupInfo struct {
+	Cluster  string    `json:"cluster"`
+	Time     time.Time `json:"time"`
+	Revision int64     `json:"revision"` // the catalog's, where the keys were read
+	Keys     int       `json:"keys"`
+	Events   int       `json:"events"`
 }
 
 // RenewCert asks the coordinator to renew the caller's certificate. The
@@ -184,6 +202,8 @@ type Node struct {
 	Quarantined []string `json:"quarantined,omitempty"`
 	// Version is the release of the node's agent, as it joined.
 	Version string `json:"version,omitempty"`
+	// CPU lists the CPU features its agent reported at its join.
+	CPU []string `json:"cpu,omitempty"`
 }
 
 // RunJob starts a job.
@@ -330,6 +350,10 @@ type Job struct {
 	// Interval is the interval of a job with CheckpointAuto, as last
 	// chosen, and why; nil until the coordinator has chosen one.
 	Interval *Interval `json:"interval,omitempty"`
+	// CPU lists the CPU features of the nodes the job's ranks started on:
+	// their processes may use any of them, so a restart or a migration
+	// puts a rank only on a node that has them all.
+	CPU []string `json:"cpu,omitempty"`
 }
 
 // Ended says whether the job has no ranks running any more (killed,

@@ -396,7 +396,7 @@ func (c *Cluster) Join(ctx context.Context, j Joiner, every time.Duration) error
 	c.mu.Unlock()
 	for _, name := range names {
 		n := c.Node(name)
-		if _, err := j.Join(ctx, coordv1.Join{Name: name, Addr: n.addr, Underlay: n.underlay}); err != nil {
+		if _, err := j.Join(ctx, n.join()); err != nil {
 			return fmt.Errorf("join %s: %w", name, err)
 		}
 		stop := make(chan struct{})
@@ -429,7 +429,7 @@ func (c *Cluster) heartbeats(ctx context.Context, n *Node, every time.Duration, 
 		}
 		var we *agentv1.Error
 		if errors.As(err, &we) && we.Code == agentv1.CodeNotFound {
-			_, _ = j.Join(hctx, coordv1.Join{Name: n.name, Addr: n.addr, Underlay: n.underlay})
+			_, _ = j.Join(hctx, n.join())
 		}
 		cancel()
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 )
 
 // Node is one in-memory agent and what it holds.
@@ -16,6 +17,7 @@ type Node struct {
 	name     string
 	addr     string
 	underlay string
+	cpu      []string // the CPU features it joins with; set before it joins
 
 	mu      sync.Mutex
 	up      bool
@@ -100,6 +102,20 @@ func (n *Node) drop(names []string) {
 	for _, name := range names {
 		n.remove(name, true)
 	}
+}
+
+// SetCPU sets the CPU features the node reports when it joins (next).
+func (n *Node) SetCPU(cpu []string) {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	n.cpu = cpu
+}
+
+// join is what the node sends to join.
+func (n *Node) join() coordv1.Join {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	return coordv1.Join{Name: n.name, Addr: n.addr, Underlay: n.underlay, CPU: n.cpu}
 }
 
 // Underlay returns the node's underlay address, as it joins.
