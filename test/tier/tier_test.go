@@ -428,7 +428,7 @@ func TestTierRefusals(t *testing.T) {
 	}
 	ctx := context.Background()
 	packs := 0
-	for o := range cl.ListObjects(ctx, "ckpts", minio.ListObjectsOptions{Prefix: "github.com/cairn-hpc/cairn/ring/packs/", Recursive: true}) {
+	for o := range cl.ListObjects(ctx, "ckpts", minio.ListObjectsOptions{Prefix: "cairn/ring/packs/", Recursive: true}) {
 		if o.Err != nil {
 			t.Fatal(o.Err)
 		}
