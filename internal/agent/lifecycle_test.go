@@ -16,6 +16,7 @@ import (
 	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 	"github.com/cairn-hpc/cairn/internal/agent"
 	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/cpufeat"
 	"github.com/cairn-hpc/cairn/internal/pki"
 	"github.com/cairn-hpc/cairn/internal/rpc"
 	"github.com/cairn-hpc/cairn/internal/testutil"
@@ -151,8 +152,12 @@ func TestAgentRun(t *testing.T) {
 		return len(joins) >= 2 && heartbeats >= 2, "the agent did not join, join again and send heartbeats"
 	})
 	joins, _ := fc.seen()
+	cpu, err := cpufeat.Read()
+	if err != nil || len(cpu) == 0 {
+		t.Fatalf("this machine's CPU features: %v %v", cpu, err)
+	}
 	want := coordv1.Join{Name: "n1", Addr: a.Addr().String(), Underlay: "127.0.0.1", Labels: map[string]string{"rack": "r1"},
-		API: coordv1.APIVersion, Version: version.Get().Version}
+		API: coordv1.APIVersion, Version: version.Get().Version, CPU: cpu}
 	for _, j := range joins {
 		got, _ := json.Marshal(j)
 		exp, _ := json.Marshal(want)
