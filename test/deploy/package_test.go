@@ -128,8 +128,13 @@ func installPackage(t *testing.T) {
 		!strings.HasPrefix(string(out), "/usr/lib/python3/dist-packages/cairn.py ") {
 		t.Errorf("import cairn in Debian's python3: %v\n%s", err, out)
 	}
-	target := t.TempDir()
-	pip := exec.Command("/usr/bin/python3", "-m", "pip", "install", "--no-build-isolation", "--no-index", "--target", target, filepath.Join(root(), "deploy", "python"))
+	// From a copy: setuptools builds in the source directory (build/,
+	// *.egg-info), which must stay the tree's.
+	target, src := t.TempDir(), filepath.Join(t.TempDir(), "python")
+	if out, err := exec.Command("cp", "-r", filepath.Join(root(), "deploy", "python"), src).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	pip := exec.Command("/usr/bin/python3", "-m", "pip", "install", "--no-build-isolation", "--no-index", "--target", target, src)
 	if out, err := pip.CombinedOutput(); err != nil {
 		t.Errorf("pip install deploy/python: %v\n%s", err, out)
 	} else if _, err := os.Stat(filepath.Join(target, "cairn.py")); err != nil {
