@@ -181,7 +181,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer co.Close()
 		s.Coord = co
 		if a.cfg.RenewBefore > 0 {
-			go keepRenewed(ctx, a.creds, co, a.cfg.RenewBefore, renewEvery, a.log)
+			go service.KeepRenewed(ctx, a.creds, a.cfg.RenewBefore, renewEvery, "the coordinator",
+				func(ctx context.Context) error { return renew(ctx, a.creds, co) }, a.log)
 		}
 	}
 	if a.cfg.HealthListen != "" {

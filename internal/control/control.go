@@ -184,7 +184,9 @@ func Run(ctx context.Context, cfg Config) error {
 		Certs: func() (time.Time, time.Time) { return c.Cert().NotAfter, c.CA.NotAfter }})
 	service.KeepCredentials(ctx, c, service.ReloadEvery, log)
 	if opts.CA != nil {
-		go keepOwnRenewed(ctx, opts.CA, c, cfg.Creds, log)
+		// As agents have theirs renewed by asking it.
+		go service.KeepRenewed(ctx, c, service.ExpiryWarning, time.Hour, "the CA this coordinator holds",
+			func(context.Context) error { return renewWith(opts.CA, c) }, log)
 	}
 	l := &leadership{cfg: cfg, catCfg: catCfg, cat: cat, creds: c, opts: opts, uiToken: uiToken, log: log,
 		addr: ln.Addr().String()}
@@ -233,33 +235,18 @@ func startEmbedded(ctx context.Context, cfg Config) (*catalog.Embedded, error) {
 	}
 }
 
-// keepOwnRenewed renews the coordinator's own certificate with the CA it
-// holds once it expires within service.ExpiryWarning, looking every hour
-// until ctx is done: as agents have theirs renewed by asking it.
-func keepOwnRenewed(ctx context.Context, ca *pki.CA, creds *pki.Credentials, dir string, log *slog.Logger) {
-	tick := time.NewTicker(time.Hour)
-	defer tick.Stop()
-	for {
-		if time.Until(creds.Cert().NotAfter) < service.ExpiryWarning {
-			renewed, err := ca.Renew(creds.Cert(), pki.IssueOptions{})
-			if err == nil {
-				err = renewed.Write(dir)
-			}
-			if err == nil {
-				_, err = creds.Reload()
-			}
-			if err != nil {
-				log.Warn("own certificate not renewed; trying again in an hour", "err", err)
-			} else {
-				log.Info("own certificate renewed with the CA", "valid_until", creds.Cert().NotAfter)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+// renewWith renews creds with ca as an agent's are renewed: a fresh key,
+// a certificate for what the one in use says, both installed.
+func renewWith(ca *pki.CA, creds *pki.Credentials) error {
+	csr, key, err := creds.RenewalRequest()
+	if err != nil {
+		return err
 	}
+	cert, err := ca.SignRenewal(creds.Cert(), csr, pki.IssueOptions{})
+	if err != nil {
+		return err
+	}
+	return creds.Install(cert, key)
 }
 
 // Restore makes dir the state dir of a coordinator that starts from a

@@ -74,3 +74,34 @@ func KeepCredentials(ctx context.Context, creds Credentials, every time.Duration
 		}
 	}()
 }
+
+// KeepRenewed has renew replace creds' certificate whenever it expires
+// within before, looking at once and then every `every`, until ctx is
+// done: renew gets a new certificate (the agent from the coordinator, a
+// coordinator from the CA it holds) and installs it. A renewal is logged
+// at INFO, as made by by; a failure at WARN, once for each new reason
+// (as KeepCredentials logs a refused reload), and tried again at the next
+// look.
+func KeepRenewed(ctx context.Context, creds Credentials, before, every time.Duration, by string, renew func(context.Context) error, log *slog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var failed string
+	for {
+		if time.Until(creds.Cert().NotAfter) < before {
+			if err := renew(ctx); err != nil {
+				if err.Error() != failed {
+					log.Warn("certificate not renewed; trying again later", "by", by, "err", err, "valid_until", creds.Cert().NotAfter)
+				}
+				failed = err.Error()
+			} else {
+				failed = ""
+				log.Info("certificate renewed by "+by, "serial", creds.Cert().SerialNumber.Text(16), "valid_until", creds.Cert().NotAfter)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
