@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // freezer freezes and thaws a container's cgroup directly. runc pause and
@@ -108,6 +110,17 @@ func (f freezer) procs() ([]int, error) {
 // find returns the first process of the cgroup (with threads, the first
 // task) whose /proc file file satisfies match, 0 if none.
 func (f freezer) find(threads bool, file string, match func([]byte) bool) int {
+	for _, pid := range f.tasks(threads) {
+		if c, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + file); err == nil && match(c) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// tasks lists the processes of the cgroup, or with threads every task
+// (cgroup v1 lists every task either way).
+func (f freezer) tasks(threads bool) []int {
 	list := "cgroup.procs"
 	switch {
 	case f.events == "": // v1 lists every task in tasks
@@ -117,15 +130,15 @@ func (f freezer) find(threads bool, file string, match func([]byte) bool) int {
 	}
 	b, err := os.ReadFile(filepath.Join(filepath.Dir(f.state), list))
 	if err != nil {
-		return 0
+		return nil
 	}
+	var out []int
 	for _, s := range strings.Fields(string(b)) {
-		if c, err := os.ReadFile("/proc/" + s + "/" + file); err == nil && match(c) {
-			pid, _ := strconv.Atoi(s)
-			return pid
+		if pid, err := strconv.Atoi(s); err == nil {
+			out = append(out, pid)
 		}
 	}
-	return 0
+	return out
 }
 
 // ErrStoppedProcesses is returned (wrapped) by a checkpoint of a
@@ -141,46 +154,26 @@ var ErrStoppedProcesses = errors.New("the container holds a stopped process, whi
 // frozen, a stopped task shows as D.
 func (f freezer) stoppedTasks() []string {
 	var out []string
-	f.find(true, "stat", func(stat []byte) bool {
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 || i+2 >= len(stat) {
-			return false
+	for _, pid := range f.tasks(true) {
+		state, comm, err := proc.State(pid)
+		by := map[byte]string{'T': "a signal", 't': "a tracer"}[state]
+		if err != nil || by == "" {
+			continue
 		}
-		var by string
-		switch stat[i+2] {
-		case 'T':
-			by = "a signal"
-		case 't':
-			by = "a tracer"
-		default:
-			return false
-		}
-		j := bytes.IndexByte(stat, '(')
-		if j < 0 || j > i {
-			return false
-		}
-		pid := strings.TrimSpace(string(stat[:j]))
-		out = append(out, fmt.Sprintf("pid %s in the container (%s on the host, %s) stopped by %s", nsPID(pid), pid, stat[j+1:i], by))
-		return false // go on: every one
-	})
+		out = append(out, fmt.Sprintf("pid %s in the container (%d on the host, %s) stopped by %s", nsPID(pid), pid, comm, by))
+	}
 	return out
 }
 
 // nsPID returns the PID of host task pid in its own (innermost) pid
 // namespace, from /proc/PID/status's NSpid; pid itself if unknown.
-func nsPID(pid string) string {
-	b, err := os.ReadFile("/proc/" + pid + "/status")
-	if err != nil {
-		return pid
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			if f := strings.Fields(v); len(f) > 0 {
-				return f[len(f)-1]
-			}
+func nsPID(pid int) string {
+	if v, ok := proc.StatusField(pid, "NSpid"); ok {
+		if f := strings.Fields(v); len(f) > 0 {
+			return f[len(f)-1]
 		}
 	}
-	return pid
+	return strconv.Itoa(pid)
 }
 
 // vforkWaits are the kernel functions a task that called vfork sleeps in

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 
 	"github.com/cairn-hpc/cairn/internal/criu"
+	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
 // HostCheck is one thing a node needs to run and checkpoint containers.
@@ -64,21 +64,16 @@ const capSysResource = 24
 // rlimits of a process of another user (prlimit), and the dump of any
 // container that runs one fails with "Can't get rlimit" (docs/limits.md).
 func BoundingCaps() error {
-	b, err := os.ReadFile("/proc/self/status")
+	v, ok := proc.StatusField(0, "CapBnd")
+	if !ok {
+		return errors.New("no CapBnd in /proc/self/status")
+	}
+	set, err := strconv.ParseUint(v, 16, 64)
 	if err != nil {
-		return err
+		return fmt.Errorf("CapBnd %q: %w", v, err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
-			set, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err != nil {
-				return fmt.Errorf("CapBnd %q: %w", v, err)
-			}
-			if set&(1<<capSysResource) == 0 {
-				return errors.New("CAP_SYS_RESOURCE is not in this root's bounding set: a checkpoint of a container running a process of another user than root (PostgreSQL, which refuses root, is one) fails with CRIU's \"Can't get rlimit\"; run cairn with that capability (docs/limits.md)")
-			}
-			return nil
-		}
+	if set&(1<<capSysResource) == 0 {
+		return errors.New("CAP_SYS_RESOURCE is not in this root's bounding set: a checkpoint of a container running a process of another user than root (PostgreSQL, which refuses root, is one) fails with CRIU's \"Can't get rlimit\"; run cairn with that capability (docs/limits.md)")
 	}
-	return errors.New("no CapBnd in /proc/self/status")
+	return nil
 }

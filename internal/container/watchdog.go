@@ -204,17 +204,9 @@ func isCRIU(pid int) bool {
 
 // tracerPID returns the pid of the process ptrace-attached to pid, or 0.
 func tracerPID(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "TracerPid:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
+	v, _ := proc.StatusField(pid, "TracerPid")
+	n, _ := strconv.Atoi(v)
+	return n
 }
 
 // Recover releases every container that a checkpoint froze and never

@@ -11,7 +11,8 @@ import (
 
 // stat is what cairn reads of /proc/PID/stat.
 type stat struct {
-	state byte // R, S, D, T, Z (zombie), ...
+	comm  string
+	state byte // R, S, D, T (stopped), t (stopped by its tracer), Z (zombie), ...
 	ppid  int
 }
 
@@ -44,7 +45,39 @@ func parseStat(b []byte) (stat, error) {
 	if err != nil {
 		return stat{}, errors.New("malformed stat")
 	}
-	return stat{state: f[0][0], ppid: ppid}, nil
+	st := stat{state: f[0][0], ppid: ppid}
+	if j := bytes.IndexByte(b, '('); j >= 0 && j < i {
+		st.comm = string(b[j+1 : i])
+	}
+	return st, nil
+}
+
+// State returns pid's state, as /proc/PID/stat gives it (R, S, D, T for
+// stopped by a signal, t for stopped by its tracer, Z, ...), and its
+// command name.
+func State(pid int) (state byte, comm string, err error) {
+	st, err := readStat(pid)
+	return st.state, st.comm, err
+}
+
+// StatusField returns the value of key (a field name such as "NSpid",
+// without its colon) in /proc/PID/status, trimmed; pid 0 is this process.
+// ok is false if the process or the field is not there.
+func StatusField(pid int, key string) (value string, ok bool) {
+	p := "self"
+	if pid != 0 {
+		p = strconv.Itoa(pid)
+	}
+	b, err := os.ReadFile("/proc/" + p + "/status")
+	if err != nil {
+		return "", false
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, found := bytes.CutPrefix(line, []byte(key+":")); found {
+			return string(bytes.TrimSpace(v)), true
+		}
+	}
+	return "", false
 }
 
 // Runs reports whether pid is a process that has not ended: it exists

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -36,9 +37,9 @@ func TestParseStat(t *testing.T) {
 		want     stat
 		bad      bool
 	}{
-		{"plain", "42 (sleep) S 7 42 42 0", stat{'S', 7}, false},
-		{"zombie", "42 (sh) Z 1 42 42 0", stat{'Z', 1}, false},
-		{"spaces and parentheses in the name", "42 (a (b) c) R 9 1", stat{'R', 9}, false},
+		{"plain", "42 (sleep) S 7 42 42 0", stat{"sleep", 'S', 7}, false},
+		{"zombie", "42 (sh) Z 1 42 42 0", stat{"sh", 'Z', 1}, false},
+		{"spaces and parentheses in the name", "42 (a (b) c) R 9 1", stat{"a (b) c", 'R', 9}, false},
 		{"no name", "42 S 7", stat{}, true},
 		{"truncated", "42 (x) S", stat{}, true},
 	} {
@@ -48,6 +49,27 @@ func TestParseStat(t *testing.T) {
 				t.Errorf("parseStat(%q) = %+v, %v; want %+v, error %v", tc.in, got, err, tc.want, tc.bad)
 			}
 		})
+	}
+}
+
+// TestStateAndStatus: this process's state, name and status fields; a
+// process or field that is not there.
+func TestStateAndStatus(t *testing.T) {
+	state, comm, err := State(os.Getpid())
+	if err != nil || (state != 'R' && state != 'S') || comm == "" {
+		t.Errorf("State(self) = %c %q %v", state, comm, err)
+	}
+	if name, ok := StatusField(0, "Name"); !ok || name != comm {
+		t.Errorf("StatusField(self, Name) = %q %v, want %q", name, ok, comm)
+	}
+	if pid, ok := StatusField(os.Getpid(), "Pid"); !ok || pid != strconv.Itoa(os.Getpid()) {
+		t.Errorf("StatusField(pid, Pid) = %q %v", pid, ok)
+	}
+	if v, ok := StatusField(0, "NoSuchField"); ok {
+		t.Errorf("StatusField(NoSuchField) = %q", v)
+	}
+	if _, _, err := State(-1); err == nil {
+		t.Error("State(-1): no error")
 	}
 }
 
