@@ -99,11 +99,14 @@ func checkCPU(j *coordv1.Job, nodes []coordv1.Node, placement []string) error {
 	return nil
 }
 
-// lacking says, node by node, which of j's CPU features each lacks.
+// lacking says, node by node, which of j's CPU features each of nodes
+// lacks (those that lack none are not named).
 func lacking(j *coordv1.Job, nodes []coordv1.Node) string {
 	var parts []string
 	for _, n := range nodes {
-		parts = append(parts, n.Name+" lacks "+strings.Join(cpufeat.Missing(j.CPU, n.CPU), " "))
+		if miss := cpufeat.Missing(j.CPU, n.CPU); len(miss) > 0 {
+			parts = append(parts, n.Name+" lacks "+strings.Join(miss, " "))
+		}
 	}
 	return strings.Join(parts, "; ")
 }
