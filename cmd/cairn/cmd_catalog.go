@@ -2,17 +2,18 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 	"github.com/cairn-hpc/cairn/internal/control"
+	"github.com/cairn-hpc/cairn/internal/durable"
 	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
@@ -29,7 +30,7 @@ func newCatalogCmd() *cobra.Command {
 		Long: `Ask the coordinator for a backup of the cluster's catalog, every record at one
 revision but those that only live as long as a process (nodes alive, the
 leader), and of its kept event history, and write it to FILE (a tar;
-replaced only once the whole backup is there). Jobs run on meanwhile.
+replaced only once the whole backup is there and checked to be one). Jobs run on meanwhile.
 
 'cairn catalog restore FILE --dir DIR' makes DIR the state dir of a
 coordinator that starts from it (docs/operations.md, "Backup and restore").`,
@@ -44,11 +45,15 @@ coordinator that starts from it (docs/operations.md, "Backup and restore").`,
 					return err
 				}
 				defer rc.Close()
-				if err := writeAtomic(out, rc); err != nil {
+				b, err := io.ReadAll(rc)
+				if err != nil {
+					return fmt.Errorf("backup: %w", err)
+				}
+				info, err := backupInfo(b)
+				if err != nil {
 					return err
 				}
-				info, err := readBackupInfo(out)
-				if err != nil {
+				if err := durable.WriteFile(out, b, 0o600); err != nil {
 					return err
 				}
 				if backupJSON {
@@ -107,44 +112,13 @@ coordinator's calls. Run it where no other coordinator of the cluster runs.`,
 	return cmd
 }
 
-// writeAtomic writes what r holds to path, replacing it only once all of
-// it is there.
-func writeAtomic(path string, r io.Reader) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, r); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
-// readBackupInfo reads a backup's backup.json, its first file.
-func readBackupInfo(path string) (coordv1.BackupInfo, error) {
+// backupInfo reads a backup's backup.json, its first file.
+func backupInfo(b []byte) (coordv1.BackupInfo, error) {
 	var info coordv1.BackupInfo
-	f, err := os.Open(path)
-	if err != nil {
-		return info, err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
+	tr := tar.NewReader(bytes.NewReader(b))
 	h, err := tr.Next()
 	if err != nil || h.Name != "backup.json" {
-		return info, fmt.Errorf("%s: not a cairn backup (%v)", path, err)
+		return info, fmt.Errorf("the coordinator sent no cairn backup (%v)", err)
 	}
 	return info, json.NewDecoder(tr).Decode(&info)
 }

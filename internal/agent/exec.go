@@ -62,13 +62,12 @@ func (f *frames) write(kind byte, p []byte) error {
 		f.w.WriteHeader(http.StatusOK)
 		f.started = true
 	}
-	for len(p) > 0 || kind == agentv1.ExecExit {
+	for {
 		n := min(len(p), agentv1.MaxExecFrame)
 		if err := agentv1.WriteExecFrame(f.w, kind, p[:n]); err != nil {
 			return err
 		}
-		p = p[n:]
-		if kind == agentv1.ExecExit {
+		if p = p[n:]; len(p) == 0 {
 			break
 		}
 	}

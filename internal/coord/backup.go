@@ -31,10 +31,11 @@ type backupEntry struct {
 	Value json.RawMessage `json:"value"`
 }
 
-// Backup writes a backup of the cluster's catalog and event history to w:
-// every key at one revision but those that live only as long as a lease
-// (live members, the leader), which the processes that run make again.
-func (c *Coordinator) Backup(ctx context.Context, w io.Writer) (coordv1.BackupInfo, error) {
+// Backup returns a backup of the cluster's catalog and event history,
+// and what it holds: every key at one revision but those that live only
+// as long as a lease (live members, the leader), which the processes
+// that run make again.
+func (c *Coordinator) Backup(ctx context.Context) (coordv1.BackupInfo, []byte, error) {
 	var cat bytes.Buffer
 	info := coordv1.BackupInfo{Cluster: c.clusterID(), Time: time.Now().UTC()}
 	enc := json.NewEncoder(&cat)
@@ -43,7 +44,7 @@ func (c *Coordinator) Backup(ctx context.Context, w io.Writer) (coordv1.BackupIn
 		return enc.Encode(backupEntry{Key: key, Value: raw})
 	})
 	if err != nil {
-		return info, fmt.Errorf("backup: %w", err)
+		return info, nil, fmt.Errorf("backup: %w", err)
 	}
 	info.Revision = rev
 	var ev bytes.Buffer
@@ -51,28 +52,32 @@ func (c *Coordinator) Backup(ctx context.Context, w io.Writer) (coordv1.BackupIn
 		enc := json.NewEncoder(&ev)
 		for _, e := range c.opts.Events.History(events.Filter{}) {
 			if err := enc.Encode(e); err != nil {
-				return info, err
+				return info, nil, err
 			}
 			info.Events++
 		}
 	}
 	head, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {
-		return info, err
+		return info, nil, err
 	}
-	tw := tar.NewWriter(w)
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
 	for _, f := range []struct {
 		name string
 		data []byte
 	}{{backupInfoName, append(head, '\n')}, {backupCatalogName, cat.Bytes()}, {backupEventsName, ev.Bytes()}} {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o600, Size: int64(len(f.data)), ModTime: info.Time, Typeflag: tar.TypeReg}); err != nil {
-			return info, err
+			return info, nil, err
 		}
 		if _, err := tw.Write(f.data); err != nil {
-			return info, err
+			return info, nil, err
 		}
 	}
-	return info, tw.Close()
+	if err := tw.Close(); err != nil {
+		return info, nil, err
+	}
+	return info, out.Bytes(), nil
 }
 
 // clusterID is the cluster this coordinator's credentials are of ("" for

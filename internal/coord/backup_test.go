@@ -47,11 +47,11 @@ func TestBackupRestore(t *testing.T) {
 	ctx := context.Background()
 	mc.runJob(t, "ring", 2, 1)
 	mc.checkpoint(t, "ring", 1)
-	var buf bytes.Buffer
-	info, err := mc.Backup(ctx, &buf)
+	info, backup, err := mc.Backup(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	buf := bytes.NewBuffer(backup)
 	keys := map[string]bool{}
 	if _, err := mc.cat.List(ctx, "", func(k string, _ []byte) error { keys[k] = true; return nil }); err != nil {
 		t.Fatal(err)

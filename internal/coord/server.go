@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -63,15 +62,14 @@ func (c *Coordinator) handler() http.Handler {
 	route("POST "+coordv1.PathHeartbeat, agentsOnly, c.serveHeartbeat)
 	route("POST "+coordv1.PathRenew, agentsOnly, c.serveRenew)
 	route("GET "+coordv1.PathBackup, clients, func(w http.ResponseWriter, r *http.Request) {
-		// Written once it is all read: an error before is a reply.
-		var buf bytes.Buffer
-		if _, err := c.Backup(r.Context(), &buf); err != nil {
+		_, b, err := c.Backup(r.Context())
+		if err != nil {
 			failErr(w, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/x-tar")
-		w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-		_, _ = buf.WriteTo(w)
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		_, _ = w.Write(b)
 	})
 	route("GET "+coordv1.PathEvents, clients, c.serveEvents)
 	route("GET "+coordv1.PathNodes, clients, func(w http.ResponseWriter, r *http.Request) {
