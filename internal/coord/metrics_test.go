@@ -30,13 +30,20 @@ const testToken = "0123456789abcdef0123456789abcdef"
 // token (empty: none).
 func scrape(t *testing.T, addr string, creds *pki.Credentials, token string) (int, string, error) {
 	t.Helper()
+	return get(t, addr, metrics.Path, creds, token)
+}
+
+// get GETs path at addr with creds' certificate (nil: none) and token
+// (as a bearer token, if set), and returns the status and body.
+func get(t *testing.T, addr, path string, creds *pki.Credentials, token string) (int, string, error) {
+	t.Helper()
 	conf := &tls.Config{InsecureSkipVerify: true}
 	if creds != nil {
 		conf = pki.ClientConfig(creds, "127.0.0.1")
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: conf}, Timeout: 10 * time.Second}
 	defer hc.CloseIdleConnections()
-	req, _ := http.NewRequest("GET", "https://"+addr+metrics.Path, nil)
+	req, _ := http.NewRequest("GET", "https://"+addr+path, nil)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -320,37 +327,26 @@ func TestPrometheusTargets(t *testing.T) {
 		}
 		co.Close()
 	}
-	get := func(creds *pki.Credentials, token string) (int, []metrics.TargetGroup) {
+	targets := func(creds *pki.Credentials, token string) (int, []metrics.TargetGroup) {
 		t.Helper()
-		conf := &tls.Config{InsecureSkipVerify: true}
-		if creds != nil {
-			conf = pki.ClientConfig(creds, "127.0.0.1")
-		}
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: conf}, Timeout: 10 * time.Second}
-		defer hc.CloseIdleConnections()
-		req, _ := http.NewRequest("GET", "https://"+tc.addr+metrics.TargetsPath, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := hc.Do(req)
+		status, body, err := get(t, tc.addr, metrics.TargetsPath, creds, token)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
 		var out []metrics.TargetGroup
-		if resp.StatusCode == http.StatusOK {
-			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		if status == http.StatusOK {
+			if err := json.Unmarshal([]byte(body), &out); err != nil {
 				t.Fatal(err)
 			}
 		}
-		return resp.StatusCode, out
+		return status, out
 	}
 	for _, who := range []struct {
 		name  string
 		creds *pki.Credentials
 		token string
 	}{{"a client", issue(t, tc.ca, "prometheus", pki.Client), ""}, {"the token", nil, testToken}} {
-		status, groups := get(who.creds, who.token)
+		status, groups := targets(who.creds, who.token)
 		if status != http.StatusOK || len(groups) != 2 {
 			t.Fatalf("%s: HTTP %d, %+v; want both nodes", who.name, status, groups)
 		}
@@ -360,10 +356,10 @@ func TestPrometheusTargets(t *testing.T) {
 			t.Errorf("%s: first group %+v, want n1 at 192.0.2.2:7420 with its labels", who.name, g)
 		}
 	}
-	if status, _ := get(issue(t, tc.ca, "n1", pki.Agent), ""); status != http.StatusForbidden {
+	if status, _ := targets(issue(t, tc.ca, "n1", pki.Agent), ""); status != http.StatusForbidden {
 		t.Errorf("an agent: HTTP %d, want 403", status)
 	}
-	if status, _ := get(nil, "not-the-token-at-all"); status != http.StatusUnauthorized {
+	if status, _ := targets(nil, "not-the-token-at-all"); status != http.StatusUnauthorized {
 		t.Errorf("a wrong token: HTTP %d, want 401", status)
 	}
 }

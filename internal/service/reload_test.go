@@ -71,7 +71,10 @@ func TestKeepRenewed(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { service.KeepRenewed(ctx, creds, 24*time.Hour, 5*time.Millisecond, "the test", renew, log); close(done) }()
+	go func() {
+		service.KeepRenewed(ctx, creds, 24*time.Hour, 5*time.Millisecond, "the test", renew, log)
+		close(done)
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for creds.Cert().SerialNumber.Int64() != 2 {
 		if time.Now().After(deadline) {
