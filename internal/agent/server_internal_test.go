@@ -49,6 +49,7 @@ var apiOps = []struct {
 	{"POST", "/v1/kill/c", false},
 	{"GET", "/v1/logs/c", false},
 	{"GET", "/v1/incarnations/c", false},
+	{"POST", "/v1/exec/c", false},
 	{"PUT", "/v1/jobnet", false},
 	{"DELETE", "/v1/jobnet", false},
 	{"POST", "/v1/ranks/run", false},
