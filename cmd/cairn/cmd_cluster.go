@@ -238,6 +238,7 @@ func coordClient() (*rpc.CoordClient, error) {
 
 func newUpCmd() *cobra.Command {
 	var underlay string
+	var offsets []string
 	var cfg testbed.Config
 	cmd := &cobra.Command{
 		Use:   "up [--nodes N] [--coordinators M]",
@@ -251,6 +252,7 @@ credential. The CLI finds this cluster without flags; 'cairn down' removes
 all of it.`,
 		Example: `  cairn up --nodes 3
   cairn up --nodes 3 --coordinators 3
+  cairn up --nodes 2 --clock-offset n2=240h
   cairn run --job sim --ranks 4 -- /usr/bin/my-solver
   cairn down`,
 		Args: cobra.NoArgs,
@@ -265,6 +267,9 @@ all of it.`,
 				return usageError{fmt.Errorf("--coordinators must be odd, 1..9")}
 			}
 			var err error
+			if cfg.ClockOffsets, err = parseClockOffsets(offsets); err != nil {
+				return usageError{err}
+			}
 			if cfg.Underlay, err = netip.ParsePrefix(underlay); err != nil {
 				return usageError{fmt.Errorf("--underlay: %w", err)}
 			}
@@ -310,7 +315,25 @@ all of it.`,
 	f.DurationVar(&cfg.Deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
 	f.DurationVar(&cfg.NodeTTL, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
 	f.DurationVar(&cfg.MTBF, "mtbf", 0, "the coordinator's --mtbf: a node's mean time between failures, for --checkpoint-every auto")
+	f.StringArrayVar(&offsets, "clock-offset", nil, "NODE=DURATION: NODE's monotonic and boot-time clocks run DURATION (whole seconds) ahead, as on a machine booted that much earlier (negative: later), so that restores and migrations meet what separate hosts' uptimes do (repeatable)")
 	return cmd
+}
+
+// parseClockOffsets reads `up --clock-offset NODE=DURATION`s.
+func parseClockOffsets(specs []string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for _, spec := range specs {
+		node, v, ok := strings.Cut(spec, "=")
+		d, err := time.ParseDuration(v)
+		if !ok || node == "" || err != nil {
+			return nil, fmt.Errorf("--clock-offset %q: want NODE=DURATION, as n2=240h or n2=-1h", spec)
+		}
+		if _, dup := out[node]; dup {
+			return nil, fmt.Errorf("--clock-offset: %s given twice", node)
+		}
+		out[node] = d
+	}
+	return out, nil
 }
 
 func newDownCmd() *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -24,7 +25,8 @@ type HostCheck struct {
 
 // CheckHost checks what this node needs to run and checkpoint containers:
 // CRIU (found as criu.Find finds criuPath, and `criu check` passing), the
-// runc binary runcPath, ip and iptables, and the capabilities CRIU needs.
+// runc binary runcPath, ip and iptables, time namespaces, and the
+// capabilities CRIU needs.
 func CheckHost(ctx context.Context, criuPath, runcPath string) []HostCheck {
 	var out []HostCheck
 	add := func(name string, err error, detail string) {
@@ -47,6 +49,12 @@ func CheckHost(ctx context.Context, criuPath, runcPath string) []HostCheck {
 	for _, tool := range []string{"ip", "iptables"} {
 		p, err := exec.LookPath(tool)
 		add(tool, err, p)
+	}
+	if _, err := os.Stat("/proc/self/ns/time"); err != nil {
+		out = append(out, HostCheck{Name: "clocks", OK: true, Limit: true,
+			Detail: "no time namespaces in this kernel (CONFIG_TIME_NS): a rank restored here from a host booted earlier sees CLOCK_MONOTONIC go back (docs/limits.md, \"Clocks\")"})
+	} else {
+		add("clocks", nil, "time namespaces: a restored rank's monotonic and boot-time clocks go on from where they were, on a host of any uptime")
 	}
 	if err := BoundingCaps(); err != nil {
 		out = append(out, HostCheck{Name: "caps", OK: true, Limit: true, Detail: err.Error()})

@@ -41,7 +41,7 @@ func TestCheckHost(t *testing.T) {
 	for _, c := range checks {
 		names = append(names, c.Name)
 	}
-	if !slices.Equal(names, []string{"criu", "runc", "ip", "iptables", "caps"}) {
+	if !slices.Equal(names, []string{"criu", "runc", "ip", "iptables", "clocks", "caps"}) {
 		t.Fatalf("checks %v", names)
 	}
 	if checks[1].OK || checks[1].Detail == "" {
@@ -49,7 +49,10 @@ func TestCheckHost(t *testing.T) {
 	}
 	// The bounding set, as this process has it: a root without
 	// CAP_SYS_RESOURCE is a limit, not a failure.
-	caps := checks[4]
+	if clocks := checks[4]; !clocks.OK || clocks.Limit {
+		t.Errorf("clocks: %+v, want time namespaces (this kernel has them)", clocks)
+	}
+	caps := checks[5]
 	if !caps.OK {
 		t.Errorf("caps: %+v, want OK (a limit at most)", caps)
 	}

@@ -51,6 +51,9 @@ type Node struct {
 	// Argv is the command line Up started the agent with (nsenter into
 	// the node's namespace, then the agent): what Revive starts again.
 	Argv []string `json:"argv,omitempty"`
+	// ClockOffset is how far the node's monotonic and boot-time clocks
+	// run ahead of the host's, in seconds (Config.ClockOffsets).
+	ClockOffset int64 `json:"clock_offset,omitempty"`
 }
 
 // Dir is where the testbed of the data dir data lives.

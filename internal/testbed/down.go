@@ -51,6 +51,15 @@ func (c *Cluster) Down(ctx context.Context, rt Runtime) error {
 		if _, err := os.Stat(n.Data); err != nil {
 			continue
 		}
+		if n.ClockOffset != 0 {
+			// runc, run from here, would read the start times of the
+			// node's containers off by the node's clock offset and take
+			// them for stopped: they are killed as the machine's stop
+			// would, and then removed.
+			pids := n.processes()
+			signal(pids, syscall.SIGKILL)
+			errs = append(errs, waitKilled(n.Name, pids))
+		}
 		m, err := n.manager(rt)
 		if err != nil {
 			errs = append(errs, err)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,8 +75,30 @@ type Config struct {
 	// agent's default).
 	HealthCmd   string
 	HealthEvery time.Duration
+	// ClockOffsets moves a node's CLOCK_MONOTONIC and CLOCK_BOOTTIME, as
+	// seen by its agent and everything it starts, by whole seconds: as on
+	// a machine booted that much earlier (negative: later), which separate
+	// hosts are. Keyed by node name, with or without Prefix.
+	ClockOffsets map[string]time.Duration
 	// Out is told about each process as it starts (nil: nothing).
 	Out io.Writer
+}
+
+// clockOffsets checks cfg.ClockOffsets against the nodes' names and
+// returns each node's offset in seconds.
+func (cfg Config) clockOffsets(nodes []netw.Node) (map[string]int64, error) {
+	out := map[string]int64{}
+	for key, d := range cfg.ClockOffsets {
+		if d%time.Second != 0 {
+			return nil, fmt.Errorf("clock offset %s of %s: want whole seconds", d, key)
+		}
+		i := slices.IndexFunc(nodes, func(n netw.Node) bool { return n.Name == key || n.Name == cfg.Prefix+key })
+		if i < 0 {
+			return nil, fmt.Errorf("clock offset for %s: no such node (%s1..%s%d)", key, cfg.Prefix+"n", cfg.Prefix+"n", len(nodes))
+		}
+		out[nodes[i].Name] = int64(d / time.Second)
+	}
+	return out, nil
 }
 
 // joinWithin bounds the wait for every node to join.
@@ -114,6 +137,10 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, configError{err}
 	}
 	cl.HostAddr = true
+	offsets, err := cfg.clockOffsets(cl.Nodes)
+	if err != nil {
+		return nil, configError{err}
+	}
 	ui := ""
 	if cfg.UIListen != "" {
 		if ui, err = dashboardURL(cfg.UIListen); err != nil {
@@ -206,7 +233,13 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
-		n.Argv = append([]string{"nsenter", "--net=" + node.Path(), "--", cfg.Exe}, args...)
+		n.Argv = []string{"nsenter", "--net=" + node.Path(), "--"}
+		if off, ok := offsets[node.Name]; ok {
+			n.ClockOffset = off
+			// The agent enters the new time namespace at exec.
+			n.Argv = append(n.Argv, "unshare", "--time", fmt.Sprintf("--monotonic=%d", off), fmt.Sprintf("--boottime=%d", off), "--")
+		}
+		n.Argv = append(append(n.Argv, cfg.Exe), args...)
 		if n.PID, err = Spawn(c.AgentLog(n.Name), n.Argv, nil); err != nil {
 			return nil, err
 		}
