@@ -1,9 +1,12 @@
 package testbed
 
 import (
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cairn-hpc/cairn/internal/netw"
 )
 
 // TestCoordinatorArgs: every coordinator option of a Config reaches the
@@ -68,4 +71,27 @@ func hasPair(args []string, flag, value string) bool {
 		}
 	}
 	return false
+}
+
+// TestClockOffsets: offsets are keyed by a node's full or short name and
+// given in whole seconds; another node or a fraction of a second is
+// refused with what there is.
+func TestClockOffsets(t *testing.T) {
+	cl, err := netw.NewCluster("tb-", netip.MustParsePrefix("10.250.0.0/24"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Prefix: "tb-", ClockOffsets: map[string]time.Duration{"n2": 240 * time.Hour, "tb-n3": -time.Hour}}
+	got, err := cfg.clockOffsets(cl.Nodes)
+	if err != nil || len(got) != 2 || got["tb-n2"] != 864000 || got["tb-n3"] != -3600 {
+		t.Fatalf("offsets %v, %v", got, err)
+	}
+	for key, d := range map[string]time.Duration{"n4": time.Hour, "n1": 1500 * time.Millisecond} {
+		cfg.ClockOffsets = map[string]time.Duration{key: d}
+		if _, err := cfg.clockOffsets(cl.Nodes); err == nil {
+			t.Errorf("offset %s of %s accepted", d, key)
+		} else {
+			t.Log(err)
+		}
+	}
 }
