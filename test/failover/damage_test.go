@@ -79,7 +79,14 @@ func damageChunk(t *testing.T, c *testutil.Cluster, node, name string, seq, n in
 			t.Fatal(err)
 		}
 		if _, err := st.Get(context.Background(), id); !errors.Is(err, store.ErrCorrupt) {
-			t.Fatalf("chunk %s damaged at %s+%d reads as %v", id.Short(), path, off+int64(length)/2, err)
+			// Say whether the flip is still on disk, and where the store
+			// finds the chunk now, so that a store that misses damage is
+			// told from a pack rewritten under the test.
+			now, rerr := os.ReadFile(path)
+			still := rerr == nil && int64(len(now)) > off+int64(length)/2 && now[off+int64(length)/2] == b[off+int64(length)/2]
+			p2, off2, len2, ok2 := store.Locate(st, id)
+			t.Fatalf("chunk %s damaged at %s+%d (length %d) reads as %v; the flip is still there: %v (%v); the store finds it at %s+%d (length %d, %v)",
+				id.Short(), path, off+int64(length)/2, length, err, still, rerr, p2, off2, len2, ok2)
 		}
 		return id
 	}
