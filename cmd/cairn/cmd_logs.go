@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +25,7 @@ import (
 func newLogsCmd() *cobra.Command {
 	var o logsOptions
 	cmd := &cobra.Command{
-		Use:   "logs [-f] [--incarnation N | --incarnations] NAME | JOB/RANK | JOB",
+		Use:   "logs [-f] [-t] [--since WHEN] [--tail N] [--incarnation N | --incarnations] NAME | JOB/RANK | JOB",
 		Short: "Print the output (stdout and stderr) of a container, a job's rank or every rank of a job",
 		Long: `Print the output (stdout and stderr) of a container of this node, of one rank
 of a job of the cluster (JOB/RANK), or of every rank of a job (JOB): each line
@@ -39,7 +40,16 @@ after that checkpoint (often why it failed) is not repeated in it, but kept as
 that incarnation's output on the node where it ran, as long as the container or
 rank stays there: --incarnations lists them (1 is the first run; a restore is
 one more than the incarnation its checkpoint was taken in), --incarnation N
-prints one.`,
+prints one.
+
+Each line's time is when its node's cairn read it from the container: -t
+prints it in front of the line, --since leaves out the lines that came
+before a time (10m: ten minutes ago; or 2026-11-29T10:00:00Z, 2026-11-29
+10:00 local time). Lines of output from before cairn kept times have none
+("-"), and --since leaves them out.`,
+		Example: `  cairn logs sim
+  cairn logs -f --tail 20 sim/3
+  cairn logs -t --since 10m sim`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.check(); err != nil {
@@ -57,7 +67,7 @@ prints one.`,
 				if o.list || o.incarnation > 0 {
 					return usageError{fmt.Errorf("incarnations are a rank's: name one (%s/RANK)", ref)}
 				}
-				return tailed(cmd.OutOrStdout(), o, func(w io.Writer) error { return allRankLogs(cmd, w, c, ref, o.follow) })
+				return tailed(cmd.OutOrStdout(), o, func(w io.Writer) error { return allRankLogs(cmd, w, c, ref, o.query()) })
 			}
 			return notFound(cmd.Context(), ref, containerLogs(cmd, ref, o))
 		},
@@ -66,6 +76,8 @@ prints one.`,
 	f.BoolVarP(&o.follow, "follow", "f", false, "keep printing new output until the container (every rank) stops")
 	f.IntVar(&o.incarnation, "incarnation", 0, "print the output of incarnation `N` instead of the current one")
 	f.IntVar(&o.tail, "tail", 0, "print only the last `N` lines (of a job, with every rank's: the last N of them all); with -f, of a container only, then what comes")
+	f.BoolVarP(&o.timestamps, "timestamps", "t", false, "print each line's time (RFC 3339, UTC) in front of it")
+	f.StringVar(&o.sinceArg, "since", "", "print only the lines that came from `WHEN` on: a duration ago (10m, 2h) or a time (RFC 3339, or YYYY-MM-DD[ HH:MM[:SS]] local)")
 	f.BoolVar(&o.list, "incarnations", false, "list the incarnations (runs and restores) whose output is kept here")
 	f.BoolVar(&o.asJSON, "json", false, "with --incarnations: print them as JSON")
 	return cmd
@@ -75,9 +87,24 @@ type logsOptions struct {
 	follow, list, asJSON bool
 	incarnation          int
 	tail                 int // the last lines only (0: all)
+	timestamps           bool
+	sinceArg             string
+	since                time.Time // from sinceArg
 }
 
-func (o logsOptions) check() error {
+// query is what the options ask of a container's log.
+func (o logsOptions) query() agentv1.LogQuery {
+	return agentv1.LogQuery{Incarnation: o.incarnation, Follow: o.follow, Timestamps: o.timestamps, Since: o.since}
+}
+
+func (o *logsOptions) check() error {
+	if o.sinceArg != "" {
+		t, err := parseSince(o.sinceArg, time.Now())
+		if err != nil {
+			return usageError{err}
+		}
+		o.since = t
+	}
 	switch {
 	case o.incarnation < 0:
 		return usageError{errors.New("--incarnation counts from 1")}
@@ -89,10 +116,29 @@ func (o logsOptions) check() error {
 		return usageError{errors.New("--json goes with --incarnations")}
 	case o.tail < 0:
 		return usageError{errors.New("--tail N: the last N lines, N from 1")}
-	case o.tail > 0 && o.list:
-		return usageError{errors.New("--tail is for output, not --incarnations")}
+	case o.list && (o.tail > 0 || o.timestamps || o.sinceArg != ""):
+		return usageError{errors.New("--tail, -t and --since are for output, not --incarnations")}
 	}
 	return nil
+}
+
+// parseSince reads --since: a duration before now, or a time.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("--since %s: a duration ago is not negative", s)
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02T15:04:05", "2006-01-02 15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("--since %q: want a duration ago (10m, 2h) or a time (2026-11-29T10:00:00Z, 2026-11-29 10:00)", s)
 }
 
 // containerLogs prints the output of a container of this node.
@@ -112,7 +158,8 @@ func containerLogs(cmd *cobra.Command, name string, o logsOptions) error {
 		}
 		return printIncarnations(cmd.OutOrStdout(), wire, o.asJSON)
 	}
-	return m.CopyLog(cmd.Context(), cmd.OutOrStdout(), name, container.LogOptions{Incarnation: o.incarnation, Follow: o.follow, Tail: o.tail})
+	return m.CopyLog(cmd.Context(), cmd.OutOrStdout(), name, container.LogOptions{Incarnation: o.incarnation, Follow: o.follow, Tail: o.tail,
+		Timestamps: o.timestamps, Since: o.since})
 }
 
 // tailed runs copy, which writes output to w, and prints only the last
@@ -143,18 +190,18 @@ func rankLogs(cmd *cobra.Command, ref string, o logsOptions) error {
 			}
 			return printIncarnations(cmd.OutOrStdout(), incs, o.asJSON)
 		}
-		return tailed(cmd.OutOrStdout(), o, func(w io.Writer) error { return ra.Log(ctx, w, rank, o.incarnation, o.follow) })
+		return tailed(cmd.OutOrStdout(), o, func(w io.Writer) error { return ra.Log(ctx, w, rank, o.query()) })
 	})
 }
 
 // allRankLogs prints every rank's output, each line labelled "RANK: ":
 // rank after rank, or with follow every rank's lines as they come.
-func allRankLogs(cmd *cobra.Command, w io.Writer, c *rpc.CoordClient, job string, follow bool) error {
+func allRankLogs(cmd *cobra.Command, w io.Writer, c *rpc.CoordClient, job string, q agentv1.LogQuery) error {
 	ra, err := c.RankAgents(cmd.Context(), job)
 	if err != nil {
 		return err
 	}
-	return ra.Logs(cmd.Context(), w, follow)
+	return ra.Logs(cmd.Context(), w, q)
 }
 
 // removed is what `cairn rm --json` says of one name.

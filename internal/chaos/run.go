@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 	evv1 "github.com/cairn-hpc/cairn/api/events/v1"
 	rankv1 "github.com/cairn-hpc/cairn/api/rank/v1"
@@ -740,7 +741,7 @@ func (r *runner) finish(ctx context.Context, from, to time.Time, clusterNodes in
 		return nil, err
 	}
 	var log bytes.Buffer
-	if err := ra.Log(ctx, &log, 0, 0, false); err != nil {
+	if err := ra.Log(ctx, &log, 0, agentv1.LogQuery{}); err != nil {
 		return nil, fmt.Errorf("rank 0's output: %w", err)
 	}
 	res := &Result{Job: r.cfg.Job, Ranks: r.cfg.Ranks, Nodes: r.cfg.Ranks, ClusterNodes: clusterNodes,

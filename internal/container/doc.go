@@ -73,7 +73,8 @@
 //
 //	<data>/instance                 random id of this data dir (cgroup, netns, veth names)
 //	<data>/containers/<name>/       state.json, config.json (runc bundle), criu.conf,
-//	                                rootfs/, upper/, work/, container.log, exit.json,
+//	                                rootfs/, upper/, work/, container.log (and .times,
+//	                                logtimes.go), exit.json,
 //	                                shim.sock, incarnations.json, incarnations/N.log,
 //	                                frozen-by (freeze note), api/ (the rank API's dir),
 //	                                runc and CRIU logs

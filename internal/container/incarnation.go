@@ -169,8 +169,11 @@ func (m *Manager) beginIncarnation(name string, st *State, rec *image.Record, hi
 		if err := os.MkdirAll(filepath.Join(dir, incarnationsDir), 0o700); err != nil {
 			return err
 		}
-		if err := os.Rename(filepath.Join(dir, logName), filepath.Join(dir, cur.Log)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("keep the log of incarnation %d: %w", cur.N, err)
+		for _, from := range []string{logName, timesOf(logName)} {
+			to := filepath.Join(dir, cur.Log+strings.TrimPrefix(from, logName))
+			if err := os.Rename(filepath.Join(dir, from), to); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("keep the log of incarnation %d: %w", cur.N, err)
+			}
 		}
 	}
 	from := 1 // an image from before incarnations: at least the first
@@ -188,9 +191,12 @@ func (m *Manager) beginIncarnation(name string, st *State, rec *image.Record, hi
 	return writeJSONAtomic(filepath.Join(dir, incarnationsFile), incs)
 }
 
-// installLog makes path a copy of history ("": an empty file) and returns
-// its size.
+// installLog makes path a copy of history ("": an empty file), and its
+// times history's (none if it has none), and returns its size.
 func installLog(path, history string) (int64, error) {
+	if err := installTimes(path, history); err != nil {
+		return 0, err
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, err
@@ -250,6 +256,9 @@ func (m *Manager) keepOutput(ctx context.Context, st *State, imgDir string, stop
 		}
 		cut = fi.Size()
 	}
+	if err := keepMarks(logPath, filepath.Join(imgDir, image.LogTimesName), cut); err != nil {
+		return nil, fmt.Errorf("keep the log's times: %w", err)
+	}
 	out, err := os.OpenFile(filepath.Join(imgDir, image.LogName), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err
@@ -267,4 +276,20 @@ func (m *Manager) keepOutput(ctx context.Context, st *State, imgDir string, stop
 	}
 	incs := m.incarnations(st)
 	return &image.LogInfo{Incarnation: incs[len(incs)-1].N, Bytes: n}, nil
+}
+
+// installTimes makes path's times those of history: a copy, or none.
+func installTimes(path, history string) error {
+	os.Remove(timesOf(path))
+	if history == "" {
+		return nil
+	}
+	b, err := os.ReadFile(timesOf(history))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("restore the log's times: %w", err)
+	}
+	return os.WriteFile(timesOf(path), b, 0o600)
 }

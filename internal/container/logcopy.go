@@ -21,6 +21,12 @@ type LogOptions struct {
 	// Tail, if more than 0, writes only the last Tail lines of what is
 	// there already (then, with Follow, everything that comes).
 	Tail int
+	// Timestamps puts each line's time in front of it (RFC 3339, UTC;
+	// "-" for a line from before logs had times).
+	Timestamps bool
+	// Since, if not zero, leaves out the lines that came before it (and
+	// those of unknown time).
+	Since time.Time
 }
 
 // CopyLog writes the output of container name to w, as o says. A log not
@@ -31,6 +37,11 @@ func (m *Manager) CopyLog(ctx context.Context, w io.Writer, name string, o LogOp
 	if err != nil {
 		return err
 	}
+	if follow && n != 0 {
+		// Only the current incarnation's log grows.
+		cur, err := m.IncarnationLog(name, 0)
+		follow = err == nil && cur == path
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -39,16 +50,44 @@ func (m *Manager) CopyLog(ctx context.Context, w io.Writer, name string, o LogOp
 		return err
 	}
 	defer f.Close()
+	// Lines go through the stamper (times, Since) when asked, then
+	// through the tail; once the tail is written, straight out.
+	out := w
+	var tw *human.TailWriter
 	if o.Tail > 0 {
-		tw := &human.TailWriter{W: w, N: o.Tail}
-		if _, err := io.Copy(tw, f); err != nil {
+		tw = &human.TailWriter{W: w, N: o.Tail}
+		out = tw
+	}
+	copyNew := func() error { // what the log has now that was not copied
+		_, err := io.Copy(out, f)
+		return err
+	}
+	if o.Timestamps || !o.Since.IsZero() {
+		marks, err := openMarks(path)
+		if err != nil {
 			return err
 		}
+		defer marks.Close()
+		st := newStamper(out, o)
+		copyNew = func() error {
+			// The marks first: the shim writes them before the bytes
+			// they mark.
+			if err := marks.more(st); err != nil {
+				return err
+			}
+			st.w = out
+			_, err := io.Copy(st, f)
+			return err
+		}
+	}
+	if err := copyNew(); err != nil {
+		return err
+	}
+	if tw != nil {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-	} else if _, err := io.Copy(w, f); err != nil {
-		return err
+		out = w
 	}
 	for follow {
 		select {
@@ -56,7 +95,7 @@ func (m *Manager) CopyLog(ctx context.Context, w io.Writer, name string, o LogOp
 			return nil
 		case <-time.After(100 * time.Millisecond):
 		}
-		if _, err := io.Copy(w, f); err != nil {
+		if err := copyNew(); err != nil {
 			return err
 		}
 		in, err := m.Get(ctx, name)
@@ -65,8 +104,7 @@ func (m *Manager) CopyLog(ctx context.Context, w io.Writer, name string, o LogOp
 		}
 		// "exiting": the shim is still writing out the last output.
 		if in.Status != "running" && in.Status != "paused" && in.Status != "exiting" || replaced(f, path) {
-			_, err := io.Copy(w, f)
-			return err
+			return copyNew()
 		}
 	}
 	return nil

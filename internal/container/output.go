@@ -45,13 +45,19 @@ const flushTimeout = 2 * time.Second
 type output struct {
 	pipe *os.File // read end, in the runtime's poller (deadlines work)
 	log  *os.File // opened for appending
+	// times gets a mark for what is written to log (logtimes.go), at
+	// most one a millisecond; nil: none. off is log's size.
+	times     *os.File
+	off, last int64
 	reqs chan chan int64
 	done chan struct{} // closed once the pipe is at its end
 	end  int64         // the log's size then
 }
 
-func newOutput(pipe, log *os.File) *output {
-	return &output{pipe: pipe, log: log, reqs: make(chan chan int64, 16), done: make(chan struct{})}
+func newOutput(pipe, log, times *os.File) *output {
+	o := &output{pipe: pipe, log: log, times: times, reqs: make(chan chan int64, 16), done: make(chan struct{})}
+	o.off = o.size()
+	return o
 }
 
 // run copies until every writer of the pipe is gone. A write to the log
@@ -79,9 +85,16 @@ func (o *output) run() {
 }
 
 func (o *output) write(b []byte) {
-	if len(b) > 0 {
-		_, _ = o.log.Write(b)
+	if len(b) == 0 {
+		return
 	}
+	if now := time.Now().UnixNano(); o.times != nil && now-o.last >= markEvery {
+		if _, err := o.times.Write(mark{o.off, now}.encode()); err == nil {
+			o.last = now
+		}
+	}
+	n, _ := o.log.Write(b)
+	o.off += int64(n)
 }
 
 // drain copies what the pipe holds now without waiting for more.

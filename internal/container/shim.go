@@ -94,6 +94,13 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 		return err
 	}
 	defer logf.Close()
+	// Without its times the output is still kept: lines show no time.
+	times, err := os.OpenFile(timesOf(spec.LogPath), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		times = nil
+	} else {
+		defer times.Close()
+	}
 
 	lazyPID := 0
 	if len(spec.Lazy) > 0 {
@@ -146,7 +153,7 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 		go watchFreeze(ctx, *spec.Watch, pid)
 	}
 
-	out := newOutput(outR, logf)
+	out := newOutput(outR, logf, times)
 	go out.run()
 	if spec.Control != "" {
 		if ctl, err := listenControl(spec.Control); err == nil {

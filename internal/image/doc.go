@@ -6,12 +6,14 @@
 // Nouns:
 //   - image: one container's state at one checkpoint: CRIU's image files
 //     (process tree, memory pages, sockets, ...), the fs delta and the
-//     container's output up to the checkpoint (LogName). A files-only
+//     container's output up to the checkpoint (LogName, and when its
+//     bytes came, LogTimesName). A files-only
 //     image (an application-level checkpoint, [Record].FilesOnly) has no
 //     CRIU files: its container starts afresh on the restored files.
 //   - staged image: an image as a checkpoint leaves it in staging (tmpfs)
 //     before it is stored, or as a restore reads it: CRIU's files under
-//     CRIUDir, the fs delta as the tar DeltaName, the output as LogName.
+//     CRIUDir, the fs delta as the tar DeltaName, the output as LogName
+//     and LogTimesName.
 //   - fs delta: the container's overlay upper dir (everything it wrote,
 //     whiteouts for what it deleted included), captured as a tar stream
 //     with owners, modes, times and xattrs ([PackDelta]); in the store a

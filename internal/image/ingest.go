@@ -70,18 +70,23 @@ func (r Repo) Ingest(ctx context.Context, src string, rec *Record, progress Prog
 		return err
 	}
 	nodes = append(nodes, fsNodes...)
-	// The container's output, if the checkpoint kept it.
-	if fi, err := os.Lstat(filepath.Join(src, LogName)); err == nil {
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("staged image: %s is not a regular file", LogName)
+	// The container's output and its times, if the checkpoint kept them.
+	for _, name := range []string{LogName, LogTimesName} {
+		fi, err := os.Lstat(filepath.Join(src, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
 		}
-		ids, n, err := ingestFile(ctx, st, filepath.Join(src, LogName), LogName, &stats)
 		if err != nil {
 			return err
 		}
-		nodes = append(nodes, store.Node{Path: LogName, Kind: store.KindFile, Mode: 0o600, MTime: now, Size: n, Chunks: ids})
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("staged image: %s is not a regular file", name)
+		}
+		ids, n, err := ingestFile(ctx, st, filepath.Join(src, name), name, &stats)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, store.Node{Path: name, Kind: store.KindFile, Mode: 0o600, MTime: now, Size: n, Chunks: ids})
 	}
 	m := &store.Manifest{
 		Labels: map[string]string{"cairn.container": rec.Container, "cairn.seq": strconv.Itoa(rec.Seq)},

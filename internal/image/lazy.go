@@ -68,7 +68,8 @@ func (h *Head) PagesChunks() map[string][]store.ID {
 // from chunks got from src, except its pages files: those it creates at
 // their size with nothing in them (sparse), for a lazy restore to write
 // what the restore reads itself (WritePages) and to serve the rest. It
-// writes the output kept with the image to logDst, if it kept any.
+// writes the output kept with the image to logDst, and its times to
+// logDst+TimesSuffix, if it kept them.
 func MaterializeLazy(ctx context.Context, h *Head, src Chunks, criuDst, fsDst, logDst string) error {
 	rec, m := h.Record, h.Manifest
 	if err := checkShape(m, rec.FilesOnly); err != nil {
@@ -96,6 +97,10 @@ func MaterializeLazy(ctx context.Context, h *Head, src Chunks, criuDst, fsDst, l
 			fsNodes = append(fsNodes, n)
 		case n.Path == LogName:
 			if err := write(n, logDst); err != nil {
+				return err
+			}
+		case n.Path == LogTimesName:
+			if err := write(n, logDst+TimesSuffix); err != nil {
 				return err
 			}
 		}

@@ -21,7 +21,17 @@ const (
 	// LogName is the container's output up to the checkpoint, a plain
 	// file in both (optional: images from before it was kept lack it).
 	LogName = "log"
+	// LogTimesName says when the bytes of LogName came (package
+	// container's format), beside it in both (optional too).
+	LogTimesName = LogName + TimesSuffix
 )
+
+// TimesSuffix names the file of when a log's bytes came beside the log:
+// LOG + TimesSuffix.
+const TimesSuffix = ".times"
+
+// isOutput reports whether a manifest path is one of the output files.
+func isOutput(path string) bool { return path == LogName || path == LogTimesName }
 
 // ErrCorrupt is returned when an image cannot be read back intact: a
 // chunk, manifest or record that is damaged or missing. Use errors.As with

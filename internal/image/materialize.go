@@ -41,7 +41,7 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 	var done atomic.Int64
 	total := rec.Logical // but the output, which MaterializeLog writes
 	for _, n := range m.Nodes {
-		if n.Path == LogName {
+		if isOutput(n.Path) {
 			total -= int64(n.Size)
 		}
 	}
@@ -62,7 +62,8 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 }
 
 // MaterializeLog writes the container's output kept with an image (the
-// manifest's LogName) to a new file dst, every chunk verified as in
+// manifest's LogName) to a new file dst, and its times (LogTimesName), if
+// the image has them, to dst+TimesSuffix, every chunk verified as in
 // Materialize. It reports false, and writes nothing, for an image that
 // kept no output.
 func (r Repo) MaterializeLog(ctx context.Context, rec *Record, dst string) (bool, error) {
@@ -79,12 +80,20 @@ func (r Repo) MaterializeLog(ctx context.Context, rec *Record, dst string) (bool
 	if err := checkShape(m, rec.FilesOnly); err != nil {
 		return false, shapeError(rec.Name(), err)
 	}
+	kept := false
 	for _, n := range m.Nodes {
-		if n.Path == LogName {
-			return true, r.writeFile(ctx, st, rec, n, dst, nil)
+		switch n.Path {
+		case LogName:
+			kept = true
+			err = r.writeFile(ctx, st, rec, n, dst, nil)
+		case LogTimesName:
+			err = r.writeFile(ctx, st, rec, n, dst+TimesSuffix, nil)
+		}
+		if err != nil {
+			return false, err
 		}
 	}
-	return false, nil
+	return kept, nil
 }
 
 // openReaderRepairing opens the store read-only. A reader does no

@@ -85,12 +85,12 @@ func checkShape(m *store.Manifest, filesOnly bool) error {
 				}
 				return fmt.Errorf("%w: %q goes through non-directory %q", ErrUnsafeEntry, name, parent)
 			}
-		case n.Path == LogName:
+		case isOutput(n.Path):
 			if n.Kind != store.KindFile {
 				return fmt.Errorf("%s is a %s, not a plain file", n.Path, kindName(n.Kind))
 			}
 		default:
-			return fmt.Errorf("%s is outside %s/ and %s/ and not %s", n.Path, CRIUDir, FSDir, LogName)
+			return fmt.Errorf("%s is outside %s/ and %s/ and not %s or %s", n.Path, CRIUDir, FSDir, LogName, LogTimesName)
 		}
 	}
 	if criuFiles == 0 && !filesOnly {

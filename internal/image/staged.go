@@ -17,7 +17,8 @@ import (
 // and the fs delta DeltaName, as a checkpoint's dump leaves them) from one
 // node's staging to another's, for a migration: a tar of plain files, the
 // record (StagedRecord) first, then the fs delta, then CRIU's files, then
-// the container's output (LogName) if the image kept it. The
+// the container's output (LogName) and its times (LogTimesName) if the
+// image kept them. The
 // sender announces the bytes of those files (the record included) before
 // the stream; the receiver takes no more.
 
@@ -56,8 +57,10 @@ func stagedFiles(dir string) ([]string, []int64, error) {
 	for _, e := range ents {
 		files = append(files, CRIUDir+"/"+e.Name())
 	}
-	if _, err := os.Lstat(filepath.Join(dir, LogName)); err == nil {
-		files = append(files, LogName)
+	for _, name := range []string{LogName, LogTimesName} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			files = append(files, name)
+		}
 	}
 	sizes := make([]int64, len(files))
 	for i, f := range files {
@@ -128,7 +131,7 @@ func writeStagedFile(tw *tar.Writer, path, name string, size int64) error {
 // no device but whiteouts, no link out of the delta); at least one of
 // CRIU's files, all plain files directly under CRIUDir (none, for a
 // files-only image as its record says); and the container's output
-// LogName if the sender kept it; each once. Nothing
+// LogName and LogTimesName if the sender kept them; each once. Nothing
 // is written outside dir. It returns the record and the bytes received.
 // Every refusal wraps ErrCorrupt; a stream larger than announced also
 // ErrStagedTooLarge.
@@ -212,7 +215,7 @@ func checkStagedEntry(hdr *tar.Header, seen map[string]bool) error {
 	if seen[name] {
 		return fmt.Errorf("entry %q twice", name)
 	}
-	if name == StagedRecord || name == DeltaName || name == LogName {
+	if name == StagedRecord || name == DeltaName || isOutput(name) {
 		return nil
 	}
 	base, inCRIU := strings.CutPrefix(name, CRIUDir+"/")

@@ -253,24 +253,11 @@ func (c *AgentClient) Export(ctx context.Context, container string, seq int, bac
 	return c.stream(ctx, agentv1.PathExport+q)
 }
 
-// Logs opens a container's output; with follow until it exits.
-func (c *AgentClient) Logs(ctx context.Context, name string, follow bool) (io.ReadCloser, error) {
-	return c.IncarnationLog(ctx, name, 0, follow)
-}
-
-// IncarnationLog opens the output of a container's incarnation n (0: the
-// current one); with follow, the current one's until it exits.
-func (c *AgentClient) IncarnationLog(ctx context.Context, name string, n int, follow bool) (io.ReadCloser, error) {
-	q := url.Values{}
-	if follow {
-		q.Set("follow", "1")
-	}
-	if n > 0 {
-		q.Set("incarnation", strconv.Itoa(n))
-	}
+// Log opens a container's output as q asks.
+func (c *AgentClient) Log(ctx context.Context, name string, q agentv1.LogQuery) (io.ReadCloser, error) {
 	p := agentv1.PathLogs + url.PathEscape(name)
-	if len(q) > 0 {
-		p += "?" + q.Encode()
+	if v := q.Values(); len(v) > 0 {
+		p += "?" + v.Encode()
 	}
 	return c.stream(ctx, p)
 }

@@ -57,17 +57,19 @@ func (ra *RankAgents) Agent(r int) *AgentClient {
 	return NewAgentClient(ra.addrs[node], node, ra.c.creds)
 }
 
-// Logs writes every rank's output to w, each line after its rank's label
-// "RANK: " (as srun --label does): rank after rank, or with follow every
-// rank's lines as they come until every rank has stopped. A rank whose
-// output cannot be had does not keep the others': its error is joined to
-// the others'.
-func (ra *RankAgents) Logs(ctx context.Context, w io.Writer, follow bool) error {
+// Logs writes every rank's output, as q asks (its current incarnation's),
+// to w, each line after its rank's label "RANK: " (as srun --label does):
+// rank after rank, or with q.Follow every rank's lines as they come until
+// every rank has stopped. A rank whose output cannot be had does not keep
+// the others': its error is joined to the others'.
+func (ra *RankAgents) Logs(ctx context.Context, w io.Writer, q agentv1.LogQuery) error {
 	out := &labelled{w: w}
+	q.Incarnation = 0
+	follow := q.Follow
 	copyRank := func(r int) error {
 		ac := ra.Agent(r)
 		defer ac.Close()
-		body, err := ac.Logs(ctx, ra.RankName(r), follow)
+		body, err := ac.Log(ctx, ra.RankName(r), q)
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", r, err)
 		}
@@ -92,13 +94,12 @@ func (ra *RankAgents) Logs(ctx context.Context, w io.Writer, follow bool) error 
 	return errors.Join(errs...)
 }
 
-// Log writes the output of incarnation n (0: the current one) of rank r to
-// w; with follow, until the rank stops or ctx is done (which is not an
-// error).
-func (ra *RankAgents) Log(ctx context.Context, w io.Writer, r, n int, follow bool) error {
+// Log writes the output of rank r to w as q asks; with q.Follow, until
+// the rank stops or ctx is done (which is not an error).
+func (ra *RankAgents) Log(ctx context.Context, w io.Writer, r int, q agentv1.LogQuery) error {
 	ac := ra.Agent(r)
 	defer ac.Close()
-	body, err := ac.IncarnationLog(ctx, ra.RankName(r), n, follow)
+	body, err := ac.Log(ctx, ra.RankName(r), q)
 	if err != nil {
 		return err
 	}

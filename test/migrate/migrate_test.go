@@ -87,6 +87,12 @@ func TestMigrateRank(t *testing.T) {
 	if now := c.Logs("ring", 1); !strings.HasPrefix(now, printed) {
 		t.Errorf("rank 1's log after two moves does not start with the %d bytes it printed before them:\n%s", len(printed), now[:min(len(now), 400)])
 	}
+	// And so did when each line came.
+	for _, l := range strings.Split(strings.TrimSuffix(c.OK("logs", "-t", "ring/1"), "\n"), "\n") {
+		if stamp, _, _ := strings.Cut(l, " "); stamp == "-" {
+			t.Fatalf("a line of rank 1 has no time after two moves: %q", l)
+		}
+	}
 	for _, r := range after.RankStates {
 		if r.Rank != 1 && r.Pid != pids[r.Rank] {
 			t.Errorf("rank %d was restarted: pid %d, was %d", r.Rank, r.Pid, pids[r.Rank])

@@ -112,6 +112,7 @@ func TestJobLogsAcrossRestart(t *testing.T) {
 		waitLines(r, 10, "before the checkpoint")
 	}
 	c.OK("checkpoint", "cnt")
+	checkpointed := time.Now()
 	for r := range 2 {
 		waitLines(r, lines(r)+10, "past the checkpoint")
 	}
@@ -135,6 +136,7 @@ func TestJobLogsAcrossRestart(t *testing.T) {
 		t.Errorf("-f printed the ranks one after the other, not as their lines came: %v", order)
 	}
 
+	restarted := time.Now()
 	c.OK("restart", "cnt", "--placement", free+","+first[1])
 	for r := range 2 {
 		waitLines(r, strings.Count(died[r], "\n")+5, "after the restart")
@@ -156,6 +158,7 @@ func TestJobLogsAcrossRestart(t *testing.T) {
 		}
 	}
 	c.CheckRestarted("cnt", 1, counterOutput)
+	checkLogTimes(t, c, checkpointed, restarted)
 	// Rank 0 moved: its node has only the current incarnation. Rank 1
 	// restarted in place and keeps the killed run's output.
 	if incs := incarnations(t, c, "cnt/0"); len(incs) != 1 {
@@ -180,4 +183,50 @@ func TestJobLogsAcrossRestart(t *testing.T) {
 		}
 	}
 	c.OK("rm", "-f", "cnt")
+}
+
+// stampedRE is a line of `cairn logs -t`: its time, then the line.
+var stampedRE = regexp.MustCompile(`^(\S+) (line \d+)$`)
+
+// checkLogTimes checks the times of the counter job's lines after its
+// restart: what each rank printed up to the checkpoint came before
+// checkpointed, with the times it had on the node it ran on (rank 0 has
+// moved: they came with the image), what the restored processes printed
+// after restarted; --since restarted prints the latter only, and the
+// job's labelled output has the times too.
+func checkLogTimes(t *testing.T, c *testutil.Cluster, checkpointed, restarted time.Time) {
+	t.Helper()
+	for r := range 2 {
+		ref := fmt.Sprintf("cnt/%d", r)
+		incs := incarnations(t, c, ref)
+		kept := int(incs[len(incs)-1].Restored)
+		plain := c.OK("logs", ref)
+		keptLines := strings.Count(plain[:kept], "\n")
+		stamped := c.OK("logs", "-t", ref)
+		var prev time.Time
+		for i, l := range strings.Split(strings.TrimSuffix(stamped, "\n"), "\n") {
+			m := stampedRE.FindStringSubmatch(l)
+			if m == nil {
+				t.Fatalf("%s: line %d of logs -t is %q", ref, i+1, l)
+			}
+			at, err := time.Parse(time.RFC3339Nano, m[1])
+			if err != nil || at.Before(prev) || m[2] != fmt.Sprintf("line %d", i+1) {
+				t.Fatalf("%s: line %d of logs -t is %q (%v; the one before came at %s)", ref, i+1, l, err, prev)
+			}
+			if i < keptLines && at.After(checkpointed) || i >= keptLines && at.Before(restarted) {
+				t.Fatalf("%s: line %d came at %s; checkpointed at %s, restarted at %s, %d lines kept", ref, i+1, m[1], checkpointed, restarted, keptLines)
+			}
+			prev = at
+		}
+		since := c.OK("logs", "--since", restarted.Format(time.RFC3339Nano), ref)
+		if first, _, _ := strings.Cut(since, "\n"); first != fmt.Sprintf("line %d", keptLines+1) {
+			t.Fatalf("%s: logs --since the restart starts with %q; %d lines were kept from the checkpoint", ref, first, keptLines)
+		}
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(c.OK("logs", "-t", "--tail", "4", "cnt"), "\n"), "\n") {
+		label, rest, _ := strings.Cut(l, ": ")
+		if (label != "0" && label != "1") || !stampedRE.MatchString(rest) {
+			t.Fatalf("logs -t of the job: line %q", l)
+		}
+	}
 }

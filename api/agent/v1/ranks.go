@@ -25,7 +25,7 @@ const (
 	PathExportDelta = "/v1/images/delta"     // POST ExportDelta: a delta export stream (agents may call it)
 	PathChunkData   = "/v1/images/chunkdata" // POST ChunkData: a chunk stream (agents may call it)
 	PathDropImages  = "/v1/images/drop"      // POST DropImages: Dropped
-	PathLogs        = "/v1/logs/"            // + NAME, GET ?follow=1&incarnation=N: the container's output (its current incarnation's unless N)
+	PathLogs        = "/v1/logs/"            // + NAME, GET LogQuery: the container's output (its current incarnation's unless N)
 	PathKill        = "/v1/kill/"            // + NAME, POST ?signal=N
 
 	// A container's incarnations, whose logs PathLogs serves.
