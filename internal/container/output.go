@@ -49,9 +49,9 @@ type output struct {
 	// most one a millisecond; nil: none. off is log's size.
 	times     *os.File
 	off, last int64
-	reqs chan chan int64
-	done chan struct{} // closed once the pipe is at its end
-	end  int64         // the log's size then
+	reqs      chan chan int64
+	done      chan struct{} // closed once the pipe is at its end
+	end       int64         // the log's size then
 }
 
 func newOutput(pipe, log, times *os.File) *output {
