@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
@@ -344,7 +347,7 @@ them from the container's codes.`,
 func newExecCmd() *cobra.Command {
 	var interactive, tty bool
 	cmd := &cobra.Command{
-		Use:   "exec [-i] NAME | JOB/RANK -- CMD [ARGS...]",
+		Use:   "exec [-i] [-t] NAME | JOB/RANK -- CMD [ARGS...]",
 		Short: "Run a command inside a running container, or a rank of a job",
 		Long: `Run CMD inside a running container of this node, or inside rank RANK of job
 JOB wherever the cluster runs it (JOB/RANK), its output on this terminal's
@@ -354,14 +357,19 @@ CMD's (streamed to the rank's node); without, CMD gets no input.
 cairn's own failures exit as podman's do: 127 when CMD is not in the
 container (a path from its working directory, or a name on its PATH), 126
 when it is there but no executable file, 125 for anything else (no such
-container or job, not running, usage). -t (a terminal) is not supported:
-CMD runs with pipes. Note: a process started this way holds pipes to
-outside the container, so a checkpoint of the container or the rank's job
-is refused until it has ended.`,
+container or job, not running, usage). With -t, CMD runs on a terminal of
+its own, its stdout and stderr merged on it: with -i and this stdin a
+terminal, as a shell on it (raw, its size followed, Ctrl-C to CMD). Note: a
+process started this way holds pipes to outside the container, so a
+checkpoint of the container or the rank's job is refused until it has
+ended.`,
+		Example: `  cairn exec sim -- ls /tmp
+  cairn exec -it sim/3 -- bash
+  cairn exec -i sim/0 -- sh -c 'cat > /tmp/input' < input`,
 		Args: func(cmd *cobra.Command, args []string) error { return asOwnError(cobra.MinimumNArgs(2)(cmd, args)) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tty {
-				return asOwnError(usageError{errors.New("-t: cairn exec runs the command with pipes, not a terminal; -i gives it this stdin")})
+				return execTTY(cmd, args[0], args[1:], interactive)
 			}
 			var stdin io.Reader
 			if interactive {
@@ -387,8 +395,90 @@ is refused until it has ended.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "give CMD this stdin")
-	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "not supported: CMD runs with pipes")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run CMD on a terminal (with -i: this one's input, raw)")
 	return cmd
+}
+
+// execTTY runs args in ref (a container or JOB/RANK) on a terminal of its
+// own, with this stdin its input if interactive. For a rank, this
+// terminal, if stdin is one, is made raw while it runs (everything typed
+// goes to CMD, Ctrl-C included), and its size and changes of it are
+// sent; for a container here, runc does the same.
+func execTTY(cmd *cobra.Command, ref string, args []string, interactive bool) error {
+	var stdin *os.File
+	if interactive {
+		stdin = os.Stdin
+	}
+	var code int
+	var err error
+	if !strings.Contains(ref, "/") {
+		var m *container.Manager
+		if m, err = manager(); err == nil {
+			in := io.Reader(nil)
+			if stdin != nil {
+				in = stdin
+			}
+			code, err = m.ExecTTY(cmd.Context(), ref, args, in, cmd.OutOrStdout(), nil)
+		}
+	} else {
+		code, err = rankExecTTY(cmd, ref, args, stdin)
+	}
+	if err != nil {
+		return asOwnError(err)
+	}
+	if code != 0 {
+		return exitCodeError{code}
+	}
+	return nil
+}
+
+// rankExecTTY runs args in rank JOB/RANK (ref) on its node on a terminal
+// the agent makes, as execTTY says.
+func rankExecTTY(cmd *cobra.Command, ref string, args []string, stdin *os.File) (int, error) {
+	size := agentv1.WinSize{Rows: 24, Cols: 80}
+	sizeOf := func() (agentv1.WinSize, bool) {
+		for _, f := range []*os.File{os.Stdin, os.Stdout} {
+			if cols, rows, err := term.GetSize(int(f.Fd())); err == nil && rows > 0 && cols > 0 {
+				return agentv1.WinSize{Rows: uint16(rows), Cols: uint16(cols)}, true
+			}
+		}
+		return size, false
+	}
+	size, _ = sizeOf()
+	resizes := make(chan agentv1.WinSize, 1)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	defer signal.Stop(winch)
+	go func() {
+		for range winch {
+			if ws, ok := sizeOf(); ok {
+				select {
+				case resizes <- ws:
+				default:
+				}
+			}
+		}
+	}()
+	var in io.Reader
+	if stdin != nil {
+		in = stdin
+		if fd := int(stdin.Fd()); term.IsTerminal(fd) {
+			old, err := term.MakeRaw(fd)
+			if err != nil {
+				return -1, fmt.Errorf("make this terminal raw: %w", err)
+			}
+			defer term.Restore(fd, old)
+		}
+	}
+	code := -1
+	err := withRank(cmd, ref, func(ctx context.Context, ra *rpc.RankAgents, rank int) error {
+		ac := ra.Agent(rank)
+		defer ac.Close()
+		var err error
+		code, err = ac.ExecTTY(ctx, ra.RankName(rank), args, in, cmd.OutOrStdout(), size, resizes)
+		return err
+	})
+	return code, err
 }
 
 // rankExec runs args in rank JOB/RANK (ref) on its node.

@@ -25,6 +25,29 @@ var ErrUserNSExec = errors.New("exec into a container with a user namespace of i
 // Exec runs a command inside a running container with the given stdio and
 // returns its exit code.
 func (m *Manager) Exec(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	return m.exec(ctx, name, args, execIO{stdin: stdin, stdout: stdout, stderr: stderr})
+}
+
+// ExecTTY runs a command inside a running container on a terminal of its
+// own, which runc makes (`runc exec -t`) and joins to in and out: the
+// command's input, and its output, stdout and stderr merged. in is best a
+// terminal (a pty's slave, or the user's): runc sets it raw and gives the
+// command's terminal its size, again each time resized delivers (runc is
+// sent SIGWINCH, as a terminal's resize does). It returns the command's
+// exit code.
+func (m *Manager) ExecTTY(ctx context.Context, name string, args []string, in io.Reader, out io.Writer, resized <-chan struct{}) (int, error) {
+	return m.exec(ctx, name, args, execIO{stdin: in, stdout: out, stderr: out, tty: true, resized: resized})
+}
+
+// execIO is what a command run by exec is connected to.
+type execIO struct {
+	stdin          io.Reader // nil: none
+	stdout, stderr io.Writer
+	tty            bool
+	resized        <-chan struct{}
+}
+
+func (m *Manager) exec(ctx context.Context, name string, args []string, o execIO) (int, error) {
 	in, err := m.Get(ctx, name)
 	if err != nil {
 		return -1, err
@@ -41,16 +64,37 @@ func (m *Manager) Exec(ctx context.Context, name string, args []string, stdin io
 	if err := execLookup(in.Pid, in.Config.Env, in.Config.Cwd, args[0]); err != nil {
 		return -1, fmt.Errorf("exec in %s: %w", name, err)
 	}
-	a := m.runc.argv("", append([]string{"exec", m.runcID(name)}, args...)...)
-	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
-	if stdin != nil {
-		cmd.Stdin = stdin
+	runcArgs := []string{"exec"}
+	if o.tty {
+		runcArgs = append(runcArgs, "--tty")
 	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	a := m.runc.argv("", append(append(runcArgs, m.runcID(name)), args...)...)
+	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
+	if o.stdin != nil {
+		cmd.Stdin = o.stdin
+	}
+	cmd.Stdout, cmd.Stderr = o.stdout, o.stderr
 	// A stdin that is no file is copied by a goroutine that waits for
 	// its next read; once the command has exited, it is not waited for.
 	cmd.WaitDelay = time.Second
-	err = cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("exec in %s: %w", name, err)
+	}
+	if o.resized != nil {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-o.resized:
+					_ = cmd.Process.Signal(unix.SIGWINCH)
+				}
+			}
+		}()
+	}
+	err = cmd.Wait()
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):

@@ -35,6 +35,7 @@ var rules = []struct {
 	{"github.com/cairn-hpc/cairn/internal/names", nil, []string{"github.com/cairn-hpc/cairn/"}},
 	{"github.com/cairn-hpc/cairn/internal/proc", nil, []string{"github.com/cairn-hpc/cairn/"}},
 	{"github.com/cairn-hpc/cairn/internal/cpufeat", nil, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/pty", nil, []string{"github.com/cairn-hpc/cairn/"}},
 	{"github.com/cairn-hpc/cairn/internal/launch", nil, []string{"github.com/cairn-hpc/cairn/"}},
 	{"github.com/cairn-hpc/cairn/internal/image", []string{"github.com/cairn-hpc/cairn/internal/store", "github.com/cairn-hpc/cairn/internal/store/tier", "github.com/cairn-hpc/cairn/internal/chunker", "github.com/cairn-hpc/cairn/internal/durable", "github.com/cairn-hpc/cairn/internal/names"}, []string{"github.com/cairn-hpc/cairn/"}},
 	{"github.com/cairn-hpc/cairn/internal/criu", nil, []string{"github.com/cairn-hpc/cairn/"}},
@@ -95,7 +96,7 @@ var rules = []struct {
 	{"github.com/cairn-hpc/cairn/internal/testbed", []string{"github.com/cairn-hpc/cairn/internal/container", "github.com/cairn-hpc/cairn/internal/durable", "github.com/cairn-hpc/cairn/internal/metrics", "github.com/cairn-hpc/cairn/internal/netw", "github.com/cairn-hpc/cairn/internal/pki", "github.com/cairn-hpc/cairn/internal/proc", "github.com/cairn-hpc/cairn/internal/rpc"}, []string{"github.com/cairn-hpc/cairn/"}},
 	// A chaos run drives a testbed and its job through the coordinator's
 	// API, and measures with the model.
-	{"github.com/cairn-hpc/cairn/internal/chaos", []string{"github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/api/events/v1", "github.com/cairn-hpc/cairn/api/rank/v1", "github.com/cairn-hpc/cairn/internal/model", "github.com/cairn-hpc/cairn/internal/ringapp", "github.com/cairn-hpc/cairn/internal/rpc", "github.com/cairn-hpc/cairn/internal/testbed"}, []string{"github.com/cairn-hpc/cairn/"}},
+	{"github.com/cairn-hpc/cairn/internal/chaos", []string{"github.com/cairn-hpc/cairn/api/agent/v1", "github.com/cairn-hpc/cairn/api/coord/v1", "github.com/cairn-hpc/cairn/api/events/v1", "github.com/cairn-hpc/cairn/api/rank/v1", "github.com/cairn-hpc/cairn/internal/model", "github.com/cairn-hpc/cairn/internal/ringapp", "github.com/cairn-hpc/cairn/internal/rpc", "github.com/cairn-hpc/cairn/internal/testbed"}, []string{"github.com/cairn-hpc/cairn/"}},
 }
 
 // reach are rules on everything a package depends on, directly or not.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
@@ -279,6 +280,63 @@ func (c *AgentClient) Exec(ctx context.Context, name string, args []string, stdi
 		return -1, err
 	}
 	defer rc.Close()
+	return execReply(rc, name, stdout, stderr)
+}
+
+// ExecTTY runs args in a running container on the agent's node on a
+// terminal of size size, which the agent makes: the command's output
+// (stdout and stderr merged) is written to out as it comes, its input is
+// stdin's (nil: none), and each size from resizes is the terminal's new
+// one. It returns the command's exit code; failures are as Exec's.
+func (c *AgentClient) ExecTTY(ctx context.Context, name string, args []string, stdin io.Reader, out io.Writer, size agentv1.WinSize, resizes <-chan agentv1.WinSize) (int, error) {
+	q := url.Values{"arg": args, "tty": {"1"}, "rows": {strconv.Itoa(int(size.Rows))}, "cols": {strconv.Itoa(int(size.Cols))}}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	var mu sync.Mutex // one frame at a time
+	send := func(kind byte, data []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return agentv1.WriteExecFrame(pw, kind, data)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	if stdin != nil {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := stdin.Read(buf)
+				if n > 0 && send(agentv1.ExecStdin, buf[:n]) != nil {
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case ws := <-resizes:
+				if send(agentv1.ExecResize, ws.Encode()) != nil {
+					return
+				}
+			}
+		}
+	}()
+	rc, err := c.rpc.Duplex(ctx, agentv1.PathExec+url.PathEscape(name)+"?"+q.Encode(), pr)
+	if err != nil {
+		return -1, err
+	}
+	defer rc.Close()
+	return execReply(rc, name, out, out)
+}
+
+// execReply reads PathExec's reply frames, writing the command's output
+// to stdout and stderr, and returns its exit code.
+func execReply(rc io.Reader, name string, stdout, stderr io.Writer) (int, error) {
 	for {
 		f, err := agentv1.ReadExecFrame(rc)
 		if err != nil {

@@ -8,9 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cairn-hpc/cairn/internal/pty"
 	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
@@ -118,7 +121,7 @@ func TestClusterCLISafety(t *testing.T) {
 // testExecInRank: `cairn exec JOB/RANK` runs a command in that rank on
 // its node: its stdout and stderr apart, its exit code; -i streams this
 // stdin to it; cairn's own failures exit 125/126/127 as on a container;
-// -t is refused. Ranks of job sig run.
+// -it runs it on a terminal (execOnTerminal). Ranks of job sig run.
 func testExecInRank(t *testing.T, c *testutil.Cluster) {
 	t.Helper()
 	cmd := exec.Command(c.Bin, "--data", c.Data, "exec", "sig/1", "--", "sh", "-c", "echo rank=$CAIRN_RANK; echo oops >&2; exit 5")
@@ -150,11 +153,76 @@ func testExecInRank(t *testing.T, c *testutil.Cluster) {
 		{[]string{"exec", "sig/1", "--", "/etc/passwd"}, 126, "not an executable file"},
 		{[]string{"exec", "sig/7", "--", "true"}, 125, "ranks 0..1"},
 		{[]string{"exec", "nosuch/0", "--", "true"}, 125, "nosuch"},
-		{[]string{"exec", "-t", "sig/0", "--", "sh"}, 125, "not a terminal"},
 	} {
 		out, err := c.Run(tc.args...)
 		if code := exitCode(t, err); code != tc.code || !strings.Contains(out, tc.says) {
 			t.Errorf("cairn %s: exit %d, want %d saying %q:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.says, out)
+		}
+	}
+	execOnTerminal(t, c)
+}
+
+// execOnTerminal: `cairn exec -it JOB/RANK`, run on a terminal (a pty
+// standing for the user's), runs the command on a terminal of its own on
+// the rank's node, of this one's size; what is typed reaches it (Enter
+// as the newline a terminal makes of it), a resize of this terminal
+// reaches its terminal, and its exit code is cairn's.
+func execOnTerminal(t *testing.T, c *testutil.Cluster) {
+	t.Helper()
+	master, slave, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	if err := pty.SetSize(master, 33, 101); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(c.Bin, "--data", c.Data, "exec", "-it", "sig/0", "--", "sh", "-c",
+		`tty; stty size; read line; echo "got $line"; stty size; exit 3`)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	var mu sync.Mutex
+	var out strings.Builder
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			mu.Lock()
+			out.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	printed := func(s string) func() (bool, string) {
+		return func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return strings.Contains(out.String(), s), fmt.Sprintf("exec -it printed %q, not yet %q", out.String(), s)
+		}
+	}
+	testutil.WaitUntil(t, 30*time.Second, printed("33 101"))
+	if err := pty.SetSize(master, 40, 120); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the resize goes before the line is typed
+	if _, err := master.Write([]byte("hello\r")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitUntil(t, 30*time.Second, printed("40 120"))
+	if code := exitCode(t, cmd.Wait()); code != 3 {
+		t.Errorf("exec -it: exit %d, want 3", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, want := range []string{"/dev/pts/", "got hello\r\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("exec -it printed %q, without %q", out.String(), want)
 		}
 	}
 }

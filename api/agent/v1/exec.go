@@ -15,6 +15,12 @@ import (
 // they come, then its exit. A failure before the command runs is an
 // ordinary error reply (CodeExecNotFound, CodeExecNotExecutable,
 // CodeNotFound, CodeNotRunning, ...).
+//
+// With tty=1&rows=R&cols=C the command runs on a terminal of its own, of
+// that size: its output (stdout and stderr merged, as a terminal does)
+// comes as ExecStdout frames, and the request body is a stream of
+// ExecFrames too: ExecStdin for its input, ExecResize when the client's
+// terminal changes size.
 const PathExec = "/v1/exec/"
 
 const (
@@ -31,7 +37,26 @@ const (
 	ExecStdout byte = 1
 	ExecStderr byte = 2
 	ExecExit   byte = 3 // Data: the exit code, 4 bytes big-endian (a signal's death is 128+N)
+	ExecStdin  byte = 4 // client to agent, with tty=1: input
+	ExecResize byte = 5 // client to agent, with tty=1: the terminal's size (WinSize)
 )
+
+// WinSize is a terminal's size, in characters.
+type WinSize struct{ Rows, Cols uint16 }
+
+// Encode is s as an ExecResize frame's Data: rows then columns, 2 bytes
+// big-endian each.
+func (s WinSize) Encode() []byte {
+	return binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, s.Rows), s.Cols)
+}
+
+// DecodeWinSize reads an ExecResize frame's Data.
+func DecodeWinSize(b []byte) (WinSize, error) {
+	if len(b) != 4 {
+		return WinSize{}, fmt.Errorf("resize frame of %d bytes, want 4", len(b))
+	}
+	return WinSize{binary.BigEndian.Uint16(b[:2]), binary.BigEndian.Uint16(b[2:])}, nil
+}
 
 // MaxExecFrame is the largest Data of a frame.
 const MaxExecFrame = 1 << 20
