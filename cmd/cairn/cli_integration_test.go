@@ -632,7 +632,11 @@ func TestCLIStoreLifecycle(t *testing.T) {
 
 	// Export, drop, gc, import under another name, restore.
 	file := filepath.Join(t.TempDir(), "s4.cairn")
-	c.ok("export", "s:4", "-o", file)
+	var ex exported
+	c.json(&ex, "export", "s:4", "-o", file)
+	if fi, err := os.Stat(file); err != nil || ex.Checkpoint != "s:4" || ex.File != file || ex.Bytes != fi.Size() || ex.Logical <= 0 {
+		t.Fatalf("export --json: %+v (%v)", ex, err)
+	}
 	c.ok("checkpoint", "rm", "s:4")
 	c.ok("gc", "--keep", "1")
 	var rec image.Record

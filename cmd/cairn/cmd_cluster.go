@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -239,6 +240,7 @@ func coordClient() (*rpc.CoordClient, error) {
 func newUpCmd() *cobra.Command {
 	var underlay string
 	var offsets []string
+	var asJSON bool
 	var cfg testbed.Config
 	cmd := &cobra.Command{
 		Use:   "up [--nodes N] [--coordinators M]",
@@ -288,9 +290,15 @@ all of it.`,
 			}
 			cfg.Dir, cfg.Staging, cfg.CRIU, cfg.Runc, cfg.Out = testbed.Dir(global.dataDir), global.stagingDir, global.criuPath, global.runcPath, cmd.OutOrStdout()
 			cfg.CLI = cairnCmd()
+			if asJSON {
+				cfg.Out = io.Discard
+			}
 			lc, err := testbed.Up(cmd.Context(), cfg)
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), lc)
 			}
 			for _, nd := range lc.Nodes {
 				fmt.Fprintf(cfg.Out, "node %s: agent at %s (pid %d)\n", nd.Name, nd.Addr, nd.PID)
@@ -315,6 +323,7 @@ all of it.`,
 	f.DurationVar(&cfg.Deadline, "deadline", coord.DefaultDeadline, "time every rank has to prepare in a checkpoint round")
 	f.DurationVar(&cfg.NodeTTL, "node-ttl", coord.DefaultNodeTTL, "a node silent for this long is dead")
 	f.DurationVar(&cfg.MTBF, "mtbf", 0, "the coordinator's --mtbf: a node's mean time between failures, for --checkpoint-every auto")
+	f.BoolVar(&asJSON, "json", false, "print the cluster, as cluster.json keeps it, as JSON")
 	f.StringArrayVar(&offsets, "clock-offset", nil, "NODE=DURATION: NODE's monotonic and boot-time clocks run DURATION (whole seconds) ahead, as on a machine booted that much earlier (negative: later), so that restores and migrations meet what separate hosts' uptimes do (repeatable)")
 	return cmd
 }

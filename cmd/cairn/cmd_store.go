@@ -94,9 +94,17 @@ deduplication and compression ratios.`,
 	return cmd
 }
 
+// exported is what `cairn export --json` says.
+type exported struct {
+	Checkpoint string `json:"checkpoint"`
+	File       string `json:"file"`
+	Logical    int64  `json:"logical_bytes"` // the image's files
+	Bytes      int64  `json:"bytes"`         // the export file's
+}
+
 func newExportCmd() *cobra.Command {
 	var out string
-	var quiet bool
+	var quiet, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "export NAME:SEQ -o FILE",
 		Short: "Write one checkpoint as a single self-contained file",
@@ -113,19 +121,26 @@ func newExportCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			prog, done := progressBarOf("exporting "+args[0], quiet, "chunks")
+			prog, done := progressBarOf("exporting "+args[0], quiet || asJSON, "chunks")
 			rec, err := m.Repo().ExportFile(cmd.Context(), name, seq, out, prog)
 			done()
 			if err != nil {
 				return err
 			}
-			fi, _ := os.Stat(out)
+			fi, err := os.Stat(out)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), exported{Checkpoint: rec.Name(), File: out, Logical: rec.Logical, Bytes: fi.Size()})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "exported %s (%s) to %s (%s)\n", rec.Name(), human.Bytes(rec.Logical), out, human.Bytes(fi.Size()))
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write (required)")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was exported as JSON (no progress bar)")
 	return cmd
 }
 

@@ -63,9 +63,13 @@ func NewCluster(t testing.TB, n int, extra ...string) *Cluster {
 	underlay := fmt.Sprintf("10.218.%d.0/24", reserveUnderlay(t, r[2]))
 	jobs := fmt.Sprintf("10.%d.%d.0/20", 232+r[0]%8, r[1]%16*16)
 	t.Cleanup(c.down)
-	c.OK(append([]string{"up", "--nodes", strconv.Itoa(n), "--prefix", c.Prefix, "--underlay", underlay, "--job-subnets", jobs}, extra...)...)
-	for i := 1; i <= n; i++ {
-		c.Nodes = append(c.Nodes, fmt.Sprintf("%sn%d", c.Prefix, i))
+	out := c.OK(append([]string{"up", "--json", "--nodes", strconv.Itoa(n), "--prefix", c.Prefix, "--underlay", underlay, "--job-subnets", jobs}, extra...)...)
+	var up testbed.Cluster
+	if err := json.Unmarshal([]byte(out), &up); err != nil || len(up.Nodes) != n {
+		t.Fatalf("up --json: %v, %d nodes, want %d:\n%s", err, len(up.Nodes), n, out)
+	}
+	for _, nd := range up.Nodes {
+		c.Nodes = append(c.Nodes, nd.Name)
 	}
 	return c
 }
