@@ -32,6 +32,34 @@ func completeJobs(cmd *cobra.Command, args []string, prefix string) ([]string, c
 	return filterPrefix(jobNames(cmd.Context()), prefix), cobra.ShellCompDirectiveNoFileComp
 }
 
+// completeNodes completes a node of the cluster, the first argument.
+func completeNodes(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return completeNode(cmd, args, prefix)
+}
+
+// completeNode completes a node of the cluster, whatever the arguments
+// (a flag's value).
+func completeNode(cmd *cobra.Command, _ []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	return filterPrefix(nodeNames(cmd.Context()), prefix), cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeNodeList completes the last of a comma-separated list of the
+// cluster's nodes (--nodes, --placement).
+func completeNodeList(cmd *cobra.Command, _ []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	done, last := "", prefix
+	if i := strings.LastIndexByte(prefix, ','); i >= 0 {
+		done, last = prefix[:i+1], prefix[i+1:]
+	}
+	var out []string
+	for _, n := range filterPrefix(nodeNames(cmd.Context()), last) {
+		out = append(out, done+n)
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+}
+
 // completeCkpts completes NAME:SEQ of this node's checkpoints and
 // JOB:SEQ of the cluster's jobs' checkpoints, once NAME: is typed (a
 // name first).
@@ -103,6 +131,26 @@ func jobNames(ctx context.Context) []string {
 	return out
 }
 
+// nodeNames lists the cluster's nodes, if a cluster answers within 2 s.
+func nodeNames(ctx context.Context) []string {
+	c, err := coordClient()
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ns, err := c.Nodes(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
 func filterPrefix(names []string, prefix string) []string {
 	var out []string
 	for _, n := range names {
@@ -114,7 +162,8 @@ func filterPrefix(names []string, prefix string) []string {
 }
 
 // addCompletions gives the commands that take names their completion of
-// names: containers and jobs, jobs, or checkpoints.
+// names: containers and jobs, jobs, checkpoints or nodes, as arguments
+// and as the flags that name nodes.
 func addCompletions(root *cobra.Command) {
 	many := func(f cobra.CompletionFunc) cobra.CompletionFunc {
 		return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
@@ -127,6 +176,13 @@ func addCompletions(root *cobra.Command) {
 		"rm": many(completeNames), "restart": completeJobs, "flush": completeJobs,
 		"restore": completeCkpts, "export": completeCkpts, "verify": completeNames,
 		"checkpoint pin": many(completeCkpts), "checkpoint unpin": many(completeCkpts), "checkpoint rm": many(completeCkpts),
+		"drain": completeNodes, "node spare": completeNodes, "node undrain": completeNodes,
+		"node fail": completeNodes, "node revive": completeNodes,
+	}
+	flags := map[string]map[string]cobra.CompletionFunc{
+		"migrate": {"to": completeNode},
+		"run":     {"nodes": completeNodeList},
+		"restart": {"nodes": completeNodeList, "placement": completeNodeList},
 	}
 	var walk func(c *cobra.Command, path string)
 	walk = func(c *cobra.Command, path string) {
@@ -134,6 +190,9 @@ func addCompletions(root *cobra.Command) {
 			p := strings.TrimSpace(path + " " + sub.Name())
 			if f, ok := byPath[p]; ok && sub.ValidArgsFunction == nil {
 				sub.ValidArgsFunction = f
+			}
+			for flag, f := range flags[p] {
+				_ = sub.RegisterFlagCompletionFunc(flag, f)
 			}
 			walk(sub, p)
 		}

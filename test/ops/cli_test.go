@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -76,6 +77,7 @@ func TestClusterCLISafety(t *testing.T) {
 		t.Errorf("logs -f --tail of a rank: %v\n%s", err, out)
 	}
 	testExecInRank(t, c)
+	completeClusterNames(t, c)
 	if out, err := c.Run("rm", "sig"); exitCode(t, err) != 1 || !strings.Contains(out, "running") {
 		t.Errorf("rm of a running job without -f: %v\n%s", err, out)
 	}
@@ -275,6 +277,40 @@ func TestJobLaunchLikeSrun(t *testing.T) {
 	for r, out := range run("none", "--export", "NONE", "--workdir", "/tmp") {
 		if !strings.Contains(out, "cwd=/tmp keep= ssh=\n") {
 			t.Errorf("--export NONE --workdir /tmp, rank %d:\n%s", r, out)
+		}
+	}
+}
+
+// completeClusterNames: the shell's completion (cairn __complete) offers
+// the cluster's jobs, its nodes where a node is named (an argument, a
+// flag, the last of a list) and a job's checkpoints once JOB: is typed.
+// Job sig runs, with no checkpoint.
+func completeClusterNames(t *testing.T, c *testutil.Cluster) {
+	t.Helper()
+	complete := func(args ...string) []string {
+		t.Helper()
+		var names []string
+		for _, l := range strings.Split(strings.TrimSpace(c.OK(append([]string{"__complete"}, args...)...)), "\n") {
+			if !strings.HasPrefix(l, ":") && !strings.HasPrefix(l, "Completion ended") {
+				names = append(names, l)
+			}
+		}
+		return names
+	}
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"restart", ""}, []string{"sig"}},
+		{[]string{"drain", ""}, []string{n1, n2}},
+		{[]string{"node", "spare", n2[:len(n2)-1]}, []string{n1, n2}},
+		{[]string{"migrate", "sig/0", "--to", ""}, []string{n1, n2}},
+		{[]string{"run", "--nodes", n1 + "," + n2[:len(n2)-1]}, []string{n1 + "," + n1, n1 + "," + n2}},
+		{[]string{"restart", "sig", "--placement", ""}, []string{n1, n2}},
+	} {
+		if got := complete(tc.args...); !slices.Equal(got, tc.want) {
+			t.Errorf("complete %q: %q, want %q", tc.args, got, tc.want)
 		}
 	}
 }
