@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-hpc/cairn/internal/container"
+	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
 // completeNames completes a container of this node or a job of the
@@ -113,26 +114,29 @@ func containerNames(ctx context.Context) []string {
 
 // jobNames lists the cluster's jobs, if a cluster answers within 2 s.
 func jobNames(ctx context.Context) []string {
-	c, err := coordClient()
-	if err != nil {
-		return nil
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	js, err := c.Jobs(ctx)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, j := range js {
-		out = append(out, j.Name)
-	}
-	return out
+	return clusterNames(ctx, func(ctx context.Context, c *rpc.CoordClient) (out []string, err error) {
+		js, err := c.Jobs(ctx)
+		for _, j := range js {
+			out = append(out, j.Name)
+		}
+		return out, err
+	})
 }
 
 // nodeNames lists the cluster's nodes, if a cluster answers within 2 s.
 func nodeNames(ctx context.Context) []string {
+	return clusterNames(ctx, func(ctx context.Context, c *rpc.CoordClient) (out []string, err error) {
+		ns, err := c.Nodes(ctx)
+		for _, n := range ns {
+			out = append(out, n.Name)
+		}
+		return out, err
+	})
+}
+
+// clusterNames asks the cluster for names with list, within 2 s; none
+// if no cluster answers.
+func clusterNames(ctx context.Context, list func(context.Context, *rpc.CoordClient) ([]string, error)) []string {
 	c, err := coordClient()
 	if err != nil {
 		return nil
@@ -140,13 +144,9 @@ func nodeNames(ctx context.Context) []string {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	ns, err := c.Nodes(ctx)
+	out, err := list(ctx, c)
 	if err != nil {
 		return nil
-	}
-	var out []string
-	for _, n := range ns {
-		out = append(out, n.Name)
 	}
 	return out
 }
