@@ -64,7 +64,9 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request, name string, ar
 		return
 	}
 	resized := make(chan struct{}, 1)
+	input := make(chan struct{}) // closed once the body is read to its end
 	go func() {
+		defer close(input)
 		for {
 			f, err := agentv1.ReadExecFrame(r.Body)
 			if err != nil {
@@ -101,6 +103,13 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request, name string, ar
 		<-copied
 	}
 	s.execEnd(w, fw, name, code, err)
+	// The client ends its input once it has the exit: the body is not
+	// to be read after this returns.
+	select {
+	case <-input:
+	case <-r.Context().Done():
+	case <-time.After(5 * time.Second):
+	}
 }
 
 // parseWinSize reads a terminal's size from rows= and cols= (24x80 if
