@@ -12,6 +12,7 @@ import (
 
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 	"github.com/cairn-hpc/cairn/internal/pty"
+	"golang.org/x/term"
 )
 
 // exec runs a command in a container for a client (`cairn exec
@@ -60,6 +61,13 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request, name string, ar
 	defer master.Close()
 	defer slave.Close()
 	if err := pty.SetSize(master, size.Rows, size.Cols); err != nil {
+		failErr(w, err)
+		return
+	}
+	// Raw from the start, as the client's is: runc makes it raw too, but
+	// only once it has the command's terminal, after the first output
+	// may have passed.
+	if _, err := term.MakeRaw(int(slave.Fd())); err != nil {
 		failErr(w, err)
 		return
 	}

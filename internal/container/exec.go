@@ -80,17 +80,27 @@ func (m *Manager) exec(ctx context.Context, name string, args []string, o execIO
 	if err := cmd.Start(); err != nil {
 		return -1, fmt.Errorf("exec in %s: %w", name, err)
 	}
-	if o.resized != nil {
+	if o.tty {
 		done := make(chan struct{})
 		defer close(done)
 		go func() {
+			// runc sizes the command's terminal once at its start, which
+			// may come before it has the terminal (it is then left 0x0):
+			// a few SIGWINCHs early on make it size it again.
+			nudges := []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
 			for {
+				var nudge <-chan time.Time
+				if len(nudges) > 0 {
+					nudge = time.After(nudges[0])
+				}
 				select {
 				case <-done:
 					return
 				case <-o.resized:
-					_ = cmd.Process.Signal(unix.SIGWINCH)
+				case <-nudge:
+					nudges = nudges[1:]
 				}
+				_ = cmd.Process.Signal(unix.SIGWINCH)
 			}
 		}()
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // TestExecTTY: a command exec'd on a terminal gets one of its own, of the
-// size of the terminal it is given (runc copies it), its stdout and
+// size of the terminal it is given (runc copies it, which may take it a
+// moment: the command waits for a size), its stdout and
 // stderr both on it, and input typed on that terminal; its exit code is
 // returned.
 func TestExecTTY(t *testing.T) {
@@ -38,7 +39,7 @@ func TestExecTTY(t *testing.T) {
 		b, _ := io.ReadAll(master) // EIO once no one holds the slave
 		out <- string(b)
 	}()
-	code, err := m.ExecTTY(ctx, "tty", []string{"sh", "-c", "tty; stty size; echo to-stderr >&2; read l; echo got $l; exit 4"}, slave, slave, nil)
+	code, err := m.ExecTTY(ctx, "tty", []string{"sh", "-c", `tty; while [ "$(stty size)" = "0 0" ]; do sleep 0.05; done; stty size; echo to-stderr >&2; read l; echo got $l; exit 4`}, slave, slave, nil)
 	slave.Close()
 	got := <-out
 	if err != nil || code != 4 {

@@ -180,7 +180,7 @@ func execOnTerminal(t *testing.T, c *testutil.Cluster) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(c.Bin, "--data", c.Data, "exec", "-it", "sig/0", "--", "sh", "-c",
-		`tty; stty size; read line; echo "got $line"; stty size; exit 3`)
+		`tty; while [ "$(stty size)" = "0 0" ]; do sleep 0.05; done; stty size; read line; echo "got $line"; stty size; exit 3`)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	if err := cmd.Start(); err != nil {
