@@ -102,8 +102,9 @@ func (m *Manager) CopyLog(ctx context.Context, w io.Writer, name string, o LogOp
 		if err != nil {
 			return err
 		}
-		// "exiting": the shim is still writing out the last output.
-		if in.Status != "running" && in.Status != "paused" && in.Status != "exiting" || replaced(f, path) {
+		// Active includes exiting: the shim still writes out the last
+		// output.
+		if !in.Status.Active() || replaced(f, path) {
 			return copyNew()
 		}
 	}
