@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/cairn-hpc/cairn/internal/container"
-	"github.com/cairn-hpc/cairn/internal/pty"
 	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
@@ -23,14 +22,7 @@ func TestExecTTY(t *testing.T) {
 	if _, err := m.Run(ctx, container.Config{Name: "tty", Args: []string{"sleep", "1000"}}); err != nil {
 		t.Fatal(err)
 	}
-	master, slave, err := pty.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer master.Close()
-	if err := pty.SetSize(master, 33, 101); err != nil {
-		t.Fatal(err)
-	}
+	master, slave := testutil.Terminal(t, 33, 101)
 	if _, err := master.Write([]byte("typed\r")); err != nil {
 		t.Fatal(err)
 	}

@@ -171,14 +171,7 @@ func testExecInRank(t *testing.T, c *testutil.Cluster) {
 // reaches its terminal, and its exit code is cairn's.
 func execOnTerminal(t *testing.T, c *testutil.Cluster) {
 	t.Helper()
-	master, slave, err := pty.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer master.Close()
-	if err := pty.SetSize(master, 33, 101); err != nil {
-		t.Fatal(err)
-	}
+	master, slave := testutil.Terminal(t, 33, 101)
 	cmd := exec.Command(c.Bin, "--data", c.Data, "exec", "-it", "sig/0", "--", "sh", "-c",
 		`tty; while [ "$(stty size)" = "0 0" ]; do sleep 0.05; done; stty size; read line; echo "got $line"; stty size; exit 3`)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
