@@ -194,9 +194,6 @@ func (m *Manager) beginIncarnation(name string, st *State, rec *image.Record, hi
 // installLog makes path a copy of history ("": an empty file), and its
 // times history's (none if it has none), and returns its size.
 func installLog(path, history string) (int64, error) {
-	if err := installTimes(path, history); err != nil {
-		return 0, err
-	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, err
@@ -217,6 +214,9 @@ func installLog(path, history string) (int64, error) {
 		}
 	}
 	if err := tmp.Close(); err != nil {
+		return 0, err
+	}
+	if err := installTimes(path, history, n); err != nil {
 		return 0, err
 	}
 	return n, os.Rename(tmp.Name(), path)
@@ -278,18 +278,23 @@ func (m *Manager) keepOutput(ctx context.Context, st *State, imgDir string, stop
 	return &image.LogInfo{Incarnation: incs[len(incs)-1].N, Bytes: n}, nil
 }
 
-// installTimes makes path's times those of history: a copy, or none.
-func installTimes(path, history string) error {
+// installTimes gives path the marks of history for its first n bytes,
+// the log made from it. history's times came with an image, a peer's or
+// an imported one, and are read as any input is: marks that go back give
+// the log no times (its lines show none), rather than a file that the
+// shim's next marks would follow out of order and that every later
+// checkpoint would refuse; marks past the log's end are left out.
+func installTimes(path, history string, n int64) error {
 	os.Remove(timesOf(path))
 	if history == "" {
 		return nil
 	}
-	b, err := os.ReadFile(timesOf(history))
-	if errors.Is(err, os.ErrNotExist) {
+	marks, err := loadMarks(history)
+	if errors.Is(err, errBadMarks) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("restore the log's times: %w", err)
 	}
-	return os.WriteFile(timesOf(path), b, 0o600)
+	return writeMarks(timesOf(path), marks, n)
 }

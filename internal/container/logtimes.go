@@ -42,8 +42,12 @@ func (m mark) encode() []byte {
 	return b
 }
 
+// errBadMarks is returned for a times file that is no log's: a mark
+// before offset 0, or one that goes back.
+var errBadMarks = errors.New("log times out of order")
+
 // readMarks reads the marks of r; a torn last mark (a shim killed as it
-// wrote) is left out, and marks that go back are refused.
+// wrote) is left out, and marks that go back are refused (errBadMarks).
 func readMarks(r io.Reader) ([]mark, error) {
 	var out []mark
 	br := bufio.NewReader(r)
@@ -56,8 +60,11 @@ func readMarks(r io.Reader) ([]mark, error) {
 			return nil, err
 		}
 		m := mark{int64(binary.LittleEndian.Uint64(b[:8])), int64(binary.LittleEndian.Uint64(b[8:]))}
-		if n := len(out); n > 0 && m.off < out[n-1].off || m.off < 0 {
-			return nil, fmt.Errorf("log times: mark %d at offset %d after one at %d", n, m.off, out[n-1].off)
+		if m.off < 0 {
+			return nil, fmt.Errorf("%w: mark %d at offset %d", errBadMarks, len(out), m.off)
+		}
+		if n := len(out); n > 0 && m.off < out[n-1].off {
+			return nil, fmt.Errorf("%w: mark %d at offset %d after one at %d", errBadMarks, n, m.off, out[n-1].off)
 		}
 		out = append(out, m)
 	}
@@ -129,8 +136,17 @@ func loadMarks(path string) ([]mark, error) {
 // to dst; nothing if the log has none.
 func keepMarks(src, dst string, cut int64) error {
 	marks, err := loadMarks(src)
-	if err != nil || marks == nil {
+	if err != nil {
 		return err
+	}
+	return writeMarks(dst, marks, cut)
+}
+
+// writeMarks writes the marks for a log's first cut bytes to dst; no file
+// for no marks.
+func writeMarks(dst string, marks []mark, cut int64) error {
+	if marks == nil {
+		return nil
 	}
 	var buf bytes.Buffer
 	for _, m := range marks {

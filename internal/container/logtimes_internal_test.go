@@ -91,3 +91,45 @@ func TestMarkFile(t *testing.T) {
 		t.Errorf("no times: %v, %v", marks, err)
 	}
 }
+
+// TestInstallTimes: a restored log's times are those that came with its
+// image for the bytes it has; times from an image that are no log's
+// (marks going back, or before offset 0: a crafted import) give it none,
+// and neither panic nor fail the restore.
+func TestInstallTimes(t *testing.T) {
+	dir := t.TempDir()
+	history, log := filepath.Join(dir, "history"), filepath.Join(dir, "container.log")
+	write := func(marks ...mark) {
+		var b []byte
+		for _, m := range marks {
+			b = append(b, m.encode()...)
+		}
+		if err := os.WriteFile(timesOf(history), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(mark{0, 100}, mark{10, 200}, mark{50, 300})
+	if err := installTimes(log, history, 20); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := loadMarks(log); err != nil || len(got) != 2 || got[1] != (mark{10, 200}) {
+		t.Errorf("times of a 20-byte log: %v, %v", got, err)
+	}
+	for what, marks := range map[string][]mark{
+		"going back":    {{10, 100}, {5, 200}},
+		"before zero":   {{-1, 100}},
+		"far before it": {{0, 100}, {-9, 200}},
+	} {
+		write(marks...)
+		if err := installTimes(log, history, 20); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+		if _, err := os.Stat(timesOf(log)); !os.IsNotExist(err) {
+			t.Errorf("%s: the log got times (%v)", what, err)
+		}
+	}
+	// No history, no times.
+	if err := installTimes(log, "", 0); err != nil {
+		t.Fatal(err)
+	}
+}
