@@ -169,9 +169,8 @@ func (m *Manager) beginIncarnation(name string, st *State, rec *image.Record, hi
 		if err := os.MkdirAll(filepath.Join(dir, incarnationsDir), 0o700); err != nil {
 			return err
 		}
-		for _, from := range []string{logName, timesOf(logName)} {
-			to := filepath.Join(dir, cur.Log+strings.TrimPrefix(from, logName))
-			if err := os.Rename(filepath.Join(dir, from), to); err != nil && !errors.Is(err, os.ErrNotExist) {
+		for from, to := range map[string]string{logName: cur.Log, image.TimesOf(logName): image.TimesOf(cur.Log)} {
+			if err := os.Rename(filepath.Join(dir, from), filepath.Join(dir, to)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("keep the log of incarnation %d: %w", cur.N, err)
 			}
 		}
@@ -285,7 +284,7 @@ func (m *Manager) keepOutput(ctx context.Context, st *State, imgDir string, stop
 // shim's next marks would follow out of order and that every later
 // checkpoint would refuse; marks past the log's end are left out.
 func installTimes(path, history string, n int64) error {
-	os.Remove(timesOf(path))
+	os.Remove(image.TimesOf(path))
 	if history == "" {
 		return nil
 	}
@@ -296,5 +295,5 @@ func installTimes(path, history string, n int64) error {
 	if err != nil {
 		return fmt.Errorf("restore the log's times: %w", err)
 	}
-	return writeMarks(timesOf(path), marks, n)
+	return writeMarks(image.TimesOf(path), marks, n)
 }

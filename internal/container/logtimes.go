@@ -33,8 +33,6 @@ type mark struct{ off, ns int64 }
 // markEvery is the least time between two marks.
 const markEvery = int64(time.Millisecond)
 
-func timesOf(log string) string { return log + image.TimesSuffix }
-
 func (m mark) encode() []byte {
 	b := make([]byte, markSize)
 	binary.LittleEndian.PutUint64(b[:8], uint64(m.off))
@@ -78,7 +76,7 @@ type markFile struct {
 
 // openMarks opens the marks of the log at path.
 func openMarks(path string) (*markFile, error) {
-	f, err := os.Open(timesOf(path))
+	f, err := os.Open(image.TimesOf(path))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -121,7 +119,7 @@ func (mf *markFile) Close() error {
 
 // loadMarks reads the marks of the log at path; none if it has no times.
 func loadMarks(path string) ([]mark, error) {
-	f, err := os.Open(timesOf(path))
+	f, err := os.Open(image.TimesOf(path))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

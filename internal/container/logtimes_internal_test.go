@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairn-hpc/cairn/internal/image"
 )
 
 // TestStamper: a line takes the time of the last mark at or before its
@@ -53,7 +55,7 @@ func TestStamper(t *testing.T) {
 func TestMarkFile(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "x.log")
-	f, err := os.OpenFile(timesOf(log), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(image.TimesOf(log), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestInstallTimes(t *testing.T) {
 		for _, m := range marks {
 			b = append(b, m.encode()...)
 		}
-		if err := os.WriteFile(timesOf(history), b, 0o600); err != nil {
+		if err := os.WriteFile(image.TimesOf(history), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -124,7 +126,7 @@ func TestInstallTimes(t *testing.T) {
 		if err := installTimes(log, history, 20); err != nil {
 			t.Errorf("%s: %v", what, err)
 		}
-		if _, err := os.Stat(timesOf(log)); !os.IsNotExist(err) {
+		if _, err := os.Stat(image.TimesOf(log)); !os.IsNotExist(err) {
 			t.Errorf("%s: the log got times (%v)", what, err)
 		}
 	}

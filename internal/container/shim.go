@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cairn-hpc/cairn/internal/image"
 	"github.com/cairn-hpc/cairn/internal/proc"
 )
 
@@ -95,7 +96,7 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 	}
 	defer logf.Close()
 	// Without its times the output is still kept: lines show no time.
-	times, err := os.OpenFile(timesOf(spec.LogPath), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	times, err := os.OpenFile(image.TimesOf(spec.LogPath), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		times = nil
 	} else {

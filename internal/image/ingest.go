@@ -71,7 +71,7 @@ func (r Repo) Ingest(ctx context.Context, src string, rec *Record, progress Prog
 	}
 	nodes = append(nodes, fsNodes...)
 	// The container's output and its times, if the checkpoint kept them.
-	for _, name := range []string{LogName, LogTimesName} {
+	for _, name := range outputFiles {
 		fi, err := os.Lstat(filepath.Join(src, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

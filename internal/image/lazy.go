@@ -69,7 +69,7 @@ func (h *Head) PagesChunks() map[string][]store.ID {
 // their size with nothing in them (sparse), for a lazy restore to write
 // what the restore reads itself (WritePages) and to serve the rest. It
 // writes the output kept with the image to logDst, and its times to
-// logDst+TimesSuffix, if it kept them.
+// TimesOf(logDst), if it kept them.
 func MaterializeLazy(ctx context.Context, h *Head, src Chunks, criuDst, fsDst, logDst string) error {
 	rec, m := h.Record, h.Manifest
 	if err := checkShape(m, rec.FilesOnly); err != nil {
@@ -100,7 +100,7 @@ func MaterializeLazy(ctx context.Context, h *Head, src Chunks, criuDst, fsDst, l
 				return err
 			}
 		case n.Path == LogTimesName:
-			if err := write(n, logDst+TimesSuffix); err != nil {
+			if err := write(n, TimesOf(logDst)); err != nil {
 				return err
 			}
 		}

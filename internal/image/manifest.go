@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cairn-hpc/cairn/internal/store"
@@ -26,12 +27,17 @@ const (
 	LogTimesName = LogName + TimesSuffix
 )
 
-// TimesSuffix names the file of when a log's bytes came beside the log:
-// LOG + TimesSuffix.
+// TimesSuffix names the file of when a log's bytes came beside the log.
 const TimesSuffix = ".times"
 
+// TimesOf is the file of when the bytes of the log at path came.
+func TimesOf(path string) string { return path + TimesSuffix }
+
+// outputFiles are the files of an image that hold the container's output.
+var outputFiles = []string{LogName, LogTimesName}
+
 // isOutput reports whether a manifest path is one of the output files.
-func isOutput(path string) bool { return path == LogName || path == LogTimesName }
+func isOutput(path string) bool { return slices.Contains(outputFiles, path) }
 
 // ErrCorrupt is returned when an image cannot be read back intact: a
 // chunk, manifest or record that is damaged or missing. Use errors.As with

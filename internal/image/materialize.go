@@ -63,7 +63,7 @@ func (r Repo) Materialize(ctx context.Context, rec *Record, criuDst, fsDst strin
 
 // MaterializeLog writes the container's output kept with an image (the
 // manifest's LogName) to a new file dst, and its times (LogTimesName), if
-// the image has them, to dst+TimesSuffix, every chunk verified as in
+// the image has them, to TimesOf(dst), every chunk verified as in
 // Materialize. It reports false, and writes nothing, for an image that
 // kept no output.
 func (r Repo) MaterializeLog(ctx context.Context, rec *Record, dst string) (bool, error) {
@@ -87,7 +87,7 @@ func (r Repo) MaterializeLog(ctx context.Context, rec *Record, dst string) (bool
 			kept = true
 			err = r.writeFile(ctx, st, rec, n, dst, nil)
 		case LogTimesName:
-			err = r.writeFile(ctx, st, rec, n, dst+TimesSuffix, nil)
+			err = r.writeFile(ctx, st, rec, n, TimesOf(dst), nil)
 		}
 		if err != nil {
 			return false, err

@@ -57,7 +57,7 @@ func stagedFiles(dir string) ([]string, []int64, error) {
 	for _, e := range ents {
 		files = append(files, CRIUDir+"/"+e.Name())
 	}
-	for _, name := range []string{LogName, LogTimesName} {
+	for _, name := range outputFiles {
 		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
 			files = append(files, name)
 		}
