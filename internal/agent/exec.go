@@ -30,7 +30,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, name string) {
 		s.execTTY(w, r, name, args)
 		return
 	}
-	fw := &frames{w: w}
+	fw := newFrames(w)
 	var stdin io.Reader // nil: no input
 	if q.Get("stdin") == "1" {
 		stdin = r.Body
@@ -95,7 +95,7 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request, name string, ar
 			}
 		}
 	}()
-	fw := &frames{w: w}
+	fw := newFrames(w)
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
@@ -155,41 +155,37 @@ func (s *Server) execEnd(w http.ResponseWriter, fw *frames, name string, code in
 	fw.write(agentv1.ExecExit, b[:])
 }
 
-// frames writes agentv1.ExecFrames to a reply, one at a time (stdout and
-// stderr come from two goroutines), flushed at once; the reply's header
-// goes out with the first.
+// frames writes agentv1.ExecFrames to a streamed reply, one at a time
+// (stdout and stderr come from two goroutines), each flushed at once.
 type frames struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	started bool
+	mu sync.Mutex
+	sw streamWriter
+}
+
+func newFrames(w http.ResponseWriter) *frames {
+	return &frames{sw: streamWriter{w: w, contentType: "application/octet-stream"}}
 }
 
 func (f *frames) begun() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.started
+	return f.sw.started
 }
 
 func (f *frames) write(kind byte, p []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.started {
-		f.w.Header().Set("Content-Type", "application/octet-stream")
-		f.w.WriteHeader(http.StatusOK)
-		f.started = true
-	}
+	f.sw.start()
 	for {
 		n := min(len(p), agentv1.MaxExecFrame)
-		if err := agentv1.WriteExecFrame(f.w, kind, p[:n]); err != nil {
+		if err := agentv1.WriteExecFrame(f.sw.w, kind, p[:n]); err != nil {
 			return err
 		}
 		if p = p[n:]; len(p) == 0 {
 			break
 		}
 	}
-	if fl, ok := f.w.(http.Flusher); ok {
-		fl.Flush()
-	}
+	f.sw.flush()
 	return nil
 }
 

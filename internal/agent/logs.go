@@ -18,7 +18,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
 		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, err.Error())
 		return
 	}
-	out := &streamWriter{w: w}
+	out := &streamWriter{w: w, contentType: "text/plain"}
 	err = s.Manager.CopyLog(r.Context(), out, name, container.LogOptions{
 		Incarnation: q.Incarnation, Follow: q.Follow, Timestamps: q.Timestamps, Since: q.Since})
 	if err != nil && !out.started {
@@ -28,16 +28,18 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, name string) {
 	out.start() // an empty log is an empty answer
 }
 
-// streamWriter answers 200 with its first write, and flushes every write
-// to the client as it comes.
+// streamWriter is a streamed reply: 200 and its header go out with its
+// first write (or start), and every write is flushed to the client as it
+// comes.
 type streamWriter struct {
-	w       http.ResponseWriter
-	started bool
+	w           http.ResponseWriter
+	contentType string
+	started     bool
 }
 
 func (sw *streamWriter) start() {
 	if !sw.started {
-		sw.w.Header().Set("Content-Type", "text/plain")
+		sw.w.Header().Set("Content-Type", sw.contentType)
 		sw.w.WriteHeader(http.StatusOK)
 		sw.started = true
 	}
@@ -46,10 +48,14 @@ func (sw *streamWriter) start() {
 func (sw *streamWriter) Write(p []byte) (int, error) {
 	sw.start()
 	n, err := sw.w.Write(p)
+	sw.flush()
+	return n, err
+}
+
+func (sw *streamWriter) flush() {
 	if fl, ok := sw.w.(http.Flusher); ok {
 		fl.Flush()
 	}
-	return n, err
 }
 
 // incarnations lists a container's incarnations on this node.
