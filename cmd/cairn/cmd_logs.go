@@ -368,23 +368,7 @@ ended.`,
   cairn exec -i sim/0 -- sh -c 'cat > /tmp/input' < input`,
 		Args: func(cmd *cobra.Command, args []string) error { return asOwnError(cobra.MinimumNArgs(2)(cmd, args)) },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if tty {
-				return execTTY(cmd, args[0], args[1:], interactive)
-			}
-			var stdin io.Reader
-			if interactive {
-				stdin = os.Stdin
-			}
-			var code int
-			var err error
-			if strings.Contains(args[0], "/") {
-				code, err = rankExec(cmd, args[0], args[1:], stdin)
-			} else {
-				var m *container.Manager
-				if m, err = manager(); err == nil {
-					code, err = m.Exec(cmd.Context(), args[0], args[1:], stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
-				}
-			}
+			code, err := runExec(cmd, args[0], args[1:], interactive, tty)
 			if err != nil {
 				return asOwnError(err)
 			}
@@ -399,42 +383,36 @@ ended.`,
 	return cmd
 }
 
-// execTTY runs args in ref (a container or JOB/RANK) on a terminal of its
-// own, with this stdin its input if interactive. For a rank, this
-// terminal, if stdin is one, is made raw while it runs (everything typed
-// goes to CMD, Ctrl-C included), and its size and changes of it are
-// sent; for a container here, runc does the same.
-func execTTY(cmd *cobra.Command, ref string, args []string, interactive bool) error {
-	var stdin *os.File
+// runExec runs args in ref, a container here or rank JOB/RANK, and
+// returns its exit code: with this stdin its input if interactive, on a
+// terminal of its own with tty. For a rank, this terminal, if stdin is
+// one, is made raw while it runs (everything typed goes to CMD, Ctrl-C
+// included), and its size and changes of it are sent; for a container
+// here, runc does the same.
+func runExec(cmd *cobra.Command, ref string, args []string, interactive, tty bool) (int, error) {
+	var stdin io.Reader // nil: none
 	if interactive {
 		stdin = os.Stdin
 	}
-	var code int
-	var err error
-	if !strings.Contains(ref, "/") {
-		var m *container.Manager
-		if m, err = manager(); err == nil {
-			in := io.Reader(nil)
-			if stdin != nil {
-				in = stdin
-			}
-			code, err = m.ExecTTY(cmd.Context(), ref, args, in, cmd.OutOrStdout(), nil)
+	if strings.Contains(ref, "/") {
+		if tty {
+			return rankExecTTY(cmd, ref, args, interactive)
 		}
-	} else {
-		code, err = rankExecTTY(cmd, ref, args, stdin)
+		return rankExec(cmd, ref, args, stdin)
 	}
+	m, err := manager()
 	if err != nil {
-		return asOwnError(err)
+		return -1, err
 	}
-	if code != 0 {
-		return exitCodeError{code}
+	if tty {
+		return m.ExecTTY(cmd.Context(), ref, args, stdin, cmd.OutOrStdout(), nil)
 	}
-	return nil
+	return m.Exec(cmd.Context(), ref, args, stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
 }
 
 // rankExecTTY runs args in rank JOB/RANK (ref) on its node on a terminal
-// the agent makes, as execTTY says.
-func rankExecTTY(cmd *cobra.Command, ref string, args []string, stdin *os.File) (int, error) {
+// the agent makes, as runExec says.
+func rankExecTTY(cmd *cobra.Command, ref string, args []string, interactive bool) (int, error) {
 	size := agentv1.WinSize{Rows: 24, Cols: 80}
 	sizeOf := func() (agentv1.WinSize, bool) {
 		for _, f := range []*os.File{os.Stdin, os.Stdout} {
@@ -460,9 +438,9 @@ func rankExecTTY(cmd *cobra.Command, ref string, args []string, stdin *os.File) 
 		}
 	}()
 	var in io.Reader
-	if stdin != nil {
-		in = stdin
-		if fd := int(stdin.Fd()); term.IsTerminal(fd) {
+	if interactive {
+		in = os.Stdin
+		if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
 			old, err := term.MakeRaw(fd)
 			if err != nil {
 				return -1, fmt.Errorf("make this terminal raw: %w", err)
