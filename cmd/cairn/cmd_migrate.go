@@ -15,9 +15,9 @@ import (
 
 func newMigrateCmd() *cobra.Command {
 	var to string
-	var asJSON bool
+	var asJSON, postCopy bool
 	cmd := &cobra.Command{
-		Use:   "migrate JOB/RANK [--to NODE]",
+		Use:   "migrate JOB/RANK [--to NODE] [--post-copy]",
 		Short: "Move one rank of a running job to another node while the rest of the job waits",
 		Long: `Move one rank to another node without a checkpoint of the whole job:
 (1) every rank of the job is frozen with its network locked and the moving
@@ -26,10 +26,19 @@ node; (3) the target restores the rank from memory with the same address;
 (4) every rank resumes. If anything fails before the rank runs on the
 target, the job resumes where it was and the error says what failed.
 
+With --post-copy the rank moves without its memory: it runs on the target
+as soon as it is restored there, and its pages follow from the source as
+it touches them and in the background, so the job waits for the dump and
+the rank's files but not for its memory to cross. The source keeps the
+pages in memory until the last one has arrived. If the source node or its
+agent fails before then, the rank cannot go on: it is killed, and the job
+restarts from its newest checkpoint.
+
 Without --to the rank goes to a spare node first, else to the least loaded
 node. The migration's phases are in 'cairn events --job JOB' and its
 record in 'cairn migrations JOB'.`,
 		Example: `  cairn migrate sim/3 --to cl-n4
+  cairn migrate sim/3 --to cl-n4 --post-copy
   cairn migrate sim/0`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -38,7 +47,7 @@ record in 'cairn migrations JOB'.`,
 				return err
 			}
 			return withCoord(func(c *rpc.CoordClient) error {
-				m, err := c.Migrate(cmd.Context(), job, rank, to)
+				m, err := c.Migrate(cmd.Context(), job, coordv1.Migrate{Rank: rank, To: to, PostCopy: postCopy})
 				if err != nil {
 					return goesOn(cmd.Context(), err, "migration of "+args[0], "`"+cairnCmd()+" migrations "+job+"`")
 				}
@@ -52,6 +61,7 @@ record in 'cairn migrations JOB'.`,
 	}
 	cmd.Flags().StringVar(&to, "to", "", "node to move the rank to (default: a spare, else the least loaded node)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the migration record as JSON")
+	cmd.Flags().BoolVar(&postCopy, "post-copy", false, "move the rank's memory after it runs on the target (the job waits less; a source failure meanwhile restarts the job)")
 	return cmd
 }
 

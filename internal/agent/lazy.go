@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,11 +16,12 @@ import (
 	"github.com/cairn-hpc/cairn/internal/store"
 )
 
-// lazySource prepares a lazy restore of checkpoint container:seq, which
-// this node does not hold, from its holders: the head first, from the
-// first holder that sends a good one, then chunks as the restore and the
-// page server ask for them (lazyChunks), which the caller closes.
-func (s *Server) lazySource(ctx context.Context, container string, seq int, holders []agentv1.Holder) (*image.Head, *lazyChunks, error) {
+// holderSource prepares a restore of checkpoint container:seq, which this
+// node does not hold, from its holders (what: "lazy restore" or "restore
+// from the stream", for the log): the head first, from the first holder
+// that sends a good one, then chunks as the restore and the page server
+// ask for them (lazyChunks), which the caller closes.
+func (s *Server) holderSource(ctx context.Context, what, container string, seq int, holders []agentv1.Holder) (*image.Head, *lazyChunks, error) {
 	if len(holders) == 0 {
 		return nil, nil, badRequest(errors.New("a lazy restore needs at least one holder of the image"))
 	}
@@ -32,7 +34,7 @@ func (s *Server) lazySource(ctx context.Context, container string, seq int, hold
 		f.close()
 		return nil, nil, err
 	}
-	return head, s.lazyChunks(&holderChunks{f: f}), nil
+	return head, s.lazyChunks(&holderChunks{f: f, what: what}), nil
 }
 
 // lazyChunks returns the chunks of an image a lazy restore asks for: from
@@ -71,6 +73,7 @@ type remoteChunks interface {
 // its share fetched from the next.
 type holderChunks struct {
 	f    *fetcher
+	what string // the restore, for the log
 	next atomic.Uint32
 }
 
@@ -195,12 +198,12 @@ func (c *holderChunks) fetch(ctx context.Context, part []store.ID, first int, ke
 			return ctx.Err()
 		}
 		if h.failed() == nil {
-			c.f.s.log().Warn("lazy restore: holder given up; its pages come from the others", "ckpt", c.f.image, "peer", h.Node, "err", err)
+			c.f.s.log().Warn(c.what+": holder given up; its pages come from the others", "ckpt", c.f.image, "peer", h.Node, "err", err)
 		}
 		h.giveUp(err)
 	}
 	if len(part) > 0 {
-		return fmt.Errorf("lazy restore of %s: %d chunks from no holder: %w", c.f.image, len(part), c.f.errs())
+		return fmt.Errorf("%s of %s: %d chunks from no holder: %w", c.what, c.f.image, len(part), c.f.errs())
 	}
 	return nil
 }
@@ -215,7 +218,7 @@ func (s *Server) lazyRestore(ctx context.Context, name string, req agentv1.RankR
 	if req.Tier != nil {
 		head, lc, err = s.lazyTierSource(ctx, name, req.Seq, *req.Tier)
 	} else {
-		head, lc, err = s.lazySource(ctx, name, req.Seq, req.Lazy)
+		head, lc, err = s.holderSource(ctx, "lazy restore", name, req.Seq, req.Lazy)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -262,4 +265,21 @@ func (c *holderChunks) repairDamaged(image string) {
 		}
 		c.f.s.log().Info("lazy restore: damaged copy repaired", "ckpt", image, "peer", h.Node, "from", good.Node, "chunks", img.Repaired)
 	}
+}
+
+// streamed logs which holders sent a rank restored from the stream, and
+// repairs those that served damage.
+func (s *Server) streamed(image string, lc *lazyChunks) {
+	var from []string
+	var bytes int64
+	if hc, ok := lc.remote.(*holderChunks); ok {
+		for _, h := range hc.f.holders {
+			if sh := h.share(); sh.Bytes > 0 {
+				from = append(from, sh.Node)
+				bytes += sh.Bytes
+			}
+		}
+	}
+	s.log().Info("restored from the stream", "ckpt", image, "peer", strings.Join(from, ","), "bytes", bytes)
+	lc.remote.done(image)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/container"
 	"github.com/cairn-hpc/cairn/internal/failpoint"
 	"github.com/cairn-hpc/cairn/internal/image"
 	"github.com/cairn-hpc/cairn/internal/rpc"
@@ -50,7 +51,11 @@ func (s *Server) staged(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	}
 	rec := p.Record()
-	if err := image.WriteStaged(w, p.ImageDir(), &rec, announce); err != nil {
+	write := image.WriteStaged
+	if r.URL.Query().Get("lazy") == "1" {
+		write = image.WriteStagedLazy
+	}
+	if err := write(w, p.ImageDir(), &rec, announce); err != nil {
 		if !started {
 			failErr(w, err)
 			return
@@ -68,7 +73,7 @@ func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.
 	start := time.Now()
 	c := rpc.NewAgentClient(req.From, req.FromNode, s.Creds)
 	defer c.Close()
-	body, size, err := c.Staged(ctx, name, req.Seq)
+	body, size, err := c.Staged(ctx, name, req.Seq, req.PostCopy)
 	if errors.Is(err, rpc.ErrNoStagedSize) {
 		err = &image.CorruptError{Image: fmt.Sprintf("%s:%d", name, req.Seq), What: "staged image stream", Reason: err.Error(), Err: err}
 	}
@@ -83,7 +88,12 @@ func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.
 	if err != nil {
 		return out, err
 	}
-	defer os.RemoveAll(dir)
+	restoring := false // from then on, the restore uses dir up
+	defer func() {
+		if !restoring {
+			os.RemoveAll(dir)
+		}
+	}()
 	rec, n, err := image.ReceiveStaged(body, dir, size)
 	out.Bytes, out.Move = n, time.Since(start)
 	if err != nil {
@@ -96,7 +106,14 @@ func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.
 	// Restored straight from the staged image: the store is no part of a
 	// move (the image is no consistent cut of the job, so no checkpoint).
 	t := time.Now()
-	if _, err := s.rankRestore(ctx, agentv1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}, dir, &rec); err != nil {
+	var lz *container.Lazy
+	abandon := func() {}
+	if req.PostCopy {
+		lz, abandon = s.postCopy(req.From, req.FromNode, agentv1.ImageRef{Container: name, Seq: req.Seq})
+	}
+	restoring = true
+	if _, err := s.rankRestore(ctx, agentv1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}, dir, &rec, lz); err != nil {
+		abandon()
 		return out, fmt.Errorf("migrate %s: restore: %w", name, err)
 	}
 	out.Restore = time.Since(t)
@@ -116,10 +133,15 @@ func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.
 // migrateOut removes a rank that moved to another node: its prepare is
 // dropped without unlocking its network (the rank runs again only to be
 // killed, and cannot send a packet meanwhile), then its container and
-// network namespace go.
+// network namespace go. A donor's pages stay for the target (donor.go).
 func (s *Server) migrateOut(ctx context.Context, req agentv1.MigrateOut) error {
 	ctx = context.WithoutCancel(ctx)
 	name := agentv1.RankName(req.Job, req.Rank.Rank)
+	if req.Donor {
+		if err := s.donors.donate(ckptKey{name, req.Seq}, s.part.staged, s.log()); err != nil {
+			return fmt.Errorf("keep the pages of %s:%d for its post-copy target: %w", name, req.Seq, err)
+		}
+	}
 	_ = s.part.migrateOut(ctx, ckptKey{name, req.Seq})
 	return s.rankRemove(ctx, agentv1.RankRemove{Rank: req.Rank, VNI: req.VNI, Addr: req.Addr})
 }

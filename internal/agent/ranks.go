@@ -207,19 +207,23 @@ func (s *Server) attachedNet(ctx context.Context, name string) (uint32, netip.Ad
 
 // rankRestore restores a rank frozen into a fresh, locked network
 // namespace with its address, from its checkpoint req.Seq in the store or,
-// with staged set, from an image staged there (a migration). A container
+// with staged set, from an image staged there (a migration; with lz, its
+// pages read from the source: a post-copy one), or, for an image the node
+// lacks, from its holders: lazily (req.Lazy, req.Tier) or eagerly as it
+// arrives (req.Stream). A container
 // of that name left on this node (a rank that died here) is replaced, its
 // output kept as an earlier incarnation's.
-func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, staged string, rec *image.Record) (_ *container.Info, err error) {
+func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, staged string, rec *image.Record, lz *container.Lazy) (_ *container.Info, err error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
 		return nil, badRequest(err)
 	}
 	name := agentv1.RankName(req.Job, req.Rank.Rank)
-	var lz *container.Lazy
+	var remote *container.Remote
 	if staged == "" {
 		_, err = s.Manager.Repo().Load(name, req.Seq)
-		if errors.Is(err, image.ErrNotFound) && (len(req.Lazy) > 0 || req.Tier != nil) {
+		switch {
+		case errors.Is(err, image.ErrNotFound) && (len(req.Lazy) > 0 || req.Tier != nil):
 			var abandon func()
 			if lz, abandon, err = s.lazyRestore(ctx, name, req); err != nil {
 				return nil, err
@@ -229,7 +233,19 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 					abandon()
 				}
 			}()
-		} else if err != nil {
+		case errors.Is(err, image.ErrNotFound) && len(req.Stream) > 0:
+			head, lc, err := s.holderSource(ctx, "restore from the stream", name, req.Seq, req.Stream)
+			if err != nil {
+				return nil, err
+			}
+			defer lc.close()
+			remote = &container.Remote{Head: head, Chunks: lc}
+			defer func() {
+				if err == nil {
+					s.streamed(head.Record.Name(), lc)
+				}
+			}()
+		case err != nil:
 			return nil, err
 		}
 	}
@@ -251,7 +267,7 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 		return nil, err
 	}
 	in, err := s.Manager.Restore(ctx, name, container.RestoreOptions{
-		Seq: req.Seq, Paused: true, Staged: staged, Record: rec, Lazy: lz, Tools: s.Tools,
+		Seq: req.Seq, Paused: true, Staged: staged, Record: rec, Lazy: lz, Remote: remote, Tools: s.Tools,
 		Net: &container.NetAttach{Netns: r.Path(), Addr: addr},
 	})
 	if err != nil {
@@ -269,7 +285,7 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 // rankRestoreWire is rankRestore for a restart. The failpoint "restored"
 // holds the reply once the rank is restored (frozen, network locked).
 func (s *Server) rankRestoreWire(ctx context.Context, req agentv1.RankRestore) (agentv1.Container, error) {
-	in, err := s.rankRestore(ctx, req, "", nil)
+	in, err := s.rankRestore(ctx, req, "", nil, nil)
 	if err != nil {
 		return agentv1.Container{}, err
 	}

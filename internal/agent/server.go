@@ -45,6 +45,7 @@ type Server struct {
 	scrape  http.Handler // serves Metrics
 	netMu   sync.Mutex   // job network changes on this node
 	sources chunkSources
+	donors  donors // pages of post-copy migrations' staged images (donor.go)
 	fetches fetches
 	reclaim reclaimer
 }
@@ -152,6 +153,8 @@ func (s *Server) routes() []route {
 		{get, agentv1.PathStaged, true, s.staged},
 		{post, agentv1.PathMigrateIn, false, call(http.StatusOK, s.migrateIn)},
 		{post, agentv1.PathMigrateOut, false, do(s.migrateOut)},
+		{post, agentv1.PathStagedPages, true, s.stagedPages},
+		{post, agentv1.PathStagedDone, true, do(s.stagedDone)},
 
 		// Images: fetched from other agents (fetch.go), served to them
 		// and the CLI (transfer.go), dropped.

@@ -20,19 +20,54 @@ import (
 	"github.com/cairn-hpc/cairn/internal/store"
 )
 
-// Lazy makes Restore restore lazily (see package lazy): the image comes
-// from Chunks rather than the store, and of its memory pages only those
-// CRIU itself reads at restore; the others are served to CRIU's
-// lazy-pages daemon as the restored processes touch them and then in the
-// background, while they run.
+// Lazy makes Restore restore lazily (see package lazy): of the image's
+// memory pages, staging gets only those CRIU itself reads at restore; the
+// others are served to CRIU's lazy-pages daemon as the restored processes
+// touch them and then in the background, while they run.
+//
+// The image comes from one of two places:
+//   - Head and Chunks: an image in other nodes' stores (a lazy restart),
+//     its files and pages read from its chunks;
+//   - with RestoreOptions.Staged: a staged image whose pages files are
+//     holes of their size (image.ReceiveStaged of a stream written
+//     without its pages), its pages read through Pages from where they
+//     are (a post-copy migration's source).
 type Lazy struct {
 	Head   *image.Head
 	Chunks image.Chunks
+	Pages  PageReader
 	// Done, if set, is called once every page has arrived (err nil) or
 	// the daemon or the page server failed, which leaves the processes
 	// unable to run on; it handles (logs) the outcome. Without it the
 	// Manager logs it.
 	Done func(LazyStats, error)
+}
+
+// PageReader reads pages of a checkpoint's pages files from elsewhere.
+type PageReader interface {
+	// ReadPages hands fn each of pages (indexes of 4 KiB pages in pages
+	// file file) in the order asked, from any goroutine but one at a
+	// time.
+	ReadPages(ctx context.Context, file string, pages []int64, fn func(data []byte) error) error
+}
+
+// chunkPages reads the pages of an image's pages files from its chunks
+// (one chunk per page).
+type chunkPages struct {
+	chunks image.Chunks
+	ids    map[string][]store.ID
+}
+
+func (c chunkPages) ReadPages(ctx context.Context, file string, pages []int64, fn func(data []byte) error) error {
+	all := c.ids[file]
+	ids := make([]store.ID, len(pages))
+	for i, k := range pages {
+		if k < 0 || k >= int64(len(all)) {
+			return fmt.Errorf("%s: page %d of %d", file, k, len(all))
+		}
+		ids[i] = all[k]
+	}
+	return c.chunks.GetSeq(ctx, ids, fn)
 }
 
 // LazyStats say what a lazy restore's page server served.
@@ -62,35 +97,106 @@ type lazyRun struct {
 // hurry raises the prefetch to full speed: a checkpoint waits for it.
 func (r *lazyRun) hurry() { r.hurryOnce.Do(func() { close(r.hurried) }) }
 
-// prepareLazy writes what a lazy restore needs of an image to staging:
-// every file but the pages, and of the pages files the pages the restore
-// itself reads, then starts the page server.
-func (m *Manager) prepareLazy(ctx context.Context, lz *Lazy, criuDir, workDir, upper, logDst string) (*lazyRun, error) {
-	if err := image.MaterializeLazy(ctx, lz.Head, lz.Chunks, criuDir, upper, logDst); err != nil {
-		return nil, err
-	}
+// startLazy writes the pages of the image in criuDir that the restore
+// itself reads into its pages files (which hold the others' places, of
+// the sizes given), read from src, and starts the page server, which
+// serves the others from src.
+func (m *Manager) startLazy(ctx context.Context, ckpt, criuDir, workDir string, sizes map[string]int64, src PageReader) (*lazyRun, error) {
 	pms, err := lazy.LoadPagemaps(criuDir)
 	if err != nil {
-		return nil, &image.CorruptError{Image: lz.Head.Record.Name(), What: "pagemap", Reason: err.Error(), Err: err}
+		return nil, &image.CorruptError{Image: ckpt, What: "pagemap", Reason: err.Error(), Err: err}
 	}
-	files := lz.Head.PagesChunks()
 	for file, pages := range lazy.Eager(pms) {
-		if err := image.WritePages(ctx, lz.Chunks, filepath.Join(criuDir, file), files[file], pages); err != nil {
-			return nil, fmt.Errorf("%s: %w", lz.Head.Record.Name(), err)
+		if err := writePages(ctx, src, filepath.Join(criuDir, file), pages); err != nil {
+			return nil, fmt.Errorf("%s: %w", ckpt, err)
 		}
 	}
-	src, err := newPagesSource(criuDir, files, pms, lz.Chunks)
+	ps, err := newPagesSource(criuDir, sizes, pms, src)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := lazy.Listen(pms, src, m.log)
+	srv, err := lazy.Listen(pms, ps, m.log)
 	if err != nil {
-		src.close()
+		ps.close()
 		return nil, err
 	}
-	return &lazyRun{srv: srv, src: src, prefetched: make(chan error, 1), hurried: make(chan struct{}), done: make(chan struct{}), daemon: []string{m.runc.criu, "lazy-pages", "--images-dir", criuDir, "--work-dir", workDir,
+	return &lazyRun{srv: srv, src: ps, prefetched: make(chan error, 1), hurried: make(chan struct{}), done: make(chan struct{}), daemon: []string{m.runc.criu, "lazy-pages", "--images-dir", criuDir, "--work-dir", workDir,
 		"--page-server", "--address", "127.0.0.1", "--port", strconv.Itoa(srv.Port()),
 		"--status-fd", "3", "--log-file", lazyLog, "-v2"}}, nil
+}
+
+// writePages writes pages (by index) of the pages file dst, read from src.
+func writePages(ctx context.Context, src PageReader, dst string, pages []int64) error {
+	f, err := os.OpenFile(dst, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	i := 0
+	err = src.ReadPages(ctx, filepath.Base(dst), pages, func(data []byte) error {
+		if len(data) != lazy.PageSize {
+			return fmt.Errorf("%s: %d bytes where a page was expected", filepath.Base(dst), len(data))
+		}
+		_, err := f.WriteAt(data, pages[i]*lazy.PageSize)
+		i++
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// writeAllPages writes every page of the pages files in criuDir (made
+// empty of their size by image.MaterializeLazy) from their chunks, ids,
+// in shares of prefetchShare pages, hurriedStreams at once.
+func writeAllPages(ctx context.Context, chunks image.Chunks, criuDir string, ids map[string][]store.ID) error {
+	type share struct {
+		file  string
+		pages []int64
+	}
+	var shares []share
+	for file, c := range ids {
+		for i := 0; i < len(c); i += prefetchShare {
+			pages := make([]int64, min(len(c), i+prefetchShare)-i)
+			for k := range pages {
+				pages[k] = int64(i + k)
+			}
+			shares = append(shares, share{file, pages})
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	src := chunkPages{chunks: chunks, ids: ids}
+	next := make(chan share)
+	errs := make(chan error, hurriedStreams)
+	var wg sync.WaitGroup
+	for range hurriedStreams {
+		wg.Go(func() {
+			for sh := range next {
+				if err := writePages(ctx, src, filepath.Join(criuDir, sh.file), sh.pages); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		})
+	}
+feed:
+	for _, sh := range shares {
+		select {
+		case next <- sh:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // lazyLog is the daemon's log, in the restore's work dir; kept in the
@@ -160,12 +266,12 @@ func (r *lazyRun) wait() (LazyStats, error) {
 	return LazyStats{Pages: pages, Requests: reqs, Took: took}, err
 }
 
-// pagesSource serves the pages files of an image from its chunks (one
-// chunk per page): from the sparse pages files in staging as far as the
-// prefetch has filled them, else from the chunks straight away.
+// pagesSource serves the pages files of an image: from the sparse pages
+// files in staging as far as the prefetch has filled them, else from src
+// straight away.
 type pagesSource struct {
-	chunks image.Chunks
-	files  map[string]*pagesFile
+	src   PageReader
+	files map[string]*pagesFile
 	// holdPages: the restore is done and the failpoint lazy-pages is
 	// set: the pages the restored processes lack are held.
 	holdPages atomic.Bool
@@ -173,7 +279,8 @@ type pagesSource struct {
 
 // pagesFile is one pages file of a lazy restore in staging.
 type pagesFile struct {
-	ids  []store.ID
+	name string
+	n    int64 // its pages
 	f    *os.File
 	lazy []int64 // the pages the page server serves, in file order
 
@@ -190,21 +297,25 @@ const (
 	hurriedStreams  = 16
 )
 
-// newPagesSource opens the pages files MaterializeLazy made in criuDir:
+// newPagesSource opens the pages files in criuDir, of the sizes given:
 // every page in them but the lazy ones of pms, which are to come.
-func newPagesSource(criuDir string, files map[string][]store.ID, pms map[int]*lazy.Pagemap, chunks image.Chunks) (*pagesSource, error) {
-	p := &pagesSource{chunks: chunks, files: map[string]*pagesFile{}}
-	for name, ids := range files {
+func newPagesSource(criuDir string, sizes map[string]int64, pms map[int]*lazy.Pagemap, src PageReader) (*pagesSource, error) {
+	p := &pagesSource{src: src, files: map[string]*pagesFile{}}
+	for name, size := range sizes {
+		if size%lazy.PageSize != 0 {
+			p.close()
+			return nil, fmt.Errorf("pages file %s of %d bytes: not whole pages", name, size)
+		}
 		f, err := os.OpenFile(filepath.Join(criuDir, name), os.O_RDWR, 0)
 		if err != nil {
 			p.close()
 			return nil, err
 		}
-		have := make([]bool, len(ids))
+		have := make([]bool, size/lazy.PageSize)
 		for i := range have {
 			have[i] = true
 		}
-		p.files[name] = &pagesFile{ids: ids, f: f, have: have}
+		p.files[name] = &pagesFile{name: name, n: size / lazy.PageSize, f: f, have: have}
 	}
 	for _, pm := range pms {
 		pf := p.files[pm.PagesFile()]
@@ -266,7 +377,7 @@ func (p *pagesSource) prefetch(ctx context.Context, hurried <-chan struct{}) err
 		wg.Go(func() {
 			for sh := range shares {
 				if errs[w] == nil {
-					errs[w] = sh.pf.fill(ctx, p.chunks, sh.pages)
+					errs[w] = sh.pf.fill(ctx, p.src, sh.pages)
 				}
 			}
 		})
@@ -298,7 +409,7 @@ func (p *pagesSource) prefetch(ctx context.Context, hurried <-chan struct{}) err
 }
 
 // fill fetches those of pages not in the file yet and writes them there.
-func (pf *pagesFile) fill(ctx context.Context, chunks image.Chunks, pages []int64) error {
+func (pf *pagesFile) fill(ctx context.Context, src PageReader, pages []int64) error {
 	var missing []int64
 	pf.mu.Lock()
 	for _, k := range pages {
@@ -307,12 +418,11 @@ func (pf *pagesFile) fill(ctx context.Context, chunks image.Chunks, pages []int6
 		}
 	}
 	pf.mu.Unlock()
-	ids := make([]store.ID, len(missing))
-	for i, k := range missing {
-		ids[i] = pf.ids[k]
+	if len(missing) == 0 {
+		return nil
 	}
 	i := 0
-	return chunks.GetSeq(ctx, ids, func(data []byte) error {
+	return src.ReadPages(ctx, pf.name, missing, func(data []byte) error {
 		k := missing[i]
 		i++
 		return pf.put(k, data)
@@ -322,7 +432,7 @@ func (pf *pagesFile) fill(ctx context.Context, chunks image.Chunks, pages []int6
 // put writes page k into the file, once.
 func (pf *pagesFile) put(k int64, data []byte) error {
 	if len(data) != lazy.PageSize {
-		return fmt.Errorf("a chunk of %d bytes where a page was expected", len(data))
+		return fmt.Errorf("%d bytes where a page was expected", len(data))
 	}
 	pf.mu.Lock()
 	had := pf.have[k]
@@ -342,7 +452,7 @@ func (pf *pagesFile) put(k int64, data []byte) error {
 func (p *pagesSource) ReadPages(ctx context.Context, file string, b []byte, off int64) error {
 	pf := p.files[file]
 	first, n := off/lazy.PageSize, int64(len(b))/lazy.PageSize
-	if pf == nil || off%lazy.PageSize != 0 || int64(len(b))%lazy.PageSize != 0 || first+n > int64(len(pf.ids)) {
+	if pf == nil || off%lazy.PageSize != 0 || int64(len(b))%lazy.PageSize != 0 || first+n > pf.n {
 		return fmt.Errorf("%s: %d bytes at %d: not pages of the file", file, len(b), off)
 	}
 	pf.mu.Lock()
@@ -355,8 +465,12 @@ func (p *pagesSource) ReadPages(ctx context.Context, file string, b []byte, off 
 	if p.holdPages.Load() {
 		failpoint.Hold(ctx, "lazy-pages", nil)
 	}
+	pages := make([]int64, n)
+	for i := range pages {
+		pages[i] = first + int64(i)
+	}
 	i := int64(0)
-	return p.chunks.GetSeq(ctx, pf.ids[first:first+n], func(data []byte) error {
+	return p.src.ReadPages(ctx, file, pages, func(data []byte) error {
 		if err := pf.put(first+i, data); err != nil {
 			return fmt.Errorf("%s: %w", file, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -289,5 +290,95 @@ func TestDumpRefusesMissingMemory(t *testing.T) {
 	// Every page here: the other Manager's checkpoint goes through.
 	if _, err := other.Checkpoint(ctx, "app", container.CheckpointOptions{}); err != nil {
 		t.Fatalf("checkpoint once every page is here: %v", err)
+	}
+}
+
+// filePages reads pages from the pages files of a staged image, as a
+// post-copy migration's source serves them, counting what it served.
+type filePages struct {
+	dir    string
+	served atomic.Int64
+}
+
+func (p *filePages) ReadPages(_ context.Context, file string, pages []int64, fn func([]byte) error) error {
+	f, err := os.Open(filepath.Join(p.dir, file))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b := make([]byte, 4096)
+	for _, k := range pages {
+		if _, err := f.ReadAt(b, k*4096); err != nil {
+			return err
+		}
+		if err := fn(b); err != nil {
+			return err
+		}
+		p.served.Add(1)
+	}
+	return nil
+}
+
+// TestLazyRestoreStaged restores a copy of a process holding 64 MiB of
+// random memory as a post-copy migration does: from its prepared image
+// sent without its pages (image.WriteStagedLazy), the pages read from the
+// prepared image's pages files as the copy runs. The copy's memory must
+// hash as the original's, and most of it must have come through the
+// reader after the restore.
+func TestLazyRestoreStaged(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	in := runStateApp(t, env, "app", "-mem", "64", "-dirty-every", "0")
+	waitLog(t, in.Log, 0, "memory", func(b []byte) bool { return bytes.Contains(b, []byte("mem=64MiB ready")) })
+	want := signalAndWait(t, env, "app", in.Log, syscall.SIGUSR2, memsumRE, 1)
+	p, err := env.Manager.Prepare(ctx, "app", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Abort(ctx)
+	var stream bytes.Buffer
+	rec := p.Record()
+	var announced int64
+	if err := image.WriteStagedLazy(&stream, p.ImageDir(), &rec, func(n int64) { announced = n }); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(env.Manager.StagingDir(), "postcopy-test")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	got, n, err := image.ReceiveStaged(&stream, dir, announced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n >= 64<<20 {
+		t.Fatalf("the stream without pages carried %d bytes", n)
+	}
+	src := &filePages{dir: filepath.Join(p.ImageDir(), image.CRIUDir)}
+	done := make(chan container.LazyStats, 1)
+	lz := &container.Lazy{Pages: src, Done: func(s container.LazyStats, err error) {
+		if err != nil {
+			t.Errorf("lazy restore: %v", err)
+		}
+		done <- s
+	}}
+	clone, err := env.Manager.Restore(ctx, "app", container.RestoreOptions{As: "clone", Staged: dir, Record: &got, Lazy: lz})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats container.LazyStats
+	select {
+	case stats = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the lazy restore did not complete in 60 s")
+	}
+	// The copy's log starts with the original's, which holds one sum.
+	if got := signalAndWait(t, env, "clone", clone.Log, syscall.SIGUSR2, memsumRE, 2); got != want {
+		t.Fatalf("memory of the copy hashes to %s, want %s", got, want)
+	}
+	if stats.Pages < 64<<20/4096 || src.served.Load() < 64<<20/4096 {
+		t.Fatalf("the page server served %d pages, the reader %d: want at least the 64 MiB buffer's %d", stats.Pages, src.served.Load(), 64<<20/4096)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the staged dir is still there once every page arrived: %v", err)
 	}
 }

@@ -40,6 +40,10 @@ type RestoreOptions struct {
 	// arriving while the processes run (lazy.go). A files-only image,
 	// which has no memory, is refused.
 	Lazy *Lazy
+	// Remote restores eagerly from an image this node need not hold: its
+	// files, every page among them, written to staging from Remote's
+	// chunks as they come, then restored as one from the store is.
+	Remote *Remote
 	// Tools is this node's tools dir (Config.Tools), for an image taken
 	// with one: the recorded path is never mounted (grants.go), and such
 	// an image is refused without it.

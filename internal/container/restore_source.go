@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/lazy"
 )
 
 // An imageSource is where the image a restore brings back comes from. It
@@ -20,8 +21,11 @@ import (
 //     the store;
 //   - stagedImage: an image the caller staged (RestoreOptions.Staged: a
 //     migrated rank's, or one fetched from a peer);
+//   - remoteImage: an image this node need not hold, read whole into
+//     staging from its chunks as they arrive (RestoreOptions.Remote);
 //   - lazyImage: an image this node need not hold, its memory arriving
-//     while the processes run (RestoreOptions.Lazy, lazy.go).
+//     while the processes run (RestoreOptions.Lazy, lazy.go), from its
+//     chunks, or staged but for its pages (a post-copy migration).
 //
 // A files-only image (image.Record.FilesOnly) comes from the store, kept
 // or staged, never lazily: no CRIU runs, and its command starts afresh
@@ -46,9 +50,19 @@ type imageSource interface {
 // opts.Seq (0: the newest) of name in the store.
 func sourceOf(m *Manager, name string, opts RestoreOptions) (imageSource, *image.Record, error) {
 	switch {
+	case opts.Remote != nil:
+		if opts.Staged != "" || opts.Lazy != nil || opts.Remote.Head == nil || opts.Remote.Head.Record == nil || opts.Remote.Chunks == nil {
+			return nil, nil, fmt.Errorf("restore %s: a restore from a remote image needs its head (with its record) and chunks, and no staged or lazy image", name)
+		}
+		return remoteImage{Remote: opts.Remote}, opts.Remote.Head.Record, nil
+	case opts.Lazy != nil && opts.Staged != "":
+		if opts.Record == nil || opts.Lazy.Pages == nil || opts.Lazy.Head != nil || opts.Lazy.Chunks != nil {
+			return nil, nil, fmt.Errorf("restore %s: a lazy restore of a staged image needs its record and a reader of its pages, and no chunks", name)
+		}
+		return &lazyImage{lazy: opts.Lazy, staged: opts.Staged}, opts.Record, nil
 	case opts.Lazy != nil:
-		if opts.Staged != "" || opts.Lazy.Head == nil || opts.Lazy.Head.Record == nil || opts.Lazy.Chunks == nil {
-			return nil, nil, fmt.Errorf("restore %s: a lazy restore needs the image's head (with its record) and chunks, and no staged image", name)
+		if opts.Lazy.Head == nil || opts.Lazy.Head.Record == nil || opts.Lazy.Chunks == nil || opts.Lazy.Pages != nil {
+			return nil, nil, fmt.Errorf("restore %s: a lazy restore needs the image's head (with its record) and chunks, or a staged image", name)
 		}
 		return &lazyImage{lazy: opts.Lazy}, opts.Lazy.Head.Record, nil
 	case opts.Staged != "":
@@ -153,11 +167,15 @@ func (s stagedImage) bringIn(ctx context.Context, r *restore) error {
 // gets only those CRIU reads at restore; a page server (run) serves the
 // others while the processes run.
 type lazyImage struct {
-	lazy *Lazy
-	run  *lazyRun // set by bringIn
+	lazy   *Lazy
+	staged string   // the staged image's dir, if the image is staged
+	run    *lazyRun // set by bringIn
 }
 
 func (l *lazyImage) stage(r *restore) (string, imageSource, error) {
+	if l.staged != "" {
+		return l.staged, l, nil
+	}
 	dir, err := r.newStaging(r.rec.Seq)
 	return dir, l, err
 }
@@ -165,18 +183,69 @@ func (l *lazyImage) stage(r *restore) (string, imageSource, error) {
 // bringIn writes what the restore needs of the image to staging and
 // starts the page server, which a failed restore stops.
 func (l *lazyImage) bringIn(ctx context.Context, r *restore) error {
-	for _, d := range []string{r.criuDir(), r.workDir()} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return err
-		}
-	}
-	run, err := r.m.prepareLazy(ctx, l.lazy, r.criuDir(), r.workDir(), r.newUpper, r.logFile())
+	run, err := l.bringInFiles(ctx, r)
 	if err != nil {
 		return fmt.Errorf("restore %s from %s: %w", r.target, r.rec.Name(), err)
 	}
 	l.run = run
 	r.undo.push(run.stop)
 	return nil
+}
+
+// bringInFiles puts the image's files in place but for the pages the
+// restore does not read itself, which the lazyRun it starts serves.
+func (l *lazyImage) bringInFiles(ctx context.Context, r *restore) (*lazyRun, error) {
+	if l.staged != "" {
+		if err := os.Mkdir(r.workDir(), 0o700); err != nil {
+			return nil, err
+		}
+		if err := image.UnpackDelta(ctx, filepath.Join(l.staged, image.DeltaName), r.newUpper); err != nil {
+			return nil, err
+		}
+		sizes, err := pagesSizes(r.criuDir())
+		if err != nil {
+			return nil, err
+		}
+		return r.m.startLazy(ctx, r.rec.Name(), r.criuDir(), r.workDir(), sizes, l.lazy.Pages)
+	}
+	for _, d := range []string{r.criuDir(), r.workDir()} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	h := l.lazy.Head
+	if err := image.MaterializeLazy(ctx, h, l.lazy.Chunks, r.criuDir(), r.newUpper, r.logFile()); err != nil {
+		return nil, err
+	}
+	ids := h.PagesChunks()
+	sizes := map[string]int64{}
+	for name, c := range ids {
+		sizes[name] = int64(len(c)) * lazy.PageSize
+	}
+	return r.m.startLazy(ctx, r.rec.Name(), r.criuDir(), r.workDir(), sizes, chunkPages{chunks: l.lazy.Chunks, ids: ids})
+}
+
+// pagesSizes returns the sizes of the pages files in a CRIU image dir.
+func pagesSizes(criuDir string) (map[string]int64, error) {
+	ents, err := os.ReadDir(criuDir)
+	if err != nil {
+		return nil, err
+	}
+	sizes := map[string]int64{}
+	for _, e := range ents {
+		if !image.IsPages(e.Name()) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("pages file %s is not a regular file", e.Name())
+		}
+		sizes[e.Name()] = fi.Size()
+	}
+	return sizes, nil
 }
 
 // revive has CRIU restore the processes, their memory served by the
@@ -219,4 +288,38 @@ func (l *lazyImage) finish(r *restore) {
 		m.log.Info("lazy restore complete: every page is here", "rank", target, "ckpt", ckpt,
 			"pages", st.Pages, "requests", st.Requests, "took", st.Took)
 	}
+}
+
+// Remote is an image in other nodes' stores, read from its chunks
+// (RestoreOptions.Remote).
+type Remote struct {
+	Head   *image.Head
+	Chunks image.Chunks
+}
+
+// remoteImage is an image read whole into staging from its chunks, then
+// restored as one from the store is.
+type remoteImage struct {
+	eager
+	*Remote
+}
+
+func (s remoteImage) stage(r *restore) (string, imageSource, error) {
+	dir, err := r.newStaging(r.rec.Seq)
+	return dir, s, err
+}
+
+// bringIn writes the image's files to staging, and its pages, a few
+// shares at once.
+func (s remoteImage) bringIn(ctx context.Context, r *restore) error {
+	if err := os.Mkdir(r.criuDir(), 0o700); err != nil {
+		return err
+	}
+	if err := image.MaterializeLazy(ctx, s.Head, s.Chunks, r.criuDir(), r.newUpper, r.logFile()); err != nil {
+		return fmt.Errorf("restore %s from %s: %w", r.target, r.rec.Name(), err)
+	}
+	if err := writeAllPages(ctx, s.Chunks, r.criuDir(), s.Head.PagesChunks()); err != nil {
+		return fmt.Errorf("restore %s from %s: %w", r.target, r.rec.Name(), err)
+	}
+	return nil
 }

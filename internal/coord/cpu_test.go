@@ -42,11 +42,11 @@ func TestCPUFeaturesPlacement(t *testing.T) {
 	}
 	mc.checkpoint(t, "ring", 1)
 
-	_, err = mc.Migrate(ctx, "ring", 0, "n3")
+	_, err = mc.Migrate(ctx, "ring", coordv1.Migrate{Rank: 0, To: "n3"})
 	if !isCode(err, coordv1.CodeNoNodes) || !strings.Contains(err.Error(), "node n3 lacks CPU features job ring's ranks started with (avx512f)") {
 		t.Fatalf("migrate onto a node without avx512f: %v", err)
 	}
-	m, err := mc.Migrate(ctx, "ring", 0, "")
+	m, err := mc.Migrate(ctx, "ring", coordv1.Migrate{Rank: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

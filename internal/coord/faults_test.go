@@ -159,7 +159,7 @@ var replicated = []scenario{{
 		c.checkpoint(t, "ring", 1)
 	},
 	run: func(ctx context.Context, c *memCoord) error {
-		_, err := c.Migrate(ctx, "ring", 1, "n3")
+		_, err := c.Migrate(ctx, "ring", coordv1.Migrate{Rank: 1, To: "n3"})
 		return err
 	},
 	survives: true,

@@ -147,7 +147,7 @@ func TestPeriodicAfterBusy(t *testing.T) {
 	e.settled(c1, "ring", 10*time.Second)
 	moves := 0
 	for end := time.Now().Add(10 * every); time.Now().Before(end); moves++ {
-		if m, err := c1.Migrate(ctx, "ring", 1, ""); err != nil || m.State != coordv1.MigrationDone {
+		if m, err := c1.Migrate(ctx, "ring", coordv1.Migrate{Rank: 1}); err != nil || m.State != coordv1.MigrationDone {
 			t.Fatalf("migration %d: %+v, %v", moves, m, err)
 		}
 	}

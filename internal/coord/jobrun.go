@@ -36,6 +36,9 @@ type jobRun struct {
 	run func(rank int) agentv1.RankRun
 	// hold is how long agents keep stalled or moved ranks (migration).
 	hold time.Duration
+	// postCopy: the migration moves the rank without its memory
+	// (coordv1.Migrate.PostCopy).
+	postCopy bool
 	// observe, if set, sees every agent call and its Result.
 	observe func(a machine.Action, res machine.Result)
 
@@ -154,6 +157,11 @@ func (x *jobRun) perform(ctx context.Context, a machine.Action) (machine.Event, 
 		x.c.trace(x.job.Name, a.String())
 		x.c.hold(ctx, a.Name)
 		return res, true
+	case machine.FetchImage:
+		// Only in the background: a rank restored from the stream leaves
+		// its node's store a copy.
+		x.c.background(func(ctx context.Context) { x.fetchCopy(ctx, a) })
+		return nil, false
 	case machine.RepairCopy:
 		if a.Background {
 			x.c.background(func(ctx context.Context) {
@@ -206,14 +214,6 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 		return err
 	case machine.RemoveRank:
 		return cl.RankRemove(ctx, agentv1.RankRemove{Rank: x.rank(a.Rank), VNI: j.VNI, Addr: j.Addrs[a.Rank], Keep: a.Keep})
-	case machine.FetchImage:
-		img, damaged, err := fetchImage(ctx, cl, j.Name, x.ckpt, a.Rank, a.From, x.nodes, agentv1.Fetch{})
-		if err == nil {
-			x.log.Info("fetched for restart", "rank", a.Rank, "node", a.Node, "peer", strings.Join(sentBy(img), ","),
-				"bytes", img.Bytes, "took", img.Duration)
-		}
-		res.Damaged = damaged
-		return err
 	case machine.FetchTier:
 		src, err := x.tierSource(ctx, cl, a.Rank)
 		if err != nil {
@@ -229,6 +229,9 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 		req := agentv1.RankRestore{Rank: x.rank(a.Rank), Net: x.ownNet(a.Node), Addr: j.Addrs[a.Rank], Seq: x.ckpt}
 		for _, h := range a.Lazy {
 			req.Lazy = append(req.Lazy, agentv1.Holder{Addr: x.nodes[h].Addr, Node: h})
+		}
+		for _, h := range a.Stream {
+			req.Stream = append(req.Stream, agentv1.Holder{Addr: x.nodes[h].Addr, Node: h})
 		}
 		if a.Tier {
 			src, err := x.tierSource(ctx, cl, a.Rank)
@@ -260,13 +263,13 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 		moved := append([]string(nil), x.placement...)
 		moved[a.Rank] = a.Node
 		out, err := cl.MigrateIn(ctx, agentv1.MigrateIn{Rank: x.rank(a.Rank), Seq: x.ckpt, From: x.nodes[a.From].Addr, FromNode: a.From,
-			Net: x.jobNet(a.Node, moved), Addr: j.Addrs[a.Rank], Hold: x.hold})
+			Net: x.jobNet(a.Node, moved), Addr: j.Addrs[a.Rank], Hold: x.hold, PostCopy: x.postCopy})
 		x.mu.Lock()
 		x.movedIn = out
 		x.mu.Unlock()
 		return err
 	case machine.MoveOut:
-		return cl.MigrateOut(ctx, agentv1.MigrateOut{Rank: x.rank(a.Rank), Seq: x.ckpt, VNI: j.VNI, Addr: j.Addrs[a.Rank]})
+		return cl.MigrateOut(ctx, agentv1.MigrateOut{Rank: x.rank(a.Rank), Seq: x.ckpt, VNI: j.VNI, Addr: j.Addrs[a.Rank], Donor: x.postCopy})
 	case machine.SetJobNet:
 		return cl.JobNet(ctx, x.jobNet(a.Node, a.Placement))
 	case machine.DropJobNet:
@@ -379,4 +382,20 @@ func (x *jobRun) resendWait(a machine.Action) time.Duration {
 		return resendFirst << (n - 2)
 	}
 	return 0
+}
+
+// fetchCopy has a.Node fetch its copy of the rank's image from a.From, at
+// the lowest priority, for a rank restored there from the stream.
+func (x *jobRun) fetchCopy(ctx context.Context, a machine.FetchImage) {
+	cl, err := x.c.agents.client(ctx, a.Node)
+	if err == nil {
+		var img agentv1.Image
+		img, _, err = fetchImage(ctx, cl, x.job.Name, x.ckpt, a.Rank, a.From, x.nodes, agentv1.Fetch{Background: true})
+		if err == nil {
+			x.log.Info("fetched for restart", "rank", a.Rank, "node", a.Node, "peer", strings.Join(sentBy(img), ","),
+				"bytes", img.Bytes, "took", img.Duration)
+			return
+		}
+	}
+	x.log.Warn("the copy of a rank restored from the stream could not be stored", "rank", a.Rank, "node", a.Node, "err", err)
 }

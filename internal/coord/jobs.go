@@ -201,6 +201,13 @@ func (c *Coordinator) Status(ctx context.Context, name string) (*coordv1.JobStat
 			st.Exited = false
 		}
 	}
+	if j.State == coordv1.JobRunning && slices.ContainsFunc(st.RankStates, func(rs coordv1.Rank) bool { return rs.EndedBy != "" }) {
+		// A rank its node ended (its memory could not be fetched) is for
+		// the job's failure policy, which restarts the job or ends it:
+		// the job is not over until then.
+		st.Exited = false
+		return st, nil
+	}
 	if st.Failed && !st.Exited {
 		// A rank that is gone does not end the wait while others run.
 		for _, rs := range st.RankStates {

@@ -90,7 +90,7 @@ func TestProtocolsOnALossyNetwork(t *testing.T) {
 			}
 
 			restarts := j.Restarts
-			_, err := c.Migrate(ctx, "ring", 1, "n3")
+			_, err := c.Migrate(ctx, "ring", coordv1.Migrate{Rank: 1, To: "n3"})
 			t.Logf("migrate: %v", err)
 			j = e.quiet(c, "ring", hold)
 			checkMigration(t, c, j, restarts, seq, err)

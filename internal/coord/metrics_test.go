@@ -165,7 +165,7 @@ func TestMetricsFromEvents(t *testing.T) {
 	c.runJob(t, "ring", 3, 1, "n0", "n1", "n2")
 	c.checkpoint(t, "ring", 1)
 	c.checkpoint(t, "ring", 1)
-	if mig, err := c.Migrate(ctx, "ring", 0, "n3"); err != nil || mig.State != coordv1.MigrationDone {
+	if mig, err := c.Migrate(ctx, "ring", coordv1.Migrate{Rank: 0, To: "n3"}); err != nil || mig.State != coordv1.MigrationDone {
 		t.Fatalf("migrate: %+v %v", mig, err)
 	}
 	e.mc.Kill("n1")

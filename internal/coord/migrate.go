@@ -44,13 +44,14 @@ func (mg *migrations) memoryWait() time.Duration { return mg.c.opts.Deadline * 3
 // commit point undoes the migration: every rank, the moving one included,
 // runs again where it was. to may be empty: a spare, else the least
 // loaded node.
-func (c *Coordinator) Migrate(ctx context.Context, name string, rank int, to string) (*coordv1.Migration, error) {
+func (c *Coordinator) Migrate(ctx context.Context, name string, req coordv1.Migrate) (*coordv1.Migration, error) {
 	defer c.locks.lock(name)()
-	return c.migs.migrate(ctx, name, rank, to)
+	return c.migs.migrate(ctx, name, req)
 }
 
-func (mg *migrations) migrate(ctx context.Context, name string, rank int, to string) (*coordv1.Migration, error) {
+func (mg *migrations) migrate(ctx context.Context, name string, req coordv1.Migrate) (*coordv1.Migration, error) {
 	c := mg.c
+	rank, to := req.Rank, req.To
 	j, err := c.rec.job(ctx, name)
 	if err != nil {
 		return nil, err
@@ -93,7 +94,7 @@ func (mg *migrations) migrate(ctx context.Context, name string, rank int, to str
 	}); err != nil {
 		return nil, err
 	}
-	m := &coordv1.Migration{Job: name, Seq: seq, Rank: rank, From: from, To: to, State: coordv1.MigrationRunning, Started: time.Now().UTC()}
+	m := &coordv1.Migration{Job: name, Seq: seq, Rank: rank, From: from, To: to, State: coordv1.MigrationRunning, Started: time.Now().UTC(), PostCopy: req.PostCopy}
 	if err := c.cat.Create(ctx, migKey(name, seq), m); err != nil {
 		return nil, err
 	}
@@ -115,7 +116,7 @@ func (mg *migrations) runMigration(ctx context.Context, j *coordv1.Job, m *coord
 	if err != nil {
 		return nil, err
 	}
-	x.ckpt, x.placement, x.hold = m.Seq, cfg.Placement, mg.migrationHold()
+	x.ckpt, x.placement, x.hold, x.postCopy = m.Seq, cfg.Placement, mg.migrationHold(), m.PostCopy
 	start := time.Now()
 	damaged := ""
 	x.observe = func(a machine.Action, res machine.Result) {
@@ -300,7 +301,7 @@ func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*co
 			if on != node {
 				continue
 			}
-			m, err := c.Migrate(ctx, j.Name, r, "")
+			m, err := c.Migrate(ctx, j.Name, coordv1.Migrate{Rank: r})
 			if m != nil {
 				out.Migrations = append(out.Migrations, *m)
 			}

@@ -115,7 +115,7 @@ func TestTraceMigration(t *testing.T) {
 	c1 := e.start()
 	c1.runJob(t, "ring", 3, 0, "n0", "n1")
 	e.takeTrace()
-	m, err := c1.Migrate(context.Background(), "ring", 1, "n2")
+	m, err := c1.Migrate(context.Background(), "ring", coordv1.Migrate{Rank: 1, To: "n2"})
 	if err != nil || m.State != coordv1.MigrationDone {
 		t.Fatalf("migrate: %+v %v", m, err)
 	}
@@ -142,7 +142,7 @@ func TestMigrationOffASharedNode(t *testing.T) {
 			e := newMemEnv(t, 2, memagent.Options{Seed: seed, Delay: 20 * time.Millisecond}, coord.Options{})
 			c1 := e.start()
 			c1.runJob(t, "ring", 2, 0, "n0")
-			m, err := c1.Migrate(context.Background(), "ring", 1, "n1")
+			m, err := c1.Migrate(context.Background(), "ring", coordv1.Migrate{Rank: 1, To: "n1"})
 			if err != nil || m.State != coordv1.MigrationDone || m.Reason != "" {
 				t.Fatalf("migrate off a node another rank stays on: %+v %v", m, err)
 			}
@@ -162,7 +162,7 @@ func TestTraceMigrationFails(t *testing.T) {
 	c1.runJob(t, "ring", 2, 0, "n0", "n1")
 	e.takeTrace()
 	e.mc.Partition("n1", "n2") // the target cannot pull the image
-	m, err := c1.Migrate(context.Background(), "ring", 1, "n2")
+	m, err := c1.Migrate(context.Background(), "ring", coordv1.Migrate{Rank: 1, To: "n2"})
 	if err == nil || m == nil || m.State != coordv1.MigrationFailed {
 		t.Fatalf("migrate across a partition: %+v %v", m, err)
 	}

@@ -128,7 +128,7 @@ var scenarios = []scenario{{
 	nodes: 3,
 	setup: func(t *testing.T, e *memEnv, c *memCoord) { c.runJob(t, "ring", 3, 0, "n0", "n1") },
 	run: func(ctx context.Context, c *memCoord) error {
-		_, err := c.Migrate(ctx, "ring", 1, "n2")
+		_, err := c.Migrate(ctx, "ring", coordv1.Migrate{Rank: 1, To: "n2"})
 		return err
 	},
 	check: func(t *testing.T, e *memEnv, j *coordv1.Job) {

@@ -185,7 +185,7 @@ func (c *Coordinator) handler() http.Handler {
 		if !decode(w, r, &req) {
 			return
 		}
-		m, err := c.Migrate(context.WithoutCancel(r.Context()), name, req.Rank, req.To)
+		m, err := c.Migrate(context.WithoutCancel(r.Context()), name, req)
 		if err != nil && m != nil && m.State == coordv1.MigrationDone {
 			err = nil // it moved; the errors are in m.Reason
 		}

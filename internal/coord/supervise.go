@@ -208,7 +208,7 @@ func (s *supervisor) perform(ctx context.Context, a policy.Action) {
 	case policy.MoveAway:
 		for _, r := range a.Ranks {
 			c.log.Warn("moving a rank off an unwell node", "job", a.Job, "rank", r, "node", a.Node)
-			if _, err := c.Migrate(ctx, a.Job, r, ""); err != nil {
+			if _, err := c.Migrate(ctx, a.Job, coordv1.Migrate{Rank: r}); err != nil {
 				c.log.Warn("migration off an unwell node failed", "job", a.Job, "rank", r, "err", err)
 			}
 		}

@@ -27,7 +27,9 @@
 // every chunk is stored and before the image is listed); fetched (the
 // same, once the image is listed, before it answers); lazy-pages (a
 // lazy restore's page server, once the processes are restored, before it
-// fetches pages they lack: their memory still arriving); rank-request and rank-reply
+// fetches pages they lack: their memory still arriving); donor-pages (a
+// post-copy migration's source, serving a page request once the rank
+// has gone from it); rank-request and rank-reply
 // (the rank API, a checkpoint or event request read and not yet carried
 // out, or carried out and its reply not yet written); before-freeze (a
 // container's checkpoint, once cairn has looked for stopped processes and

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/cairn-hpc/cairn/internal/names"
@@ -24,6 +25,11 @@ import (
 
 // StagedRecord is the name of the record in a staged-image stream.
 const StagedRecord = "record.json"
+
+// StagedHoleSize is the PAX record that makes an entry of a staged-image
+// stream a hole (WriteStagedLazy): a pages file sent without its bytes,
+// of the size it names, which the receiver creates empty of that size.
+const StagedHoleSize = "CAIRN.hole-size"
 
 // Bounds of a staged-image stream, whatever its sender announces.
 var (
@@ -82,6 +88,18 @@ func stagedFiles(dir string) ([]string, []int64, error) {
 // the receiver gives ReceiveStaged. An error before announce is called
 // means nothing was written.
 func WriteStaged(w io.Writer, dir string, rec *Record, announce func(size int64)) error {
+	return writeStaged(w, dir, rec, false, announce)
+}
+
+// WriteStagedLazy writes a staged-image stream as WriteStaged does, but
+// for the bytes of CRIU's pages files: each is a hole of its size
+// (StagedHoleSize), for a post-copy migration, whose receiver reads the
+// pages from the sender as the restored processes need them.
+func WriteStagedLazy(w io.Writer, dir string, rec *Record, announce func(size int64)) error {
+	return writeStaged(w, dir, rec, true, announce)
+}
+
+func writeStaged(w io.Writer, dir string, rec *Record, holes bool, announce func(size int64)) error {
 	recJSON, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -90,9 +108,15 @@ func WriteStaged(w io.Writer, dir string, rec *Record, announce func(size int64)
 	if err != nil {
 		return err
 	}
+	hole := func(f string) bool {
+		base, ok := strings.CutPrefix(f, CRIUDir+"/")
+		return holes && ok && IsPages(base)
+	}
 	size := int64(len(recJSON))
-	for _, n := range sizes {
-		size += n
+	for i, n := range sizes {
+		if !hole(files[i]) {
+			size += n
+		}
 	}
 	announce(size)
 	tw := tar.NewWriter(w)
@@ -103,6 +127,14 @@ func WriteStaged(w io.Writer, dir string, rec *Record, announce func(size int64)
 		return err
 	}
 	for i, f := range files {
+		if hole(f) {
+			hdr := &tar.Header{Name: f, Mode: 0o600, Typeflag: tar.TypeReg, Format: tar.FormatPAX,
+				PAXRecords: map[string]string{StagedHoleSize: strconv.FormatInt(sizes[i], 10)}}
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := writeStagedFile(tw, filepath.Join(dir, filepath.FromSlash(f)), f, sizes[i]); err != nil {
 			return fmt.Errorf("staged image: %s: %w", f, err)
 		}
@@ -131,7 +163,8 @@ func writeStagedFile(tw *tar.Writer, path, name string, size int64) error {
 // no device but whiteouts, no link out of the delta); at least one of
 // CRIU's files, all plain files directly under CRIUDir (none, for a
 // files-only image as its record says); and the container's output
-// LogName and LogTimesName if the sender kept them; each once. Nothing
+// LogName and LogTimesName if the sender kept them; each once. A pages
+// file may come as a hole (WriteStagedLazy), made empty of its size. Nothing
 // is written outside dir. It returns the record and the bytes received.
 // Every refusal wraps ErrCorrupt; a stream larger than announced also
 // ErrStagedTooLarge.
@@ -147,7 +180,7 @@ func ReceiveStaged(r io.Reader, dir string, announced int64) (Record, int64, err
 	raw := &cappedReader{r: r, left: announced + int64(maxStagedFiles+2)*stagedFraming}
 	tr := tar.NewReader(raw)
 	left := announced // bytes of files still allowed
-	var n int64
+	var n, holes int64
 	seen := map[string]bool{}
 	criuFiles := 0
 	for {
@@ -178,6 +211,16 @@ func ReceiveStaged(r io.Reader, dir string, announced int64) (Record, int64, err
 		}
 		if strings.HasPrefix(hdr.Name, CRIUDir+"/") {
 			criuFiles++
+		}
+		if size, ok := hdr.PAXRecords[StagedHoleSize]; ok {
+			hole, err := receiveHole(hdr, size, dir)
+			if err != nil {
+				return rec, n, stagedErr(err)
+			}
+			if holes += hole; holes > MaxStagedSize {
+				return rec, n, stagedErr(fmt.Errorf("%w: holes of more than %d bytes", ErrStagedTooLarge, MaxStagedSize))
+			}
+			continue
 		}
 		k, err := receiveStagedFile(tr, filepath.Join(dir, filepath.FromSlash(hdr.Name)), hdr.Name == DeltaName)
 		n += k
@@ -255,6 +298,28 @@ func readStagedRecord(r io.Reader, size int64, rec *Record) error {
 	}
 	return nil
 }
+
+// receiveHole makes the hole hdr names (StagedHoleSize, its value size)
+// in dir: only a pages file of CRIU's, of whole pages, may be one.
+func receiveHole(hdr *tar.Header, size, dir string) (int64, error) {
+	base, ok := strings.CutPrefix(hdr.Name, CRIUDir+"/")
+	n, err := strconv.ParseInt(size, 10, 64)
+	switch {
+	case !ok || !IsPages(base):
+		return 0, fmt.Errorf("entry %q: a hole, and not a pages file of %s/", hdr.Name, CRIUDir)
+	case hdr.Size != 0:
+		return 0, fmt.Errorf("entry %q: a hole with %d bytes", hdr.Name, hdr.Size)
+	case err != nil || n < 0 || n%pageSize != 0 || n > MaxStagedSize:
+		return 0, fmt.Errorf("entry %q: a hole of %q bytes, not whole pages up to %d", hdr.Name, size, MaxStagedSize)
+	}
+	if err := sparse(filepath.Join(dir, filepath.FromSlash(hdr.Name)), n); err != nil {
+		return 0, fmt.Errorf("%s: %w", hdr.Name, err)
+	}
+	return n, nil
+}
+
+// pageSize is the size of a page in CRIU's pages files.
+const pageSize = 4096
 
 // receiveStagedFile writes r to a new file at p. An fs delta is checked
 // entry by entry on the way (checkDelta), as restore will unpack it.

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -184,6 +185,82 @@ func TestReceiveStaged(t *testing.T) {
 		tw.Write([]byte("short"))
 		if _, _, _, err := receiveInto(t, buf.Bytes(), 1<<20); !errors.Is(err, image.ErrStagedTooLarge) {
 			t.Errorf("ReceiveStaged of an entry claiming 1 TiB = %v, want ErrStagedTooLarge", err)
+		}
+	})
+}
+
+// hole is an entry of a staged-image stream that stands for a pages file
+// of the given size, its bytes left out (WriteStagedLazy).
+func hole(name, size string) entry {
+	return entry{tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o600, Format: tar.FormatPAX,
+		PAXRecords: map[string]string{image.StagedHoleSize: size}}, nil}
+}
+
+// TestReceiveStagedHoles: a stream written without its pages (a
+// post-copy migration's) carries each pages file as a hole of its size,
+// which the receiver makes empty of that size and counts in no byte; a
+// hole for anything but a pages file, with bytes in it, or of a size
+// that is not whole pages within the bounds is refused.
+func TestReceiveStagedHoles(t *testing.T) {
+	delta := stagedDelta(t)
+	pages := seeded(7, 5*4096)
+	src := t.TempDir()
+	os.Mkdir(filepath.Join(src, "criu"), 0o700)
+	os.WriteFile(filepath.Join(src, "criu", "pages-1.img"), pages, 0o600)
+	os.WriteFile(filepath.Join(src, "criu", "pagemap-1.img"), []byte("pagemap"), 0o600)
+	os.WriteFile(filepath.Join(src, "fs.tar"), delta, 0o600)
+	var buf bytes.Buffer
+	var announced int64 = -1
+	rec := &image.Record{Version: image.RecordVersion, Container: "job.0", Seq: 3}
+	if err := image.WriteStagedLazy(&buf, src, rec, func(n int64) { announced = n }); err != nil {
+		t.Fatal(err)
+	}
+	if announced >= int64(len(pages)) || buf.Len() >= len(pages) {
+		t.Fatalf("a stream without pages announced %d bytes and is %d long; the pages alone are %d", announced, buf.Len(), len(pages))
+	}
+	dir, got, n, err := receiveInto(t, buf.Bytes(), announced)
+	if err != nil || got.Name() != "job.0:3" || n != announced {
+		t.Fatalf("ReceiveStaged = %s, %d bytes (announced %d), %v", got.Name(), n, announced, err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "criu", "pages-1.img"))
+	if err != nil || fi.Size() != int64(len(pages)) {
+		t.Fatalf("the hole for pages-1.img: %v, %v; want %d bytes", fi, err, len(pages))
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "criu", "pages-1.img")); !bytes.Equal(b, make([]byte, len(pages))) {
+		t.Error("the hole for pages-1.img has bytes in it")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "criu", "pagemap-1.img")); string(b) != "pagemap" {
+		t.Errorf("pagemap-1.img = %q: only pages files are left out", b)
+	}
+
+	base := []entry{file("record.json", stagedRec), file("fs.tar", delta), file("criu/core-1.img", []byte("core"))}
+	withBytes := hole("criu/pages-2.img", "4096")
+	withBytes.hdr.Size, withBytes.data = 4096, make([]byte, 4096)
+	for _, tc := range []struct {
+		name string
+		e    entry
+		want string
+	}{
+		{"a hole for a CRIU file that is not pages", hole("criu/core-2.img", "4096"), "not a pages file"},
+		{"a hole for the output", hole(image.LogName, "4096"), "not a pages file"},
+		{"a hole with bytes", withBytes, "a hole with 4096 bytes"},
+		{"a hole of part of a page", hole("criu/pages-2.img", "4095"), "not whole pages"},
+		{"a hole of a negative size", hole("criu/pages-2.img", "-4096"), "not whole pages"},
+		{"a hole of no number", hole("criu/pages-2.img", "4k"), "not whole pages"},
+		{"a hole past the bound", hole("criu/pages-2.img", fmt.Sprint(image.MaxStagedSize+4096)), "not whole pages"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stream, size := stagedStream(t, append(slices.Clone(base), tc.e)...)
+			if _, _, _, err := receiveInto(t, stream, size); !errors.Is(err, image.ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("ReceiveStaged = %v, want ErrCorrupt saying %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("holes past the bound in all", func(t *testing.T) {
+		half := fmt.Sprint(image.MaxStagedSize/2 + 4096)
+		stream, size := stagedStream(t, append(slices.Clone(base), hole("criu/pages-1.img", half), hole("criu/pages-2.img", half))...)
+		if _, _, _, err := receiveInto(t, stream, size); !errors.Is(err, image.ErrStagedTooLarge) {
+			t.Fatalf("ReceiveStaged = %v, want ErrStagedTooLarge", err)
 		}
 	})
 }

@@ -230,9 +230,14 @@ func (c *AgentClient) TierPrune(ctx context.Context, req agentv1.TierPrune) (age
 var ErrNoStagedSize = errors.New("no size announced")
 
 // Staged opens the staged-image stream of a rank prepared on the agent
-// and returns it with the size the agent announced for it.
-func (c *AgentClient) Staged(ctx context.Context, container string, seq int) (io.ReadCloser, int64, error) {
-	body, h, err := c.rpc.StreamHeader(ctx, agentv1.PathStaged+"?container="+url.QueryEscape(container)+"&seq="+strconv.Itoa(seq), nil)
+// and returns it with the size the agent announced for it; lazy leaves
+// the pages out (image.WriteStagedLazy), for StagedPages to read.
+func (c *AgentClient) Staged(ctx context.Context, container string, seq int, lazy bool) (io.ReadCloser, int64, error) {
+	q := "?container=" + url.QueryEscape(container) + "&seq=" + strconv.Itoa(seq)
+	if lazy {
+		q += "&lazy=1"
+	}
+	body, h, err := c.rpc.StreamHeader(ctx, agentv1.PathStaged+q, nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -242,6 +247,18 @@ func (c *AgentClient) Staged(ctx context.Context, container string, seq int) (io
 		return nil, 0, fmt.Errorf("staged image stream of %s:%d: %w: %v", container, seq, ErrNoStagedSize, err)
 	}
 	return body, size, nil
+}
+
+// StagedPages opens the pages req asks for, of a staged image on the
+// agent: 4 KiB each, in the order asked.
+func (c *AgentClient) StagedPages(ctx context.Context, req agentv1.StagedPages) (io.ReadCloser, error) {
+	return c.rpc.Stream(ctx, agentv1.PathStagedPages, req)
+}
+
+// StagedDone tells the agent that a post-copy migration's target no
+// longer needs the pages of a staged image.
+func (c *AgentClient) StagedDone(ctx context.Context, ref agentv1.ImageRef) error {
+	return c.do(ctx, http.MethodPost, agentv1.PathStagedDone, ref, nil)
 }
 
 // Export opens the export stream of a checkpoint on the agent; with

@@ -200,11 +200,11 @@ func (c *CoordClient) Events(ctx context.Context, q EventsQuery) (io.ReadCloser,
 	return c.rpc.Stream(ctx, coordv1.PathEvents+"?"+v.Encode(), nil)
 }
 
-// Migrate moves a rank of a job to another node (to empty: the
+// Migrate moves a rank of a job to another node (req.To empty: the
 // coordinator's choice) and returns once the migration has ended.
-func (c *CoordClient) Migrate(ctx context.Context, job string, rank int, to string) (coordv1.Migration, error) {
+func (c *CoordClient) Migrate(ctx context.Context, job string, req coordv1.Migrate) (coordv1.Migration, error) {
 	var out coordv1.Migration
-	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(job, coordv1.SuffixMigrate), coordv1.Migrate{Rank: rank, To: to}, &out)
+	return out, c.rpc.Do(ctx, http.MethodPost, jobPath(job, coordv1.SuffixMigrate), req, &out)
 }
 
 // Migrations lists a job's migrations.

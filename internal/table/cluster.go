@@ -135,8 +135,12 @@ func Migrations(w io.Writer, ms []coordv1.Migration) error {
 // phase stalled the job, then why it failed, if it did.
 func Migration(w io.Writer, m coordv1.Migration) {
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	moved := human.Bytes(m.Bytes)
+	if m.PostCopy {
+		moved += " (post-copy: its memory after)"
+	}
 	fmt.Fprintf(w, "%s/%d: %s -> %s %s (job stalled %s: dump %s, move %s of %s, restore %s, resume %s)\n",
-		m.Job, m.Rank, m.From, m.To, m.State, ms(m.Stall), ms(m.Dump), ms(m.Move), human.Bytes(m.Bytes), ms(m.Restore), ms(m.Resume))
+		m.Job, m.Rank, m.From, m.To, m.State, ms(m.Stall), ms(m.Dump), ms(m.Move), moved, ms(m.Restore), ms(m.Resume))
 	if m.Reason != "" {
 		fmt.Fprintf(w, "  %s\n", m.Reason)
 	}

@@ -15,11 +15,14 @@ import (
 // TestRestartFromHolders: a node holding a rank dies during a job with
 // k=2, and the job is restarted with that rank on a node without a copy
 // of its image (an automatic restart would put it where a copy is, and
-// fetch nothing), so the rank's image comes from the two surviving
-// holders at once (the coordinator's log shows both sent part of it). One holder hangs at its second share of any fetch and
-// is killed there, in the middle of the restart: the other holders send
-// what it had left, and the job finishes with exactly the uninterrupted
-// run's result, every rank's 16 MiB of ballast memory checked unchanged.
+// fetch nothing), so the rank is restored from the stream of its image's
+// chunks from the two surviving holders at once, written to staging as
+// they arrive (the agent's log shows both sent part of it). One holder
+// hangs at its second share of any image's chunks and is killed there, in
+// the middle of the restart: the other holder sends what it had left, the
+// job finishes with exactly the uninterrupted run's result, every rank's
+// 16 MiB of ballast memory checked unchanged, and the node's store takes
+// its copy of the image afterwards.
 func TestRestartFromHolders(t *testing.T) {
 	const messages = 1_500_000
 	c := testutil.NewCluster(t, 6)
@@ -61,23 +64,42 @@ func TestRestartFromHolders(t *testing.T) {
 	}
 	c.CheckRestarted("ring", 1, testutil.RingOutput)
 
-	// Rank 1's new node fetched from both holders at once: the victim
-	// sent its first share before it hung at its second, the survivor the
-	// rest. The fetch may be the restart's own, or the repair of the lost
-	// copy that happened to target the same node, which the restart's then
-	// waits for (peer="": it fetched nothing itself).
-	log := c.CoordinatorLog()
-	fetches := regexp.MustCompile(`msg="?(?:fetched for restart|replicated)"? job=ring ckpt=\d+ rank=1 node=`+regexp.QuoteMeta(next[1])+` peer=(\S+)`).FindAllStringSubmatch(log, -1)
-	both := false
-	for _, m := range fetches {
-		from := strings.Split(m[1], ",")
-		both = both || slices.Contains(from, victim) && slices.Contains(from, survivor)
+	// Rank 1's new node read the image from both holders at once: the
+	// victim sent its first share before it hung at its second, the
+	// survivor the rest. The image may have come by the restart's own
+	// stream, or by the repair of the lost copy that happened to target
+	// the same node first (then the restart restored from the store).
+	alog := c.AgentLog(next[1])
+	streamed := regexp.MustCompile(`msg="restored from the stream" ckpt=ring\.1:\d+ peer=(\S+)`).FindStringSubmatch(alog)
+	fetches := regexp.MustCompile(`msg="?replicated"? job=ring ckpt=\d+ rank=1 node=`+regexp.QuoteMeta(next[1])+` peer=(\S+)`).FindAllStringSubmatch(c.CoordinatorLog(), -1)
+	both := func(peers string) bool {
+		from := strings.Split(peers, ",")
+		return slices.Contains(from, victim) && slices.Contains(from, survivor)
 	}
-	if !both {
-		t.Errorf("no fetch of rank 1 onto %s from both %s and %s: %q", next[1], victim, survivor, fetches)
-	}
-	if !regexp.MustCompile(`fetch: holder given up; its share goes to the others" ckpt=ring\.1:\d+ peer=` + regexp.QuoteMeta(victim)).MatchString(c.AgentLog(next[1])) {
-		t.Errorf("%s's agent log does not show %s given up mid-fetch:\n%s", next[1], victim, c.AgentLog(next[1]))
+	switch {
+	case streamed != nil:
+		t.Logf("rank 1 restored on %s from the stream of %s", next[1], streamed[1])
+		if !both(streamed[1]) {
+			t.Errorf("rank 1 was restored on %s from the stream of %s, want both %s and %s", next[1], streamed[1], victim, survivor)
+		}
+		if !regexp.MustCompile(`restore from the stream: holder given up; its pages come from the others" ckpt=ring\.1:\d+ peer=` + regexp.QuoteMeta(victim)).MatchString(alog) {
+			t.Errorf("%s's agent log does not show %s given up mid-stream:\n%s", next[1], victim, alog)
+		}
+		// Its store takes the copy afterwards, from the survivor.
+		testutil.WaitUntil(t, 60*time.Second, func() (bool, string) {
+			return regexp.MustCompile(`msg="fetched for restart" job=ring ckpt=\d+ rank=1 node=` + regexp.QuoteMeta(next[1])).MatchString(c.CoordinatorLog()),
+				"the node that restored rank 1 from the stream never stored its copy"
+		})
+	case len(fetches) > 0:
+		t.Logf("rank 1's image copied to %s before the restart: %q", next[1], fetches)
+		if !slices.ContainsFunc(fetches, func(m []string) bool { return both(m[1]) }) {
+			t.Errorf("no copy of rank 1 onto %s from both %s and %s: %q", next[1], victim, survivor, fetches)
+		}
+		if !regexp.MustCompile(`fetch: holder given up; its share goes to the others" ckpt=ring\.1:\d+ peer=` + regexp.QuoteMeta(victim)).MatchString(alog) {
+			t.Errorf("%s's agent log does not show %s given up mid-fetch:\n%s", next[1], victim, alog)
+		}
+	default:
+		t.Errorf("rank 1 came to %s neither by the stream nor by a copy:\n%s", next[1], alog)
 	}
 }
 

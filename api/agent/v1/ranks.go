@@ -33,10 +33,28 @@ const (
 
 	// Migration of one rank (see MigrateIn).
 	PathRankStall  = "/v1/ranks/stall"       // POST RankStall: lock and freeze ranks (RankResume ends it)
-	PathStaged     = "/v1/images/staged"     // GET ?container=NAME&seq=N: a prepared rank's staged image as tar (agents may call it), its size in HeaderStagedSize
+	PathStaged     = "/v1/images/staged"     // GET ?container=NAME&seq=N[&lazy=1]: a prepared rank's staged image as tar (agents may call it), its size in HeaderStagedSize; lazy: its pages files as holes
 	PathMigrateIn  = "/v1/ranks/migrate-in"  // POST MigrateIn: MigratedIn
 	PathMigrateOut = "/v1/ranks/migrate-out" // POST MigrateOut: the rank has moved away
+
+	// A post-copy migration's pages, which the target reads from the
+	// source (agents may call them).
+	PathStagedPages = "/v1/images/staged/pages" // POST StagedPages: the pages, 4 KiB each, in the order asked
+	PathStagedDone  = "/v1/images/staged/done"  // POST ImageRef: the target has every page (or gave up): the source drops them
 )
+
+// StagedPages asks for pages of a pages file of a staged image: a
+// prepared rank's, or one a post-copy migration moved away
+// (MigrateOut.Donor). Runs are [first, count] pairs of page indexes in
+// the file.
+type StagedPages struct {
+	ImageRef
+	File string     `json:"file"`
+	Runs [][2]int64 `json:"runs"`
+}
+
+// MaxStagedPages bounds the pages of one StagedPages request.
+const MaxStagedPages = 1 << 16
 
 // Incarnation is one run of a container's processes on the node: its
 // first run, or a restore. The current incarnation's output starts with
@@ -139,6 +157,11 @@ type RankRestore struct {
 	// Tier, when the node does not hold the image, restores the rank
 	// lazily from the durable tier, as Lazy does from holders.
 	Tier *TierSource `json:"tier,omitempty"`
+	// Stream, when the node does not hold the image, restores the rank
+	// eagerly from these holders: the image is written to staging as its
+	// chunks arrive, from any holder still serving, and restored once
+	// whole; the node's store takes its copy afterwards (a Fetch).
+	Stream []Holder `json:"stream,omitempty"`
 }
 
 // TierSource is a rank's image in the durable tier: the job's repo and
@@ -312,6 +335,12 @@ type MigrateIn struct {
 	Net      JobNet        `json:"net"`
 	Addr     string        `json:"addr"`
 	Hold     time.Duration `json:"hold_ns"`
+	// PostCopy restores the rank before its memory is here: the stream
+	// carries its pages files as holes, and the pages come from From
+	// (PathStagedPages) as the rank touches them and in the background,
+	// while it runs; if From fails before every page is here, the rank
+	// is killed.
+	PostCopy bool `json:"post_copy,omitempty"`
 }
 
 // MigratedIn is the reply to MigrateIn.
@@ -329,6 +358,10 @@ type MigrateOut struct {
 	Seq  int    `json:"seq"`
 	VNI  uint32 `json:"vni"`
 	Addr string `json:"addr"`
+	// Donor keeps the staged pages, once the container is gone, for a
+	// post-copy target to read until it says it has them all
+	// (PathStagedDone) or stops asking.
+	Donor bool `json:"donor,omitempty"`
 }
 
 // DropImages removes every checkpoint image of the named containers from

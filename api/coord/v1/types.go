@@ -555,6 +555,13 @@ type Restart struct {
 type Migrate struct {
 	Rank int    `json:"rank"`
 	To   string `json:"to,omitempty"`
+	// PostCopy moves the rank without its memory: it runs on the target
+	// as soon as it is restored there, its pages following from the
+	// source as it touches them and in the background. The job then
+	// waits only for the dump and the rank's other files; but if the
+	// source fails before every page has arrived, the rank is killed and
+	// the job restarts from its newest checkpoint.
+	PostCopy bool `json:"post_copy,omitempty"`
 }
 
 // MigrationState is where a migration stands.
@@ -589,6 +596,9 @@ type Migration struct {
 	Restore    time.Duration `json:"restore_ns,omitempty"` // phase 3: restored there
 	Resume     time.Duration `json:"resume_ns,omitempty"`  // phase 4
 	Bytes      int64         `json:"bytes,omitempty"`
+	// PostCopy: the rank moved without its memory (Migrate.PostCopy);
+	// Bytes are then the files moved before it ran, not its pages.
+	PostCopy bool `json:"post_copy,omitempty"`
 }
 
 // Drain moves every rank off a node and keeps new ranks away (Undrain:

@@ -68,8 +68,13 @@ type Action interface {
 // Background reports whether the driver performs a on its own, stepping
 // nothing back.
 func Background(a Action) bool {
-	r, ok := a.(RepairCopy)
-	return ok && r.Background
+	switch a := a.(type) {
+	case RepairCopy:
+		return a.Background
+	case FetchImage:
+		return a.Background
+	}
+	return false
 }
 
 // The actions that call an agent. Rank and Node name the rank and the node
@@ -100,6 +105,9 @@ type (
 		Rank int
 		Node string
 		From []string
+		// Background: nothing waits for it (the copy a rank restored
+		// from the stream leaves its node's store).
+		Background bool
 	}
 	// FetchTier has Node fetch the rank's image of the ckpt from the
 	// durable tier.
@@ -115,6 +123,9 @@ type (
 		Node string
 		Lazy []string
 		Tier bool
+		// Stream restores from these holders eagerly, the image written
+		// to staging as it arrives.
+		Stream []string
 	}
 	// RepairCopy has Node mend its copy of the rank's image from one of
 	// From; in the Background when nothing waits for it.
@@ -240,7 +251,11 @@ func (a RemoveRank) String() string {
 	return s
 }
 func (a FetchImage) String() string {
-	return "fetch " + at(a.Rank, a.Node) + " from=" + strings.Join(a.From, ",")
+	s := "fetch " + at(a.Rank, a.Node) + " from=" + strings.Join(a.From, ",")
+	if a.Background {
+		s += " background"
+	}
+	return s
 }
 func (a FetchTier) String() string { return "fetch " + at(a.Rank, a.Node) + " from=tier" }
 func (a RestoreRank) String() string {
@@ -250,6 +265,9 @@ func (a RestoreRank) String() string {
 	}
 	if a.Tier {
 		s += " lazy=tier"
+	}
+	if len(a.Stream) > 0 {
+		s += " stream=" + strings.Join(a.Stream, ",")
 	}
 	return s
 }

@@ -37,7 +37,9 @@ type RestartConfig struct {
 	Tier bool
 	// Lazy restores a rank whose node has no copy while it runs, its
 	// memory coming from the copies (docs/lazy.md); otherwise the node
-	// fetches the image first.
+	// restores it from the copies' chunks as they arrive (RestoreRank
+	// with Stream), and its store takes a copy afterwards, in the
+	// background.
 	Lazy bool
 	// Drop lists the live nodes the job leaves: their job network goes
 	// once the job runs.
@@ -179,7 +181,7 @@ func (m *Restart) restore() {
 		case m.cfg.Lazy:
 			m.emit(RestoreRank{Rank: r, Node: n, Lazy: m.cfg.Copies[r]})
 		default:
-			m.emit(FetchImage{Rank: r, Node: n, From: m.cfg.Copies[r]})
+			m.emit(RestoreRank{Rank: r, Node: n, Stream: m.cfg.Copies[r]})
 		}
 	}
 }
@@ -206,15 +208,6 @@ func (m *Restart) result(res Result) {
 		if res.Err != nil || res.Status != "paused" && res.Status != "running" {
 			m.missing = true
 		}
-	case FetchImage:
-		if res.Err != nil {
-			m.addFailure("rank %d: fetch to %s: %w", a.Rank, a.Node, res.Err)
-			break
-		}
-		for _, d := range res.Damaged {
-			m.emit(RepairCopy{Rank: a.Rank, Node: d, From: []string{a.Node}, Background: true})
-		}
-		m.emit(RestoreRank{Rank: a.Rank, Node: a.Node})
 	case FetchTier:
 		if res.Err != nil {
 			m.addFailure("rank %d: fetch to %s from the durable tier: %w", a.Rank, a.Node, res.Err)
@@ -223,8 +216,11 @@ func (m *Restart) result(res Result) {
 		m.emit(RestoreRank{Rank: a.Rank, Node: a.Node})
 	case RestoreRank:
 		switch {
+		case res.Err == nil && len(a.Stream) > 0:
+			// The node's store takes its copy, while the job runs.
+			m.emit(FetchImage{Rank: a.Rank, Node: a.Node, From: a.Stream, Background: true})
 		case res.Err == nil:
-		case res.Corrupt && !m.repaired[a.Rank] && len(m.others(a.Rank)) > 0:
+		case res.Corrupt && len(a.Stream) == 0 && !m.repaired[a.Rank] && len(m.others(a.Rank)) > 0:
 			m.repaired[a.Rank] = true
 			m.emit(RepairCopy{Rank: a.Rank, Node: a.Node, From: m.others(a.Rank)})
 		default:

@@ -129,8 +129,8 @@ func (cl *Client) RankRun(ctx context.Context, req agentv1.RankRun) (agentv1.Con
 }
 
 // RankRestore restores a rank frozen and locked from its image in the
-// node's store or, lazily, from its holders; it replaces a container of
-// the same name.
+// node's store or, lazily or from the stream, from its holders; it
+// replaces a container of the same name.
 func (cl *Client) RankRestore(ctx context.Context, req agentv1.RankRestore) (agentv1.Container, error) {
 	var out agentv1.Container
 	err := cl.call(ctx, "restore", restoreWhat(req), func(n *Node) error {
@@ -147,6 +147,14 @@ func (cl *Client) RankRestore(ctx context.Context, req agentv1.RankRestore) (age
 			}
 			if _, err := n.holder(key, holders); err != nil {
 				return fmt.Errorf("lazy restore of %s:%d: %w", name, req.Seq, err)
+			}
+		case len(req.Stream) > 0:
+			var holders []string
+			for _, h := range req.Stream {
+				holders = append(holders, h.Node)
+			}
+			if _, err := n.holder(key, holders); err != nil {
+				return fmt.Errorf("restore of %s:%d from the stream: %w", name, req.Seq, err)
 			}
 		case req.Tier != nil:
 			if err := cl.c.tierHas(*req.Tier, key); err != nil {
@@ -517,6 +525,9 @@ func restoreWhat(req agentv1.RankRestore) string {
 	s := ckptWhat(req.Rank, req.Seq)
 	if len(req.Lazy) > 0 {
 		s += " lazy"
+	}
+	if len(req.Stream) > 0 {
+		s += " stream"
 	}
 	return s
 }

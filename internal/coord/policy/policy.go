@@ -31,9 +31,9 @@ import (
 
 // Config tunes a Machine.
 type Config struct {
-	// Attempts is how often an automatic restart after a node loss (or
-	// one an earlier coordinator left), or an incomplete replication, is
-	// tried; 0 means 5.
+	// Attempts is how often an automatic restart (after a node loss, a
+	// damaged rank, or one an earlier coordinator left), or an incomplete
+	// replication, is tried; 0 means 5.
 	Attempts int
 	// RetryAfter is the wait between two attempts: nodes that die
 	// together are seen dead one node lease apart, and the nodes of a
@@ -650,7 +650,7 @@ func (m *Machine) restartEnded(s Snapshot, ev RestartEnded) []Action {
 		if p.then != "" && m.restarting[ev.Job] == nil {
 			out = append(out, m.damaged(s, ev.Job, p.then)...)
 		}
-	case p.cause == CauseDamaged || ev.Attempt >= m.cfg.Attempts:
+	case ev.Attempt >= m.cfg.Attempts:
 		delete(m.restarting, ev.Job)
 		err := ev.Err
 		if p.cause == CauseDamaged {
