@@ -290,6 +290,18 @@ func BenchmarkCheckpoint(b *testing.B) {
 			row(mib, "  vs bare restore from disk", 0, 0, 0, float64(median(cairnR))/float64(median(bareRD)))
 			row(mib, "cairn restore (kept image)", 0, keptR, 0, float64(keptR)/float64(median(bareR)))
 			b.ReportMetric(float64(median(cairnR))/float64(median(bareR)), "restore/bare")
+			r := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+			figs := []figure{
+				atMost(fmt.Sprintf("checkpoint stall ÷ bare full dump to tmpfs, %d MiB", mib), median(stall).Seconds()/median(bareT).Seconds(), 1.2,
+					fmt.Sprintf("%s / %s", r(median(stall)), r(median(bareT)))),
+				atMost(fmt.Sprintf("restore from the kept image ÷ bare criu restore from tmpfs, %d MiB", mib), keptR.Seconds()/median(bareR).Seconds(), 1.5,
+					fmt.Sprintf("%s (one sample) / %s", r(keptR), r(median(bareR)))),
+			}
+			if mib >= 256 {
+				figs = append(figs, atMost(fmt.Sprintf("checkpoint durable ÷ bare dump to disk + fsync, %d MiB", mib), median(total).Seconds()/median(bareD).Seconds(), 2.0,
+					fmt.Sprintf("%s / %s", r(median(total)), r(median(bareD)))))
+			}
+			record(b, figs...)
 		})
 	}
 }

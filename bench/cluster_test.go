@@ -38,6 +38,7 @@ func envInt(name string, def int) int {
 // node at once (rpcWave) plus the round's own commit transaction.
 func BenchmarkCoordination(b *testing.B) {
 	c := testutil.NewCluster(b, 4)
+	sum := map[int]time.Duration{} // t_coord + t_cont, by ranks
 	for _, ranks := range []int{4, 8, 16} {
 		job := fmt.Sprintf("co%d", ranks)
 		c.OK("run", "--job", job, "--ranks", strconv.Itoa(ranks), "--", c.Bin, "ringapp",
@@ -62,8 +63,11 @@ func BenchmarkCoordination(b *testing.B) {
 		b.Logf("%2d ranks on 4 nodes: t_coord %5.1f ms (commit txn %4.1f ms) + t_cont %5.1f ms = %5.1f ms | ranks frozen %6.1f ms, slowest prepare %6.1f ms (medians of %d rounds; target t_coord+t_cont <= 50 ms at 16 ranks) | baseline: one RPC to every node at once %4.1f ms + the commit txn = %4.1f ms, t_coord %.1fx that",
 			ranks, ms(median(coord)), ms(median(persist)), ms(median(cont)), ms(median(coord)+median(cont)), ms(median(stall)), ms(median(dump)), len(coord),
 			ms(wave), ms(floor), float64(median(coord))/float64(floor))
+		sum[ranks] = median(coord) + median(cont)
 		c.OK("rm", "-f", job)
 	}
+	record(b, atMost("t_coord + t_cont, 16 ranks on 4 nodes ÷ 4 ranks on 4 nodes", sum[16].Seconds()/sum[4].Seconds(), 1.3,
+		fmt.Sprintf("%.1f ms / %.1f ms", ms(sum[16]), ms(sum[4]))))
 }
 
 // rpcWave is the median time of one trivial request (Health) sent to

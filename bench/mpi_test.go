@@ -206,6 +206,14 @@ func mpiRuntime(b *testing.B, c *testutil.Cluster, kinds []string, progs map[str
 			ratio("jobnet", "underlay", mpiTotal), ratio("jobnet", "underlay", mpiLoop)))
 		summary = append(summary, fmt.Sprintf("          cairn - underlay, medians of per-run differences: total %s = launch %s + MPI_Init %s + loop %s + rest %s",
 			diff("cairn", "underlay", mpiTotal), diff("cairn", "underlay", mpiLaunch), diff("cairn", "underlay", mpiInit), diff("cairn", "underlay", mpiLoop), diff("cairn", "underlay", mpiRest)))
+		// The start: until every rank has returned from MPI_Init.
+		started := func(r mpiRun) time.Duration { return mpiLaunch(r) + mpiInit(r) }
+		cm, um := med("cairn"), med("underlay")
+		record(b,
+			atMost(fmt.Sprintf("MPI job start ÷ bare mpirun start, %s, %d ranks", kind, mpiBenchRanks), ratio("cairn", "underlay", started), 1.5,
+				fmt.Sprintf("%s / %s", started(cm).Round(time.Millisecond), started(um).Round(time.Millisecond))),
+			atMost(fmt.Sprintf("MPI run time ÷ bare mpirun, %s, %d ranks", kind, mpiBenchRanks), ratio("cairn", "underlay", mpiTotal), 1.02,
+				fmt.Sprintf("%s / %s", mpiTotal(cm).Round(time.Millisecond), mpiTotal(um).Round(time.Millisecond))))
 	}
 	return summary, details
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,9 +17,11 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/zeebo/blake3"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cairn-hpc/cairn/internal/image"
@@ -68,6 +71,66 @@ func BenchmarkReplication(b *testing.B) {
 	bound := min(tcp, read, write)
 	b.Logf("replication of a %d MiB image between two nodes: %d bytes in %s = %.0f MiB/s | raw TCP between the same nodes: %.0f MiB/s | sender's read: %.0f MiB/s | receiver's verify+write: %.0f MiB/s | ratio to the slowest %.2f (target >= 0.8), to raw TCP %.2f",
 		mib, bytes, took.Round(time.Millisecond), repl/(1<<20), tcp/(1<<20), read/(1<<20), write/(1<<20), repl/bound, repl/tcp)
+	// The bare bounds of the receiver: its disk written and fsynced, and
+	// BLAKE3 hashing over every core.
+	disk := rawDiskWrite(b, filepath.Join(c.Data, "cluster", "nodes", c.Nodes[1], "data"), bytes)
+	hash := blake3AllCores(bytes)
+	b.Logf("receiver's bare bounds: disk write+fsync %.0f MiB/s, BLAKE3 over %d cores %.0f MiB/s", disk/(1<<20), runtime.NumCPU(), hash/(1<<20))
+	record(b, atLeast("replica receive throughput ÷ the slower of disk write+fsync and BLAKE3 over every core", repl/min(disk, hash), 0.8,
+		fmt.Sprintf("%.0f / min(%.0f, %.0f) MiB/s", repl/(1<<20), disk/(1<<20), hash/(1<<20))))
+}
+
+// rawDiskWrite writes n bytes of random data into a file in dir in 1 MiB
+// writes, fsyncs it, and returns the bytes per second (median of 3).
+func rawDiskWrite(b *testing.B, dir string, n int64) float64 {
+	b.Helper()
+	buf := make([]byte, 1<<20)
+	rand.Read(buf)
+	var rates []time.Duration
+	for range 3 {
+		p := filepath.Join(dir, "bench-raw-write")
+		f, err := os.Create(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dropCaches()
+		start := time.Now()
+		for left := n; left > 0; left -= int64(len(buf)) {
+			if _, err := f.Write(buf[:min(int64(len(buf)), left)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		rates = append(rates, time.Since(start))
+		f.Close()
+		os.Remove(p)
+	}
+	return float64(n) / median(rates).Seconds()
+}
+
+// blake3AllCores hashes n bytes (in 64 KiB pieces, as chunks are) on every
+// core at once and returns the bytes per second (median of 3).
+func blake3AllCores(n int64) float64 {
+	piece := make([]byte, 64<<10)
+	rand.Read(piece)
+	cores := runtime.NumCPU()
+	var took []time.Duration
+	for range 3 {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range cores {
+			wg.Go(func() {
+				for left := n / int64(cores); left > 0; left -= int64(len(piece)) {
+					_ = blake3.Sum256(piece)
+				}
+			})
+		}
+		wg.Wait()
+		took = append(took, time.Since(start))
+	}
+	return float64(n) / median(took).Seconds()
 }
 
 // storeBounds measures, in bytes per second of chunk streams, how fast
@@ -224,7 +287,8 @@ func jsonUnmarshal(s string, v any) error {
 // kept in staging takes a fresh checkpoint first (a restore uses the kept
 // image up); the local restarts from the store follow, with no checkpoint
 // in between, so none has a kept image; the lazy restart is repeated as
-// often (a lazy restore keeps no copy, so each is lazy again). The
+// often, at least 5 times (a lazy restore keeps no copy, so each is lazy
+// again). The
 // restart from the stream is one sample: the copy its node stores
 // afterwards would make a second one a restart from the store.
 func BenchmarkRestartFromReplica(b *testing.B) {
@@ -273,7 +337,7 @@ func BenchmarkRestartFromReplica(b *testing.B) {
 	})
 	var lazy, prefetch []time.Duration
 	agentLog := filepath.Join(c.Data, "cluster", "nodes", targets[1], "agent.log")
-	for i := range reps {
+	for i := range max(reps, 5) {
 		lazy = append(lazy, timed("--lazy", "--placement", targets[1]))
 		testutil.WaitUntil(b, 5*time.Minute, func() (bool, string) {
 			log, _ := os.ReadFile(agentLog)
@@ -292,6 +356,11 @@ func BenchmarkRestartFromReplica(b *testing.B) {
 		targets[0], copies[1], ms(remote), ms(fetch), remote.Seconds()/median(kept).Seconds(), remote.Seconds()/median(stored).Seconds())
 	b.Logf("lazy, on %s from the replica: running again after %s (median of %d) | ratio to the kept image %.2f, to the store %.2f (target <= 1.0); every page there %s after the page server started (median of %d)",
 		targets[1], ms(median(lazy)), len(lazy), median(lazy).Seconds()/median(kept).Seconds(), median(lazy).Seconds()/median(stored).Seconds(), ms(median(prefetch)), len(prefetch))
+	record(b,
+		atMost(fmt.Sprintf("eager restart on a node without a copy ÷ restart from the local image, %d MiB", mib), remote.Seconds()/median(kept).Seconds(), 1.3,
+			fmt.Sprintf("%s / %s kept (%s from the store)", ms(remote), ms(median(kept)), ms(median(stored)))),
+		atMost(fmt.Sprintf("lazy restart (until the rank runs) ÷ restart from the local image, %d MiB, median of %d", mib, len(lazy)), median(lazy).Seconds()/median(kept).Seconds(), 1.0,
+			fmt.Sprintf("%s / %s", ms(median(lazy)), ms(median(kept)))))
 }
 
 // keepBudget lets the agents keep an image of a mib MiB rank in staging
