@@ -47,7 +47,7 @@ func BenchmarkMigration(b *testing.B) {
 	}
 	var migTotal, migStall, ckTotal, ckStall, rsTotal []time.Duration
 	var dump, move, restore, resume []time.Duration
-	var pcStall, pcAll, pcDump, pcRestore []time.Duration
+	var pcStall, pcAll, pcDump, pcMove, pcRestore, pcResume []time.Duration
 	var bytes int64
 	for i := 0; i < rounds; i++ {
 		// Migration there and back: two samples.
@@ -76,7 +76,7 @@ func BenchmarkMigration(b *testing.B) {
 		// Post-copy there, and back stop-and-copy once every page is there.
 		m, all := postCopy(b, c, "mig/0", free)
 		pcStall, pcAll = append(pcStall, m.Stall), append(pcAll, all)
-		pcDump, pcRestore = append(pcDump, m.Dump), append(pcRestore, m.Restore)
+		pcDump, pcMove, pcRestore, pcResume = append(pcDump, m.Dump), append(pcMove, m.Move), append(pcRestore, m.Restore), append(pcResume, m.Resume)
 		c.OK("migrate", "mig/0", "--to", home[0])
 	}
 	tcp := rawTCP(b, c, home[0], free, bytes)
@@ -93,8 +93,8 @@ func BenchmarkMigration(b *testing.B) {
 	b.Logf("ratio migration / checkpoint+restart: total %.2f, stall %.2f (target <= 0.5)", mt.Seconds()/alt.Seconds(), ms.Seconds()/altStall.Seconds())
 	b.Logf("stall %s next to image %s / raw TCP %.0f MiB/s = %s: %.1fx the link time",
 		ms.Round(time.Millisecond), fmt.Sprintf("%.1f MiB", float64(bytes)/(1<<20)), tcp/(1<<20), link.Round(time.Millisecond), ms.Seconds()/link.Seconds())
-	b.Logf("post-copy: job stalled %s (dump %s, restore %s), every page on the target %s after the start (medians of %d)",
-		r(pcStall), r(pcDump), r(pcRestore), r(pcAll), len(pcStall))
+	b.Logf("post-copy: job stalled %s (dump %s, move %s, restore %s, resume %s), every page on the target %s after the start (medians of %d)",
+		r(pcStall), r(pcDump), r(pcMove), r(pcRestore), r(pcResume), r(pcAll), len(pcStall))
 	b.Logf("ratio post-copy stall / global checkpoint stall %.2f (target <= 0.5); stop-and-copy stall / global checkpoint stall %.2f",
 		median(pcStall).Seconds()/median(ckStall).Seconds(), ms.Seconds()/median(ckStall).Seconds())
 	b.Logf("ratio post-copy every page there / stop-and-copy stall %.2f (target <= 1.5)", median(pcAll).Seconds()/ms.Seconds())

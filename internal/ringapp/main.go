@@ -103,6 +103,7 @@ func parseArgs(args []string, getenv func(string) string, stderr io.Writer) (Con
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "time to set up the ring (the only timeout)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress (0: never)")
 	ballast := fs.Int("ballast", 0, "MiB of random memory each rank holds, and checks unchanged at the end (for images of a given size)")
+	churn := fs.Int("churn", 0, "with -ballast: write a page of the ballast every N messages, round the ballast (checked at the end too)")
 	report := fs.Bool("report", true, "rank 0 publishes its progress as rank events through the rank API's socket ($CAIRN_SOCKET, or in a job of cairn's its usual path)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -179,7 +180,7 @@ func parseArgs(args []string, getenv func(string) string, stderr io.Writer) (Con
 	cfg := Config{
 		Job: *job, Rank: *rank, Size: *size, Addrs: addrs(hosts, *port, *portBase),
 		Messages: *messages, Window: *window, Payload: *payload, Seed: *seed, Compute: *compute,
-		Out: *out, ConnectTimeout: *connectTimeout, Progress: *progress, BallastMiB: *ballast,
+		Out: *out, ConnectTimeout: *connectTimeout, Progress: *progress, BallastMiB: *ballast, Churn: *churn,
 	}
 	if *report && *rank == 0 {
 		cfg.Socket = getenv(rankv1.EnvSocket)

@@ -35,6 +35,10 @@ type Config struct {
 	// run (a checkpoint image of a given size); the run fails with
 	// ErrCorrupt if it is not the same at the end.
 	BallastMiB int
+	// Churn, if above 0, has the rank write a page of its ballast every
+	// Churn messages, round the ballast, so that its memory changes as it
+	// runs; the end checks every page's writes as well.
+	Churn int
 	// Listener, if set, is the listener of this rank (Run closes it);
 	// otherwise Run listens on Addrs[Rank].
 	Listener net.Listener
@@ -66,6 +70,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("connect timeout %v: want more than 0", c.ConnectTimeout)
 	case c.BallastMiB < 0 || c.BallastMiB > 1<<16:
 		return fmt.Errorf("ballast %d MiB: want 0..%d", c.BallastMiB, 1<<16)
+	case c.Churn < 0 || c.Churn > 0 && c.BallastMiB == 0:
+		return fmt.Errorf("churn %d: want 0, or more with a ballast", c.Churn)
 	}
 	return nil
 }
@@ -91,7 +97,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	if out == nil {
 		out = io.Discard
 	}
-	ballast, sum := newBallast(cfg.BallastMiB, cfg.Seed, cfg.Rank)
+	ballast := newBallast(cfg.BallastMiB, cfg.Seed, cfg.Rank, cfg.Churn)
 	up, down, err := connect(ctx, &cfg, out)
 	if err != nil {
 		return "", err
@@ -108,7 +114,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	defer down.Close()
 	fmt.Fprintf(out, "rank %d/%d: ring connected (upstream %s, downstream %s)\n", cfg.Rank, cfg.Size, up.RemoteAddr(), down.RemoteAddr())
 
-	r := &rank{cfg: &cfg, up: up, down: down,
+	r := &rank{cfg: &cfg, up: up, down: down, ballast: ballast,
 		recv: newReceiver(bufio.NewReaderSize(up, bufSize), (cfg.Rank+cfg.Size-1)%cfg.Size, cfg.Payload),
 		w:    bufio.NewWriterSize(down, bufSize),
 	}
@@ -126,8 +132,8 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	if err == nil {
 		err = r.finish()
 	}
-	if err == nil && sha256.Sum256(ballast) != sum {
-		err = fmt.Errorf("%w: the rank's %d MiB of ballast memory changed", ErrCorrupt, cfg.BallastMiB)
+	if err == nil {
+		err = ballast.check(cfg.Messages)
 	}
 	if err != nil {
 		cancel(err)
@@ -147,13 +153,64 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	return res, nil
 }
 
-// newBallast returns mib MiB of pseudo-random bytes (by seed and rank) and
-// their hash.
-func newBallast(mib int, seed uint64, rank int) ([]byte, [sha256.Size]byte) {
+// ballast is a rank's random memory (Config.BallastMiB). With churn, the
+// rank writes one of its pages every churn messages, in page order round
+// the ballast: the page's first 8 bytes are XORed with how often it was
+// written, which it keeps in writes (memory too).
+type ballast struct {
+	b      []byte
+	sum    [sha256.Size]byte // of b as made
+	churn  int
+	writes []uint64 // by page
+}
+
+// newBallast returns mib MiB of pseudo-random bytes (by seed and rank).
+func newBallast(mib int, seed uint64, rank, churn int) *ballast {
 	b := make([]byte, mib<<20)
 	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(rank), byte(rank >> 8)})
 	rng.Read(b)
-	return b, sha256.Sum256(b)
+	bl := &ballast{b: b, sum: sha256.Sum256(b), churn: churn}
+	if churn > 0 {
+		bl.writes = make([]uint64, len(b)/ballastPage)
+	}
+	return bl
+}
+
+const ballastPage = 4096
+
+// touch writes a page once n messages are done, every churn messages.
+func (bl *ballast) touch(n int) {
+	if bl.churn <= 0 || n%bl.churn != 0 {
+		return
+	}
+	p := (n/bl.churn - 1) % len(bl.writes)
+	bl.writes[p]++
+	w := bl.writes[p]
+	head := bl.b[p*ballastPage:]
+	binary.LittleEndian.PutUint64(head, binary.LittleEndian.Uint64(head)^(w-1)^w)
+}
+
+// check checks the ballast after messages messages: every page written as
+// often as the messages say, and, those writes undone, every byte as made.
+func (bl *ballast) check(messages int) error {
+	if bl.churn > 0 {
+		k, pages := messages/bl.churn, len(bl.writes)
+		for p, w := range bl.writes {
+			want := uint64(k / pages)
+			if p < k%pages {
+				want++
+			}
+			if w != want {
+				return fmt.Errorf("%w: page %d of the rank's ballast was written %d times, want %d", ErrCorrupt, p, w, want)
+			}
+			head := bl.b[p*ballastPage:]
+			binary.LittleEndian.PutUint64(head, binary.LittleEndian.Uint64(head)^w)
+		}
+	}
+	if sha256.Sum256(bl.b) != bl.sum {
+		return fmt.Errorf("%w: the rank's %d MiB of ballast memory changed", ErrCorrupt, len(bl.b)>>20)
+	}
+	return nil
 }
 
 // rank is one rank of a running ring.
@@ -163,6 +220,7 @@ type rank struct {
 	recv     *receiver     // messages from upstream
 	w        *bufio.Writer // messages to downstream
 	progress progress
+	ballast  *ballast
 	sink     uint64 // results of burn, kept so the loop is not optimised away
 }
 
@@ -191,6 +249,7 @@ func (r *rank) forward() error {
 			}
 		}
 		r.progress.tick(j + 1)
+		r.ballast.touch(j + 1)
 	}
 	if err := r.w.Flush(); err != nil {
 		return fmt.Errorf("send the last messages to rank %d: %w", (r.cfg.Rank+1)%r.cfg.Size, err)
@@ -236,6 +295,7 @@ func (r *rank) lead(ctx context.Context, cancel context.CancelCauseFunc) (uint64
 			values <- mix(v, 0, uint64(next))
 		}
 		r.progress.tick(j + 1)
+		r.ballast.touch(j + 1)
 	}
 	<-sent
 	if ctx.Err() != nil {

@@ -20,13 +20,19 @@ import (
 // after it runs again.
 const postCopyBallast = 160
 
+// postCopyChurn: every rank writes a page of its ballast every 16
+// messages (ringapp -churn), round and round, and checks every page's
+// writes at the end: the moving rank writes pages whose old contents are
+// still on the source, and must find them there.
+const postCopyChurn = 16
+
 // ballastRing runs a 3-rank ring with ballast on 3 of 4 nodes, one rank
 // each, checkpointed once (protected) while it runs.
 func ballastRing(t *testing.T, messages int) (c *testutil.Cluster, place []string, free string) {
 	t.Helper()
 	c = testutil.NewCluster(t, 4)
 	c.OK("run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1", "--",
-		c.Bin, "ringapp", "-messages", strconv.Itoa(messages), "-ballast", strconv.Itoa(postCopyBallast))
+		c.Bin, "ringapp", "-messages", strconv.Itoa(messages), "-ballast", strconv.Itoa(postCopyBallast), "-churn", strconv.Itoa(postCopyChurn))
 	place = c.Status("ring").Placement
 	free = c.Unused(place)
 	c.WaitProgress("ring", 3, 0, 90*time.Second)
@@ -40,14 +46,14 @@ func ballastRing(t *testing.T, messages int) (c *testutil.Cluster, place []strin
 var postCopyDone = regexp.MustCompile(`msg="post-copy migration: every page is here" ckpt=ring\.1:(\d+) peer=\S+ pages=(\d+)`)
 
 // TestPostCopyMigration: rank 1 of a running ring, holding 160 MiB of
-// ballast, moves with --post-copy while the ring passes checksummed
-// messages: the job waits for the dump and the rank's files, not its
+// ballast it keeps writing, moves with --post-copy while the ring passes
+// checksummed messages: the job waits for the dump and the rank's files, not its
 // memory, which the target reads from the source once the rank runs. The
 // target's page server serves at least the ballast after the rank
 // resumed, the source drops its pages once told, the other ranks are the
 // same processes, and the job ends with the uninterrupted run's result,
-// every rank's ballast checked unchanged (the ring fails on any bad
-// message).
+// every rank's ballast checked (the ring fails on any bad message, and a
+// rank on a ballast page not as its writes left it).
 func TestPostCopyMigration(t *testing.T) {
 	const messages = 1_500_000
 	c, place, free := ballastRing(t, messages)
