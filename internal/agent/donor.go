@@ -30,9 +30,10 @@ import (
 // lazy restore fails and the rank is killed there, as a lazy restart's
 // is when every holder fails.
 
-// donorIdle is how long a donor keeps its pages once the rank is gone
-// with no request from the target: the target's prefetch asks
-// continuously until it has every page.
+// donorIdle is how long a donor keeps its pages with no request from
+// the target: the target's prefetch asks continuously until it has every
+// page. (A donor whose rank is still prepared here holds files the
+// prepare holds too; once the prepare ends, only the donor does.)
 const donorIdle = 2 * time.Minute
 
 // donors are the staged images whose pages this node serves, by image.
@@ -44,19 +45,17 @@ type donors struct {
 // donor is the open pages files of one staged image.
 type donor struct {
 	files   map[string]*os.File
-	idle    *time.Timer // set once the rank is gone: drops the donor
+	idle    *time.Timer // drops the donor after donorIdle without a request
 	donated bool        // the rank is gone: the failpoint donor-pages applies
 }
 
 // get returns the donor of key, opening the pages files of the rank's
-// prepare the first time.
-func (d *donors) get(key ckptKey, prepared func(ckptKey) stagedRank) (*donor, error) {
+// prepare the first time; log tells of a donor dropped for idleness.
+func (d *donors) get(key ckptKey, prepared func(ckptKey) stagedRank, log *slog.Logger) (*donor, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if dn := d.m[key]; dn != nil {
-		if dn.idle != nil {
-			dn.idle.Reset(donorIdle)
-		}
+		dn.idle.Reset(donorIdle)
 		return dn, nil
 	}
 	p := prepared(key)
@@ -71,6 +70,11 @@ func (d *donors) get(key ckptKey, prepared func(ckptKey) stagedRank) (*donor, er
 		d.m = map[ckptKey]*donor{}
 	}
 	d.m[key] = dn
+	dn.idle = time.AfterFunc(donorIdle, func() {
+		if d.drop(key) {
+			log.Warn("post-copy migration: no page asked for a while; the source's pages are dropped", "ckpt", fmt.Sprintf("%s:%d", key.rank, key.ckpt), "idle", donorIdle)
+		}
+	})
 	return dn, nil
 }
 
@@ -103,20 +107,13 @@ func (dn *donor) close() {
 // donate makes key's donor outlive the rank's staging dir (opening it if
 // no request has yet), dropped by drop or once idle.
 func (d *donors) donate(key ckptKey, prepared func(ckptKey) stagedRank, log *slog.Logger) error {
-	dn, err := d.get(key, prepared)
+	dn, err := d.get(key, prepared, log)
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dn.donated = true
-	if dn.idle == nil {
-		dn.idle = time.AfterFunc(donorIdle, func() {
-			if d.drop(key) {
-				log.Warn("post-copy migration: no page asked for a while; the source's pages are dropped", "ckpt", fmt.Sprintf("%s:%d", key.rank, key.ckpt), "idle", donorIdle)
-			}
-		})
-	}
 	return nil
 }
 
@@ -129,9 +126,7 @@ func (d *donors) drop(key ckptKey) bool {
 	if dn == nil {
 		return false
 	}
-	if dn.idle != nil {
-		dn.idle.Stop()
-	}
+	dn.idle.Stop()
 	dn.close()
 	return true
 }
@@ -160,7 +155,7 @@ func (s *Server) stagedPages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := ckptKey{name, seq}
-	dn, err := s.donors.get(key, s.part.staged)
+	dn, err := s.donors.get(key, s.part.staged, s.log())
 	if err != nil {
 		failErr(w, err)
 		return
