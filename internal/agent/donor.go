@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 	"github.com/cairn-hpc/cairn/internal/container"
 	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/pki"
 	"github.com/cairn-hpc/cairn/internal/rpc"
 )
 
@@ -45,16 +47,29 @@ type donors struct {
 // donor is the open pages files of one staged image.
 type donor struct {
 	files   map[string]*os.File
+	reader  string      // the agent that opened it: the only one it serves
 	idle    *time.Timer // drops the donor after donorIdle without a request
 	donated bool        // the rank is gone: the failpoint donor-pages applies
 }
 
-// get returns the donor of key, opening the pages files of the rank's
-// prepare the first time; log tells of a donor dropped for idleness.
-func (d *donors) get(key ckptKey, prepared func(ckptKey) stagedRank, log *slog.Logger) (*donor, error) {
+// errOtherReader is the error of a request for a donor's pages from
+// another agent than the one reading them.
+var errOtherReader = errors.New("its pages are being read by another node")
+
+// get returns the donor of key for agent reader ("": the coordinator, for
+// donate), opening the pages files of the rank's prepare the first time;
+// log tells of a donor dropped for idleness. A donor an agent opened
+// serves that agent alone: another's request is forbidden.
+func (d *donors) get(key ckptKey, reader string, prepared func(ckptKey) stagedRank, log *slog.Logger) (*donor, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if dn := d.m[key]; dn != nil {
+		if reader != "" && dn.reader == "" {
+			dn.reader = reader
+		}
+		if reader != "" && reader != dn.reader {
+			return nil, &agentv1.Error{Code: agentv1.CodeForbidden, Message: fmt.Sprintf("staged image %s:%d: %v (%s)", key.rank, key.ckpt, errOtherReader, dn.reader)}
+		}
 		dn.idle.Reset(donorIdle)
 		return dn, nil
 	}
@@ -66,12 +81,13 @@ func (d *donors) get(key ckptKey, prepared func(ckptKey) stagedRank, log *slog.L
 	if err != nil {
 		return nil, err
 	}
+	dn.reader = reader
 	if d.m == nil {
 		d.m = map[ckptKey]*donor{}
 	}
 	d.m[key] = dn
 	dn.idle = time.AfterFunc(donorIdle, func() {
-		if d.drop(key) {
+		if ok, _ := d.drop(key, ""); ok {
 			log.Warn("post-copy migration: no page asked for a while; the source's pages are dropped", "ckpt", fmt.Sprintf("%s:%d", key.rank, key.ckpt), "idle", donorIdle)
 		}
 	})
@@ -107,7 +123,7 @@ func (dn *donor) close() {
 // donate makes key's donor outlive the rank's staging dir (opening it if
 // no request has yet), dropped by drop or once idle.
 func (d *donors) donate(key ckptKey, prepared func(ckptKey) stagedRank, log *slog.Logger) error {
-	dn, err := d.get(key, prepared, log)
+	dn, err := d.get(key, "", prepared, log)
 	if err != nil {
 		return err
 	}
@@ -117,18 +133,22 @@ func (d *donors) donate(key ckptKey, prepared func(ckptKey) stagedRank, log *slo
 	return nil
 }
 
-// drop closes key's donor, if there is one.
-func (d *donors) drop(key ckptKey) bool {
+// drop closes key's donor, if there is one and reader may ("": anyone).
+func (d *donors) drop(key ckptKey, reader string) (bool, error) {
 	d.mu.Lock()
 	dn := d.m[key]
+	if dn != nil && reader != "" && dn.reader != "" && reader != dn.reader {
+		d.mu.Unlock()
+		return false, &agentv1.Error{Code: agentv1.CodeForbidden, Message: fmt.Sprintf("staged image %s:%d: %v (%s)", key.rank, key.ckpt, errOtherReader, dn.reader)}
+	}
 	delete(d.m, key)
 	d.mu.Unlock()
 	if dn == nil {
-		return false
+		return false, nil
 	}
 	dn.idle.Stop()
 	dn.close()
-	return true
+	return true, nil
 }
 
 // stagedPages serves pages of a staged image's pages file
@@ -154,8 +174,12 @@ func (s *Server) stagedPages(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, fmt.Sprintf("want a pages file and runs of at most %d pages in all", agentv1.MaxStagedPages))
 		return
 	}
+	id, ok := rpc.Caller(w, r)
+	if !ok {
+		return
+	}
 	key := ckptKey{name, seq}
-	dn, err := s.donors.get(key, s.part.staged, s.log())
+	dn, err := s.donors.get(key, readerOf(id), s.part.staged, s.log())
 	if err != nil {
 		failErr(w, err)
 		return
@@ -211,12 +235,34 @@ func (d *donors) isDonated(key ckptKey) bool {
 }
 
 // stagedDone drops the pages of a staged image a post-copy target has
-// all of, or gave up on.
-func (s *Server) stagedDone(_ context.Context, req agentv1.ImageRef) error {
-	if s.donors.drop(ckptKey{req.Container, req.Seq}) {
+// all of, or gave up on; only the agent reading them may.
+func (s *Server) stagedDone(w http.ResponseWriter, r *http.Request) {
+	var req agentv1.ImageRef
+	if !decode(w, r, &req) {
+		return
+	}
+	id, ok := rpc.Caller(w, r)
+	if !ok {
+		return
+	}
+	dropped, err := s.donors.drop(ckptKey{req.Container, req.Seq}, readerOf(id))
+	if err != nil {
+		failErr(w, err)
+		return
+	}
+	if dropped {
 		s.log().Info("post-copy migration: the target has every page; the source's pages are dropped", "ckpt", fmt.Sprintf("%s:%d", req.Container, req.Seq))
 	}
-	return nil
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readerOf is the reader a caller is to a donor: an agent by its node's
+// name; the coordinator and clients are no reader ("").
+func readerOf(id pki.Identity) string {
+	if id.Role == pki.Agent {
+		return id.Name
+	}
+	return ""
 }
 
 // postCopy is the container.Lazy of a rank a post-copy migration brings

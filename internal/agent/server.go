@@ -154,7 +154,7 @@ func (s *Server) routes() []route {
 		{post, agentv1.PathMigrateIn, false, call(http.StatusOK, s.migrateIn)},
 		{post, agentv1.PathMigrateOut, false, do(s.migrateOut)},
 		{post, agentv1.PathStagedPages, true, s.stagedPages},
-		{post, agentv1.PathStagedDone, true, do(s.stagedDone)},
+		{post, agentv1.PathStagedDone, true, s.stagedDone},
 
 		// Images: fetched from other agents (fetch.go), served to them
 		// and the CLI (transfer.go), dropped.
