@@ -86,19 +86,24 @@ func newMigrationsCmd() *cobra.Command {
 }
 
 func newDrainCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, postCopy bool
 	cmd := &cobra.Command{
-		Use:   "drain NODE",
+		Use:   "drain NODE [--post-copy]",
 		Short: "Move every rank off a node (spares first) and keep new ranks away from it",
 		Long: `Migrate every rank on NODE to other nodes, spares first (see 'cairn
 migrate'), and mark the node drained: no job, restart or migration places a
-rank there until 'cairn node undrain NODE'. Use it before servicing a node.`,
+rank there until 'cairn node undrain NODE'. Use it before servicing a node.
+
+With --post-copy each rank moves post-copy (see 'cairn migrate'): its job
+waits less, but the node must stay up until every moved rank's memory has
+left it; its agent logs "the target has every page" for each rank.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return drain(cmd, args[0], false, asJSON)
+			return drain(cmd, args[0], coordv1.Drain{PostCopy: postCopy}, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node and its migrations as JSON")
+	cmd.Flags().BoolVar(&postCopy, "post-copy", false, "migrate each rank post-copy (see cairn migrate --post-copy)")
 	return cmd
 }
 
@@ -109,16 +114,17 @@ func newNodeUndrainCmd() *cobra.Command {
 		Short: "Let ranks be placed on a drained node again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return drain(cmd, args[0], true, asJSON)
+			return drain(cmd, args[0], coordv1.Drain{Undrain: true}, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
 
-func drain(cmd *cobra.Command, node string, undrain, asJSON bool) error {
+func drain(cmd *cobra.Command, node string, req coordv1.Drain, asJSON bool) error {
+	undrain := req.Undrain
 	return withCoord(func(c *rpc.CoordClient) error {
-		res, err := c.Drain(cmd.Context(), node, undrain)
+		res, err := c.Drain(cmd.Context(), node, req)
 		if asJSON && (err == nil || res.Node.Name != "") {
 			if res.Migrations == nil {
 				res.Migrations = []coordv1.Migration{}

@@ -270,7 +270,8 @@ func (c *Coordinator) Migrations(ctx context.Context, job string) ([]coordv1.Mig
 // drained: no rank is placed there until it is undrained. A rank that
 // cannot move is reported and the node stays drained (nothing new comes);
 // run drain again, or restart the job.
-func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*coordv1.DrainResult, error) {
+func (c *Coordinator) Drain(ctx context.Context, node string, req coordv1.Drain) (*coordv1.DrainResult, error) {
+	undrain := req.Undrain
 	var n coordv1.Node
 	err := c.cat.Update(ctx, nodeKey(node), &n, func() error {
 		n.Drained = !undrain
@@ -301,7 +302,7 @@ func (c *Coordinator) Drain(ctx context.Context, node string, undrain bool) (*co
 			if on != node {
 				continue
 			}
-			m, err := c.Migrate(ctx, j.Name, coordv1.Migrate{Rank: r})
+			m, err := c.Migrate(ctx, j.Name, coordv1.Migrate{Rank: r, PostCopy: req.PostCopy})
 			if m != nil {
 				out.Migrations = append(out.Migrations, *m)
 			}

@@ -93,7 +93,7 @@ func (c *Coordinator) handler() http.Handler {
 		}
 		// A drain belongs to the cluster: a CLI that goes away does not
 		// cancel it.
-		out, err := c.Drain(context.WithoutCancel(r.Context()), node, req.Undrain)
+		out, err := c.Drain(context.WithoutCancel(r.Context()), node, req)
 		reply(w, http.StatusOK, out, err)
 	})
 	route("GET "+coordv1.PathJobs, clients, func(w http.ResponseWriter, r *http.Request) {

@@ -215,9 +215,9 @@ func (c *CoordClient) Migrations(ctx context.Context, job string) ([]coordv1.Mig
 
 // Drain moves every rank off a node and keeps new ones away; with
 // undrain, lets them come again.
-func (c *CoordClient) Drain(ctx context.Context, node string, undrain bool) (coordv1.DrainResult, error) {
+func (c *CoordClient) Drain(ctx context.Context, node string, req coordv1.Drain) (coordv1.DrainResult, error) {
 	var out coordv1.DrainResult
-	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathNode+url.PathEscape(node)+coordv1.SuffixDrain, coordv1.Drain{Undrain: undrain}, &out)
+	return out, c.rpc.Do(ctx, http.MethodPost, coordv1.PathNode+url.PathEscape(node)+coordv1.SuffixDrain, req, &out)
 }
 
 // RankCheckpoint takes a global checkpoint of a job one of this agent's

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	coordv1 "github.com/cairn-hpc/cairn/api/coord/v1"
 	"github.com/cairn-hpc/cairn/internal/failpoint"
 	"github.com/cairn-hpc/cairn/internal/ringapp"
 	"github.com/cairn-hpc/cairn/internal/testutil"
@@ -143,4 +145,39 @@ func TestPostCopySourceDies(t *testing.T) {
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestDrainPostCopy: `cairn drain --post-copy` moves the node's rank off
+// it post-copy and marks the node drained; the node gives up the rank's
+// pages once the target has them all, no new rank goes there until it is
+// undrained, and the job ends with the uninterrupted run's result.
+func TestDrainPostCopy(t *testing.T) {
+	const messages = 1_500_000
+	c, place, free := ballastRing(t, messages)
+	var res coordv1.DrainResult
+	if err := json.Unmarshal([]byte(c.OK("drain", place[1], "--post-copy", "--json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Node.Drained || len(res.Migrations) != 1 {
+		t.Fatalf("drain of %s: %+v", place[1], res)
+	}
+	if m := res.Migrations[0]; m.State != coordv1.MigrationDone || !m.PostCopy || m.Rank != 1 || m.To != free {
+		t.Fatalf("the drain's migration: %+v", m)
+	}
+	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
+		return strings.Contains(c.AgentLog(place[1]), "post-copy migration: the target has every page; the source's pages are dropped"),
+			"the drained node never gave up rank 1's pages"
+	})
+	if got := c.Status("ring").Placement; got[1] != free {
+		t.Fatalf("rank 1 on %s after the drain, want %s", got[1], free)
+	}
+	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+	// Drained: a job asking for every node cannot be placed there.
+	if out, err := c.Run("run", "--job", "more", "--ranks", "4", "--per-node", "1", "--", "/bin/true"); err == nil {
+		t.Fatalf("a 4-rank job, one per node, ran with a node drained:\n%s", out)
+	}
+	c.OK("node", "undrain", place[1])
+	c.OK("run", "--job", "more", "--ranks", "4", "--per-node", "1", "--", "/bin/true")
 }

@@ -605,6 +605,8 @@ type Migration struct {
 // lets them come again).
 type Drain struct {
 	Undrain bool `json:"undrain,omitempty"`
+	// PostCopy migrates the node's ranks post-copy (Migrate.PostCopy).
+	PostCopy bool `json:"post_copy,omitempty"`
 }
 
 // DrainResult is the node after a drain, with the migrations it made.
