@@ -69,7 +69,15 @@ func newMemEnv(t *testing.T, nodes int, mopts memagent.Options, opts coord.Optio
 		e.mc.AddNode(fmt.Sprintf("n%d", i))
 	}
 	var err error
-	e.etcd, err = catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	// In tmpfs: the nodes' 2 s leases are renewed by writes that etcd
+	// fsyncs, and the data disk of a machine running the end-to-end
+	// tests beside this package can take longer than that to sync.
+	dir, err := os.MkdirTemp("/dev/shm", "cairn-memenv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e.etcd, err = catalog.StartEmbedded(ctx, catalog.EmbeddedOptions{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
