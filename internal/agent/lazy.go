@@ -267,19 +267,23 @@ func (c *holderChunks) repairDamaged(image string) {
 	}
 }
 
-// streamed logs which holders sent a rank restored from the stream, and
-// repairs those that served damage.
-func (s *Server) streamed(image string, lc *lazyChunks) {
+// streamed logs which holders sent a rank restored from the stream and
+// returns what each sent: the coordinator has those that served damage
+// repaired.
+func (s *Server) streamed(image string, lc *lazyChunks) []agentv1.HolderShare {
 	var from []string
 	var bytes int64
+	var shares []agentv1.HolderShare
 	if hc, ok := lc.remote.(*holderChunks); ok {
 		for _, h := range hc.f.holders {
-			if sh := h.share(); sh.Bytes > 0 {
+			sh := h.share()
+			shares = append(shares, sh)
+			if sh.Bytes > 0 {
 				from = append(from, sh.Node)
 				bytes += sh.Bytes
 			}
 		}
 	}
 	s.log().Info("restored from the stream", "ckpt", image, "peer", strings.Join(from, ","), "bytes", bytes)
-	lc.remote.done(image)
+	return shares
 }

@@ -112,7 +112,7 @@ func (s *Server) migrateIn(ctx context.Context, req agentv1.MigrateIn) (agentv1.
 		lz, abandon = s.postCopy(req.From, req.FromNode, agentv1.ImageRef{Container: name, Seq: req.Seq})
 	}
 	restoring = true
-	if _, err := s.rankRestore(ctx, agentv1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}, dir, &rec, lz); err != nil {
+	if _, err := s.rankRestore(ctx, agentv1.RankRestore{Rank: req.Rank, Net: req.Net, Addr: req.Addr, Seq: req.Seq}, restoreSource{staged: dir, rec: &rec, lazy: lz}); err != nil {
 		abandon()
 		return out, fmt.Errorf("migrate %s: restore: %w", name, err)
 	}

@@ -205,27 +205,34 @@ func (s *Server) attachedNet(ctx context.Context, name string) (uint32, netip.Ad
 	return vni, addr
 }
 
+// restoreSource is where rankRestore's image comes from when not from
+// the node's store: a staged image with its record (a migration), whole
+// or with its pages read lazily (post-copy); or remote, an image read
+// from its holders' chunks as it arrives (a restart from the stream).
+type restoreSource struct {
+	staged string
+	rec    *image.Record
+	lazy   *container.Lazy
+	remote *container.Remote
+}
+
 // rankRestore restores a rank frozen into a fresh, locked network
-// namespace with its address, from its checkpoint req.Seq in the store or,
-// with staged set, from an image staged there (a migration; with lz, its
-// pages read from the source: a post-copy one), or, for an image the node
-// lacks, from its holders: lazily (req.Lazy, req.Tier) or eagerly as it
-// arrives (req.Stream). A container
-// of that name left on this node (a rank that died here) is replaced, its
-// output kept as an earlier incarnation's.
-func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, staged string, rec *image.Record, lz *container.Lazy) (_ *container.Info, err error) {
+// namespace with its address, from src, or else from its checkpoint
+// req.Seq in the store or, for an image the node lacks, lazily from its
+// holders (req.Lazy) or the durable tier (req.Tier). A container of that
+// name left on this node (a rank that died here) is replaced, its output
+// kept as an earlier incarnation's.
+func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, src restoreSource) (_ *container.Info, err error) {
 	addr, err := netip.ParseAddr(req.Addr)
 	if err != nil {
 		return nil, badRequest(err)
 	}
 	name := agentv1.RankName(req.Job, req.Rank.Rank)
-	var remote *container.Remote
-	if staged == "" {
+	if src.staged == "" && src.remote == nil {
 		_, err = s.Manager.Repo().Load(name, req.Seq)
-		switch {
-		case errors.Is(err, image.ErrNotFound) && (len(req.Lazy) > 0 || req.Tier != nil):
+		if errors.Is(err, image.ErrNotFound) && (len(req.Lazy) > 0 || req.Tier != nil) {
 			var abandon func()
-			if lz, abandon, err = s.lazyRestore(ctx, name, req); err != nil {
+			if src.lazy, abandon, err = s.lazyRestore(ctx, name, req); err != nil {
 				return nil, err
 			}
 			defer func() {
@@ -233,19 +240,7 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 					abandon()
 				}
 			}()
-		case errors.Is(err, image.ErrNotFound) && len(req.Stream) > 0:
-			head, lc, err := s.holderSource(ctx, "restore from the stream", name, req.Seq, req.Stream)
-			if err != nil {
-				return nil, err
-			}
-			defer lc.close()
-			remote = &container.Remote{Head: head, Chunks: lc}
-			defer func() {
-				if err == nil {
-					s.streamed(head.Record.Name(), lc)
-				}
-			}()
-		case err != nil:
+		} else if err != nil {
 			return nil, err
 		}
 	}
@@ -267,7 +262,7 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 		return nil, err
 	}
 	in, err := s.Manager.Restore(ctx, name, container.RestoreOptions{
-		Seq: req.Seq, Paused: true, Staged: staged, Record: rec, Lazy: lz, Remote: remote, Tools: s.Tools,
+		Seq: req.Seq, Paused: true, Staged: src.staged, Record: src.rec, Lazy: src.lazy, Remote: src.remote, Tools: s.Tools,
 		Net: &container.NetAttach{Netns: r.Path(), Addr: addr},
 	})
 	if err != nil {
@@ -282,15 +277,32 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, stage
 	return in, nil
 }
 
-// rankRestoreWire is rankRestore for a restart. The failpoint "restored"
-// holds the reply once the rank is restored (frozen, network locked).
+// rankRestoreWire is rankRestore for a restart: an image the node lacks
+// comes from the stream of req.Stream's chunks, and the reply says what
+// each holder sent. The failpoint "restored" holds the reply once the
+// rank is restored (frozen, network locked).
 func (s *Server) rankRestoreWire(ctx context.Context, req agentv1.RankRestore) (agentv1.Container, error) {
-	in, err := s.rankRestore(ctx, req, "", nil, nil)
+	name := agentv1.RankName(req.Job, req.Rank.Rank)
+	var src restoreSource
+	var lc *lazyChunks
+	if _, err := s.Manager.Repo().Load(name, req.Seq); errors.Is(err, image.ErrNotFound) && len(req.Stream) > 0 {
+		var head *image.Head
+		if head, lc, err = s.holderSource(ctx, "restore from the stream", name, req.Seq, req.Stream); err != nil {
+			return agentv1.Container{}, err
+		}
+		defer lc.close()
+		src.remote = &container.Remote{Head: head, Chunks: lc}
+	}
+	in, err := s.rankRestore(ctx, req, src)
 	if err != nil {
 		return agentv1.Container{}, err
 	}
+	out := toWire(in)
+	if lc != nil {
+		out.Holders = s.streamed(src.remote.Head.Record.Name(), lc)
+	}
 	s.failpoint(ctx, "restored")
-	return toWire(in), nil
+	return out, nil
 }
 
 func (s *Server) rankResume(ctx context.Context, req agentv1.RankResume) error {

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cairn-hpc/cairn/internal/failpoint"
@@ -199,6 +201,45 @@ feed:
 	return ctx.Err()
 }
 
+// endedByFile, in a container's dir, says why cairn ended the
+// container's processes itself; the shim records it as the exit's Reason.
+const endedByFile = "ended-by"
+
+// lazyFailed is why a container whose lazy restore failed is ended.
+const lazyFailed = "its lazy restore failed: memory pages could not be fetched"
+
+// endLazy ends for good the processes of container name (its init pid,
+// in cgroup cgroups) whose lazy restore can no longer get their pages,
+// before CRIU's daemon hears of it: once the daemon is gone, a page it
+// never filled reads as zeros, and the rank would run on them. The
+// reason is written for the shim first; init is killed, every process of
+// its pid namespace with it, and the cgroup thawed (a frozen task dies
+// only once thawed). It returns once init is gone, or after 5 s.
+func (m *Manager) endLazy(name string, pid int, cgroups string) {
+	_ = os.WriteFile(filepath.Join(m.dir(name), endedByFile), []byte(lazyFailed), 0o600)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	if fz, err := freezerFor(cgroups); err == nil {
+		_ = fz.set(context.Background(), false)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if !alive(pid) {
+			m.log.Warn("lazy restore failed: the container is killed", "rank", name, "pid", pid)
+			return
+		}
+	}
+	m.log.Error("lazy restore failed and the container's init did not die in 5 s", "rank", name, "pid", pid)
+}
+
+// alive tells whether process pid runs: it exists and is no zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
 // lazyLog is the daemon's log, in the restore's work dir; kept in the
 // container's dir if the lazy restore fails.
 const lazyLog = "lazy-pages.log"
@@ -270,7 +311,11 @@ func (r *lazyRun) wait() (LazyStats, error) {
 // files in staging as far as the prefetch has filled them, else from src
 // straight away.
 type pagesSource struct {
-	src   PageReader
+	src PageReader
+	// ended, once set (the processes restored), ends them for good
+	// before a failure to get pages reaches CRIU's daemon: once the
+	// daemon is gone, a page it never filled would read as zeros.
+	ended atomic.Pointer[func()]
 	files map[string]*pagesFile
 	// holdPages: the restore is done and the failpoint lazy-pages is
 	// set: the pages the restored processes lack are held.
@@ -470,7 +515,7 @@ func (p *pagesSource) ReadPages(ctx context.Context, file string, b []byte, off 
 		pages[i] = first + int64(i)
 	}
 	i := int64(0)
-	return p.src.ReadPages(ctx, file, pages, func(data []byte) error {
+	err := p.src.ReadPages(ctx, file, pages, func(data []byte) error {
 		if err := pf.put(first+i, data); err != nil {
 			return fmt.Errorf("%s: %w", file, err)
 		}
@@ -478,4 +523,10 @@ func (p *pagesSource) ReadPages(ctx context.Context, file string, b []byte, off 
 		i++
 		return nil
 	})
+	if err != nil {
+		if end := p.ended.Load(); end != nil {
+			(*end)()
+		}
+	}
+	return err
 }

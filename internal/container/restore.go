@@ -396,13 +396,9 @@ func (r *restore) report() (*Info, error) {
 // asking runc (a process start) what the restore knows: created if its
 // command waits for Resume, paused if its processes are frozen.
 func (r *restore) info() (*Info, error) {
-	b, err := os.ReadFile(filepath.Join(r.m.dir(r.target), "init.pid"))
+	pid, err := r.initPid()
 	if err != nil {
 		return nil, err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return nil, fmt.Errorf("pid file %q: %w", b, err)
 	}
 	in := r.m.info(r.target, r.st)
 	in.Status, in.Pid = StatusRunning, pid
@@ -413,6 +409,19 @@ func (r *restore) info() (*Info, error) {
 		in.Status = StatusPaused
 	}
 	return in, nil
+}
+
+// initPid is the pid of the restored container's init.
+func (r *restore) initPid() (int, error) {
+	b, err := os.ReadFile(filepath.Join(r.m.dir(r.target), "init.pid"))
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("pid file %q: %w", b, err)
+	}
+	return pid, nil
 }
 
 // restoredConfig is the config a container restored from the image man

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/cairn-hpc/cairn/internal/image"
 	"github.com/cairn-hpc/cairn/internal/lazy"
@@ -255,6 +256,12 @@ func pagesSizes(criuDir string) (map[string]int64, error) {
 func (l *lazyImage) revive(ctx context.Context, r *restore) error {
 	if err := r.criuRestore(ctx, l.run.daemon); err != nil {
 		return err
+	}
+	if pid, err := r.initPid(); err == nil {
+		m, target, cgroups := r.m, r.target, r.st.CgroupsPath
+		var once sync.Once
+		end := func() { once.Do(func() { m.endLazy(target, pid, cgroups) }) }
+		l.run.src.ended.Store(&end)
 	}
 	r.stagingTaken = true
 	r.m.trackLazy(r.target, l.run)

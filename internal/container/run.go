@@ -141,6 +141,7 @@ func (m *Manager) start(ctx context.Context, st *State, from *restoreFrom, wantA
 		return err
 	}
 	os.Remove(filepath.Join(dir, "exit.json"))
+	os.Remove(filepath.Join(dir, endedByFile))
 	os.Remove(filepath.Join(dir, "runc.log"))
 	runcLog := filepath.Join(dir, "runc.log")
 	pidFile := filepath.Join(dir, "init.pid")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -176,7 +177,7 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 		if wpid == lazyPID && lazyPID != 0 {
 			if !ws.Exited() || ws.ExitStatus() != 0 {
 				// The pages that had not arrived would read as zeros.
-				exit.Reason = "its lazy restore failed: memory pages could not be fetched"
+				exit.Reason = lazyFailed
 				_ = unix.Kill(pid, unix.SIGKILL)
 				// A frozen task dies only once thawed.
 				if spec.Watch != nil {
@@ -200,6 +201,12 @@ func shim(spec shimSpec, report func(string, ...any)) error {
 		break
 	}
 	exit.Time = time.Now().UTC()
+	if exit.Reason == "" {
+		// cairn ended the processes itself first (endLazy).
+		if b, err := os.ReadFile(filepath.Join(filepath.Dir(spec.ExitPath), endedByFile)); err == nil {
+			exit.Reason = string(b)
+		}
+	}
 	// Everything in the container's pid namespace is gone with its init, so
 	// the pipe closes; do not wait forever if something else holds it.
 	select {

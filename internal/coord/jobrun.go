@@ -240,7 +240,12 @@ func (x *jobRun) call(ctx context.Context, cl Agent, a machine.Action, res *mach
 			}
 			req.Tier = &src
 		}
-		_, err := cl.RankRestore(ctx, req)
+		out, err := cl.RankRestore(ctx, req)
+		for _, sh := range out.Holders {
+			if sh.Damaged {
+				res.Damaged = append(res.Damaged, sh.Node)
+			}
+		}
 		return err
 	case machine.ResumeRanks:
 		x.mu.Lock()

@@ -147,10 +147,11 @@ func TestDamagedCopy(t *testing.T) {
 	checkIntact(t, c, home, name, ck.Seq, bad)
 	c.CheckRestarted("ring", ck.Seq, testutil.RingOutput)
 
-	// 2. Fetch from the damaged copy and the good one: a page in every
-	// 256 that the target lacks is damaged, so whatever share the damaged
-	// copy is asked for fails; the good copy sends it instead, and the
-	// damaged source is repaired afterwards.
+	// 2. Restore elsewhere from the stream of the damaged copy and the
+	// good one: a page in every 256 that the target lacks is damaged, so
+	// whatever share the damaged copy is asked for fails; the good copy
+	// sends it instead, and the damaged source is repaired afterwards (the
+	// coordinator told so by the restore's reply).
 	var bads []store.ID
 	for i := 5; i < 4096; i += 256 {
 		bads = append(bads, damageChunk(t, c, home, name, ck.Seq, i, other))
@@ -159,6 +160,11 @@ func TestDamagedCopy(t *testing.T) {
 	if p := c.Status("ring").Placement; p[1] != other {
 		t.Fatalf("rank 1 restarted on %s, want %s", p[1], other)
 	}
+	// Restored from the stream; its node's store fetches the copy after.
+	testutil.WaitUntil(t, 2*time.Minute, func() (bool, string) {
+		return strings.Contains(c.CoordinatorLog(), fmt.Sprintf(`msg="fetched for restart" job=ring ckpt=%d rank=1 node=%s`, ck.Seq, other)),
+			fmt.Sprintf("%s never stored its copy of rank 1", other)
+	})
 	testutil.WaitUntil(t, 30*time.Second, func() (bool, string) {
 		n := strings.Count(c.CoordinatorLog(), fmt.Sprintf(`msg="damaged copy repaired" job=ring ckpt=%d rank=1 node=%s`, ck.Seq, home))
 		return n == 2, fmt.Sprintf("%d repairs of rank 1's copy on %s logged, want 2", n, home)
@@ -206,7 +212,7 @@ func checkIntact(t *testing.T, c *testutil.Cluster, node, name string, seq int, 
 func TestNodeDiesMidReplication(t *testing.T) {
 	const messages = 1_500_000
 	c := testutil.NewCluster(t, 4)
-	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1", "--replication-rate", "4M", "--on-failure", "stop"},
+	c.OK(append([]string{"run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1", "--replication-rate", "2M", "--on-failure", "stop"},
 		append(c.RingArgs(messages), "-ballast", "40")...)...)
 	place := c.Status("ring").Placement
 	idle := c.Unused(place)
@@ -230,7 +236,7 @@ func TestNodeDiesMidReplication(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// A quarter to three quarters: at 4 MB/s, seconds before the
+			// A quarter to three quarters: at 2 MB/s, seconds before the
 			// copy ends, for the checks below to see it unfinished.
 			if held[r] = len(ids) - len(missing); held[r] >= len(ids)/4 && held[r] <= len(ids)*3/4 {
 				rank = r
@@ -321,16 +327,19 @@ func TestNodeDiesMidReplication(t *testing.T) {
 		t.Fatalf("%s's partial copy of %s:%d is recorded: %v", idle, name, ck.Seq, ck.Ranks[rank].Copies)
 	}
 
-	// The restart puts the rank on that node: its image is fetched whole
-	// from the live copies, then restored.
+	// The restart puts the rank on that node: it is restored from the
+	// stream of the live copies' chunks (those the node holds read from
+	// its store), and the node's store then fetches the image whole.
 	moved := slices.Clone(place)
 	moved[rank] = idle
 	c.OK("restart", "ring", "--placement", strings.Join(moved, ","))
-	log := c.CoordinatorLog()
-	m := regexp.MustCompile(`msg="fetched for restart" job=ring ckpt=\d+ rank=` + fmt.Sprint(rank) + ` node=` + regexp.QuoteMeta(idle) + ` peer=(\S+) bytes=(\d+)`).FindStringSubmatch(log)
-	if m == nil {
-		t.Fatalf("no fetch of rank %d onto %s for the restart in the coordinator's log", rank, idle)
-	}
+	var log string
+	var m []string
+	testutil.WaitUntil(t, 2*time.Minute, func() (bool, string) {
+		log = c.CoordinatorLog()
+		m = regexp.MustCompile(`msg="fetched for restart" job=ring ckpt=\d+ rank=` + fmt.Sprint(rank) + ` node=` + regexp.QuoteMeta(idle) + ` peer=(\S+) bytes=(\d+)`).FindStringSubmatch(log)
+		return m != nil, fmt.Sprintf("no fetch of rank %d onto %s after the restart in the coordinator's log", rank, idle)
+	})
 	for _, from := range strings.Split(m[1], ",") {
 		if from == `""` || from == idle || from == origin || !slices.Contains(ck.Ranks[rank].Copies, from) {
 			t.Fatalf("rank %d's image was fetched onto %s from %s, want from its live copies %v", rank, idle, m[1], ck.Ranks[rank].Copies)

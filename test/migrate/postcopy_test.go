@@ -72,6 +72,11 @@ func TestPostCopyMigration(t *testing.T) {
 	if m.Bytes >= postCopyBallast<<20 {
 		t.Errorf("the post-copy migration moved %d bytes before the rank ran, its ballast alone is %d", m.Bytes, postCopyBallast<<20)
 	}
+	for _, r := range c.Status("ring").RankStates {
+		if r.Rank != 1 && r.Pid != pids[r.Rank] {
+			t.Errorf("rank %d was restarted: pid %d, was %d", r.Rank, r.Pid, pids[r.Rank])
+		}
+	}
 	c.CheckRestored("ring", 1, m.Seq, testutil.RingOutput)
 	var got []string
 	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
@@ -88,11 +93,6 @@ func TestPostCopyMigration(t *testing.T) {
 		return strings.Contains(c.AgentLog(place[1]), "post-copy migration: the target has every page; the source's pages are dropped"),
 			"the source never dropped its pages"
 	})
-	for _, r := range c.Status("ring").RankStates {
-		if r.Rank != 1 && r.Pid != pids[r.Rank] {
-			t.Errorf("rank %d was restarted: pid %d, was %d", r.Rank, r.Pid, pids[r.Rank])
-		}
-	}
 	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}

@@ -147,6 +147,9 @@ type Container struct {
 	// than its program (its lazy restore's pages could not be fetched):
 	// a failure of the node's, which the job's failure policy handles.
 	EndedBy string `json:"ended_by,omitempty"`
+	// Holders, in the reply to a RankRestore from the stream only: what
+	// each holder sent, and which served damage (to be repaired).
+	Holders []HolderShare `json:"holders,omitempty"`
 }
 
 // CheckpointRequest checkpoints a container.

@@ -217,8 +217,19 @@ func (m *Restart) result(res Result) {
 	case RestoreRank:
 		switch {
 		case res.Err == nil && len(a.Stream) > 0:
-			// The node's store takes its copy, while the job runs.
-			m.emit(FetchImage{Rank: a.Rank, Node: a.Node, From: a.Stream, Background: true})
+			// The holders that served damage are repaired from the
+			// others, and the node's store takes its copy, while the job
+			// runs.
+			good := slices.DeleteFunc(slices.Clone(a.Stream), func(n string) bool { return slices.Contains(res.Damaged, n) })
+			for _, d := range res.Damaged {
+				if len(good) > 0 {
+					m.emit(RepairCopy{Rank: a.Rank, Node: d, From: good, Background: true})
+				}
+			}
+			if len(good) == 0 {
+				good = a.Stream
+			}
+			m.emit(FetchImage{Rank: a.Rank, Node: a.Node, From: good, Background: true})
 		case res.Err == nil:
 		case res.Corrupt && len(a.Stream) == 0 && !m.repaired[a.Rank] && len(m.others(a.Rank)) > 0:
 			m.repaired[a.Rank] = true
