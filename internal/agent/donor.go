@@ -16,6 +16,7 @@ import (
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
 	"github.com/cairn-hpc/cairn/internal/container"
 	"github.com/cairn-hpc/cairn/internal/image"
+	"github.com/cairn-hpc/cairn/internal/lazy"
 	"github.com/cairn-hpc/cairn/internal/pki"
 	"github.com/cairn-hpc/cairn/internal/rpc"
 )
@@ -64,11 +65,11 @@ func (d *donors) get(key ckptKey, reader string, prepared func(ckptKey) stagedRa
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if dn := d.m[key]; dn != nil {
-		if reader != "" && dn.reader == "" {
+		if dn.reader == "" {
 			dn.reader = reader
 		}
-		if reader != "" && reader != dn.reader {
-			return nil, &agentv1.Error{Code: agentv1.CodeForbidden, Message: fmt.Sprintf("staged image %s:%d: %v (%s)", key.rank, key.ckpt, errOtherReader, dn.reader)}
+		if err := dn.admits(key, reader); err != nil {
+			return nil, err
 		}
 		dn.idle.Reset(donorIdle)
 		return dn, nil
@@ -114,6 +115,16 @@ func openDonor(criuDir string) (*donor, error) {
 	return dn, nil
 }
 
+// admits returns nil if reader ("": the coordinator, or the donor's own
+// timer) may use dn, which key names, and a forbidden error if another
+// agent reads it.
+func (dn *donor) admits(key ckptKey, reader string) error {
+	if reader == "" || dn.reader == "" || reader == dn.reader {
+		return nil
+	}
+	return &agentv1.Error{Code: agentv1.CodeForbidden, Message: fmt.Sprintf("staged image %s:%d: %v (%s)", key.rank, key.ckpt, errOtherReader, dn.reader)}
+}
+
 func (dn *donor) close() {
 	for _, f := range dn.files {
 		f.Close()
@@ -137,9 +148,11 @@ func (d *donors) donate(key ckptKey, prepared func(ckptKey) stagedRank, log *slo
 func (d *donors) drop(key ckptKey, reader string) (bool, error) {
 	d.mu.Lock()
 	dn := d.m[key]
-	if dn != nil && reader != "" && dn.reader != "" && reader != dn.reader {
-		d.mu.Unlock()
-		return false, &agentv1.Error{Code: agentv1.CodeForbidden, Message: fmt.Sprintf("staged image %s:%d: %v (%s)", key.rank, key.ckpt, errOtherReader, dn.reader)}
+	if dn != nil {
+		if err := dn.admits(key, reader); err != nil {
+			d.mu.Unlock()
+			return false, err
+		}
 	}
 	delete(d.m, key)
 	d.mu.Unlock()
@@ -198,17 +211,17 @@ func (s *Server) stagedPages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, run := range req.Runs {
-		if (run[0]+run[1])*pageSize > fi.Size() {
+		if (run[0]+run[1])*lazy.PageSize > fi.Size() {
 			fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, fmt.Sprintf("pages %d..%d are past the end of %s", run[0], run[0]+run[1]-1, req.File))
 			return
 		}
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(total*pageSize, 10))
+	w.Header().Set("Content-Length", strconv.FormatInt(total*lazy.PageSize, 10))
 	w.WriteHeader(http.StatusOK)
 	buf := make([]byte, 1<<20)
 	for _, run := range req.Runs {
-		off, left := run[0]*pageSize, run[1]*pageSize
+		off, left := run[0]*lazy.PageSize, run[1]*lazy.PageSize
 		for left > 0 {
 			b := buf[:min(int64(len(buf)), left)]
 			if _, err := f.ReadAt(b, off); err != nil {
@@ -223,9 +236,6 @@ func (s *Server) stagedPages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
-
-// pageSize is the size of the pages of CRIU's pages files.
-const pageSize = 4096
 
 func (d *donors) isDonated(key ckptKey) bool {
 	d.mu.Lock()
@@ -299,7 +309,7 @@ type stagedPageReader struct {
 }
 
 func (r stagedPageReader) ReadPages(ctx context.Context, file string, pages []int64, fn func(data []byte) error) error {
-	buf := make([]byte, pageSize)
+	buf := make([]byte, lazy.PageSize)
 	for len(pages) > 0 {
 		n := min(len(pages), agentv1.MaxStagedPages)
 		req := agentv1.StagedPages{ImageRef: r.ref, File: file, Runs: runsOf(pages[:n])}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	agentv1 "github.com/cairn-hpc/cairn/api/agent/v1"
+	"github.com/cairn-hpc/cairn/internal/lazy"
 )
 
 // stagedAt is a prepared rank whose staged image is in dir.
@@ -30,9 +31,9 @@ func TestDonor(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "criu"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	pages := bytes.Repeat([]byte{1}, pageSize)
-	pages = append(pages, bytes.Repeat([]byte{2}, pageSize)...)
-	pages = append(pages, bytes.Repeat([]byte{3}, pageSize)...)
+	pages := bytes.Repeat([]byte{1}, lazy.PageSize)
+	pages = append(pages, bytes.Repeat([]byte{2}, lazy.PageSize)...)
+	pages = append(pages, bytes.Repeat([]byte{3}, lazy.PageSize)...)
 	if err := os.WriteFile(filepath.Join(dir, "criu", "pages-1.img"), pages, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +71,8 @@ func TestDonor(t *testing.T) {
 	if len(dn.files) != 1 || dn.files["pages-1.img"] == nil {
 		t.Fatalf("the donor opened %v, want pages-1.img alone", dn.files)
 	}
-	b := make([]byte, pageSize)
-	if _, err := dn.files["pages-1.img"].ReadAt(b, 2*pageSize); err != nil || b[0] != 3 {
+	b := make([]byte, lazy.PageSize)
+	if _, err := dn.files["pages-1.img"].ReadAt(b, 2*lazy.PageSize); err != nil || b[0] != 3 {
 		t.Fatalf("page 2 after the staging dir went: %v, %d", err, b[0])
 	}
 	if !d.isDonated(key) {

@@ -277,6 +277,12 @@ func (s *Server) rankRestore(ctx context.Context, req agentv1.RankRestore, src r
 	return in, nil
 }
 
+// holds tells whether the node's store lists checkpoint name:seq.
+func (s *Server) holds(name string, seq int) bool {
+	_, err := s.Manager.Repo().Load(name, seq)
+	return !errors.Is(err, image.ErrNotFound)
+}
+
 // rankRestoreWire is rankRestore for a restart: an image the node lacks
 // comes from the stream of req.Stream's chunks, and the reply says what
 // each holder sent. The failpoint "restored" holds the reply once the
@@ -285,11 +291,12 @@ func (s *Server) rankRestoreWire(ctx context.Context, req agentv1.RankRestore) (
 	name := agentv1.RankName(req.Job, req.Rank.Rank)
 	var src restoreSource
 	var lc *lazyChunks
-	if _, err := s.Manager.Repo().Load(name, req.Seq); errors.Is(err, image.ErrNotFound) && len(req.Stream) > 0 {
-		var head *image.Head
-		if head, lc, err = s.holderSource(ctx, "restore from the stream", name, req.Seq, req.Stream); err != nil {
+	if len(req.Stream) > 0 && !s.holds(name, req.Seq) {
+		head, c, err := s.holderSource(ctx, "restore from the stream", name, req.Seq, req.Stream)
+		if err != nil {
 			return agentv1.Container{}, err
 		}
+		lc = c
 		defer lc.close()
 		src.remote = &container.Remote{Head: head, Chunks: lc}
 	}

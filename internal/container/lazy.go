@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/cairn-hpc/cairn/internal/failpoint"
 	"github.com/cairn-hpc/cairn/internal/image"
 	"github.com/cairn-hpc/cairn/internal/lazy"
@@ -153,52 +155,19 @@ func writePages(ctx context.Context, src PageReader, dst string, pages []int64) 
 // empty of their size by image.MaterializeLazy) from their chunks, ids,
 // in shares of prefetchShare pages, hurriedStreams at once.
 func writeAllPages(ctx context.Context, chunks image.Chunks, criuDir string, ids map[string][]store.ID) error {
-	type share struct {
-		file  string
-		pages []int64
-	}
-	var shares []share
+	src := chunkPages{chunks: chunks, ids: ids}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(hurriedStreams)
 	for file, c := range ids {
 		for i := 0; i < len(c); i += prefetchShare {
 			pages := make([]int64, min(len(c), i+prefetchShare)-i)
 			for k := range pages {
 				pages[k] = int64(i + k)
 			}
-			shares = append(shares, share{file, pages})
+			g.Go(func() error { return writePages(ctx, src, filepath.Join(criuDir, file), pages) })
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	src := chunkPages{chunks: chunks, ids: ids}
-	next := make(chan share)
-	errs := make(chan error, hurriedStreams)
-	var wg sync.WaitGroup
-	for range hurriedStreams {
-		wg.Go(func() {
-			for sh := range next {
-				if err := writePages(ctx, src, filepath.Join(criuDir, sh.file), sh.pages); err != nil {
-					errs <- err
-					cancel()
-					return
-				}
-			}
-		})
-	}
-feed:
-	for _, sh := range shares {
-		select {
-		case next <- sh:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-	return ctx.Err()
+	return g.Wait()
 }
 
 // endedByFile, in a container's dir, says why cairn ended the

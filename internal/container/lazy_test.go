@@ -44,6 +44,30 @@ func checkpointedApp(t *testing.T, env *testutil.Env, mib int, streaming bool) (
 	return head, st
 }
 
+// lazyOutcome returns a Lazy.Done that fails the test if the lazy restore
+// fails, and wait, which returns the restore's stats once every page is
+// there, failing the test after 60 s.
+func lazyOutcome(t *testing.T) (func(container.LazyStats, error), func() container.LazyStats) {
+	done := make(chan container.LazyStats, 1)
+	onDone := func(s container.LazyStats, err error) {
+		if err != nil {
+			t.Errorf("lazy restore: %v", err)
+		}
+		done <- s
+	}
+	wait := func() container.LazyStats {
+		t.Helper()
+		select {
+		case s := <-done:
+			return s
+		case <-time.After(60 * time.Second):
+			t.Fatal("the lazy restore did not complete in 60 s")
+		}
+		return container.LazyStats{}
+	}
+	return onDone, wait
+}
+
 // TestLazyRestore restores a copy of a process holding 64 MiB of random
 // memory lazily: CRIU's lazy-pages daemon takes its pages from cairn's
 // page server as the copy runs. The copy's memory must hash as the
@@ -63,23 +87,13 @@ func TestLazyRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	done := make(chan container.LazyStats, 1)
-	lz := &container.Lazy{Head: head, Chunks: st, Done: func(s container.LazyStats, err error) {
-		if err != nil {
-			t.Errorf("lazy restore: %v", err)
-		}
-		done <- s
-	}}
+	onDone, wait := lazyOutcome(t)
+	lz := &container.Lazy{Head: head, Chunks: st, Done: onDone}
 	clone, err := env.Manager.Restore(ctx, "app", container.RestoreOptions{As: "clone", Lazy: lz})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stats container.LazyStats
-	select {
-	case stats = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the lazy restore did not complete in 60 s")
-	}
+	stats := wait()
 	if got := signalAndWait(t, env, "clone", clone.Log, syscall.SIGUSR2, memsumRE, 1); got != want {
 		t.Fatalf("memory of the lazy copy hashes to %s, want %s", got, want)
 	}
@@ -354,23 +368,13 @@ func TestLazyRestoreStaged(t *testing.T) {
 		t.Fatalf("the stream without pages carried %d bytes", n)
 	}
 	src := &filePages{dir: filepath.Join(p.ImageDir(), image.CRIUDir)}
-	done := make(chan container.LazyStats, 1)
-	lz := &container.Lazy{Pages: src, Done: func(s container.LazyStats, err error) {
-		if err != nil {
-			t.Errorf("lazy restore: %v", err)
-		}
-		done <- s
-	}}
+	onDone, wait := lazyOutcome(t)
+	lz := &container.Lazy{Pages: src, Done: onDone}
 	clone, err := env.Manager.Restore(ctx, "app", container.RestoreOptions{As: "clone", Staged: dir, Record: &got, Lazy: lz})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stats container.LazyStats
-	select {
-	case stats = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the lazy restore did not complete in 60 s")
-	}
+	stats := wait()
 	// The copy's log starts with the original's, which holds one sum.
 	if got := signalAndWait(t, env, "clone", clone.Log, syscall.SIGUSR2, memsumRE, 2); got != want {
 		t.Fatalf("memory of the copy hashes to %s, want %s", got, want)

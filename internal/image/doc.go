@@ -49,7 +49,7 @@
 //     ([WriteStaged], [ReceiveStaged]: a staged image, for a migration).
 //   - head: what a node learns of an image before its chunks ([Head]: its
 //     record and manifest), all a lazy restore needs to start
-//     ([MaterializeLazy], [WritePages]).
+//     ([MaterializeLazy]).
 //
 // A damaged chunk, manifest or record is reported as a [*CorruptError]
 // (matching [ErrCorrupt]) that names every checkpoint sharing the damage.

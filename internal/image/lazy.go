@@ -66,8 +66,8 @@ func (h *Head) PagesChunks() map[string][]store.ID {
 
 // MaterializeLazy writes an image as Materialize and MaterializeLog do,
 // from chunks got from src, except its pages files: those it creates at
-// their size with nothing in them (sparse), for a lazy restore to write
-// what the restore reads itself (WritePages) and to serve the rest. It
+// their size with nothing in them (sparse), for a restore to write the
+// pages (all, or a lazy one those CRIU reads itself) and serve the rest. It
 // writes the output kept with the image to logDst, and its times to
 // TimesOf(logDst), if it kept them.
 func MaterializeLazy(ctx context.Context, h *Head, src Chunks, criuDst, fsDst, logDst string) error {
@@ -115,33 +115,6 @@ func MaterializeLazy(ctx context.Context, h *Head, src Chunks, criuDst, fsDst, l
 		}
 	}
 	return finishDirs(dirs)
-}
-
-// WritePages writes pages (by index) of a pages file made by
-// MaterializeLazy, from its chunks got from src.
-func WritePages(ctx context.Context, src Chunks, dst string, chunks []store.ID, pages []int64) error {
-	f, err := os.OpenFile(dst, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	ids := make([]store.ID, len(pages))
-	for i, p := range pages {
-		if p < 0 || p >= int64(len(chunks)) {
-			return fmt.Errorf("%s: page %d of %d", filepath.Base(dst), p, len(chunks))
-		}
-		ids[i] = chunks[p]
-	}
-	i := 0
-	err = src.GetSeq(ctx, ids, func(data []byte) error {
-		_, err := f.WriteAt(data, pages[i]*int64(len(data)))
-		i++
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return f.Close()
 }
 
 func sparse(dst string, size int64) error {
