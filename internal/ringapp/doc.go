@@ -55,6 +55,8 @@
 //	rank R/N: listening on ADDR
 //	rank R/N: ring connected (upstream ADDR, downstream ADDR)
 //	rank R: K/M msgs            every -progress
+//	rank 0: holding after K msgs  with -hold K, until SIGUSR1
+//	rank 0: released
 //	rank R: done M msgs
 //	result=HEX                  rank 0, at the end (also in -out)
 //	FAIL rank R: REASON         before a non-zero exit

@@ -62,6 +62,9 @@ func Main(args []string) int {
 		case <-ctx.Done():
 		}
 	}()
+	if cfg.Hold > 0 {
+		cfg.Release = releaseOn(ctx, syscall.SIGUSR1)
+	}
 
 	_, err = Run(ctx, cfg)
 	if err == nil {
@@ -76,6 +79,22 @@ func Main(args []string) int {
 		return exitCheck
 	}
 	return exitError
+}
+
+// releaseOn returns a channel closed when the process receives sig.
+func releaseOn(ctx context.Context, sig os.Signal) <-chan struct{} {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, sig)
+	release := make(chan struct{})
+	go func() {
+		defer signal.Stop(c)
+		select {
+		case <-c:
+			close(release)
+		case <-ctx.Done():
+		}
+	}()
+	return release
 }
 
 // signalError ends a run stopped by a signal.
@@ -104,6 +123,7 @@ func parseArgs(args []string, getenv func(string) string, stderr io.Writer) (Con
 	progress := fs.Duration("progress", time.Second, "how often to print progress (0: never)")
 	ballast := fs.Int("ballast", 0, "MiB of random memory each rank holds, and checks unchanged at the end (for images of a given size)")
 	churn := fs.Int("churn", 0, "with -ballast: write a page of the ballast every N messages, round the ballast (checked at the end too)")
+	hold := fs.Int("hold", 0, "rank 0 stops after this many messages came back until the process gets SIGUSR1 (for tests that must act on a running ring)")
 	report := fs.Bool("report", true, "rank 0 publishes its progress as rank events through the rank API's socket ($CAIRN_SOCKET, or in a job of cairn's its usual path)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -181,6 +201,7 @@ func parseArgs(args []string, getenv func(string) string, stderr io.Writer) (Con
 		Job: *job, Rank: *rank, Size: *size, Addrs: addrs(hosts, *port, *portBase),
 		Messages: *messages, Window: *window, Payload: *payload, Seed: *seed, Compute: *compute,
 		Out: *out, ConnectTimeout: *connectTimeout, Progress: *progress, BallastMiB: *ballast, Churn: *churn,
+		Hold: *hold,
 	}
 	if *report && *rank == 0 {
 		cfg.Socket = getenv(rankv1.EnvSocket)

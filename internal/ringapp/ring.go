@@ -39,6 +39,13 @@ type Config struct {
 	// Churn messages, round the ballast, so that its memory changes as it
 	// runs; the end checks every page's writes as well.
 	Churn int
+	// Hold, if above 0 (rank 0 only), has rank 0 stop after Hold
+	// messages came back, until Release is closed: a test acts on a ring
+	// that cannot have ended yet, however slow the machine, and then lets
+	// it finish. The messages in flight wait in the links meanwhile. A
+	// nil Release holds until ctx ends.
+	Hold    int
+	Release <-chan struct{}
 	// Listener, if set, is the listener of this rank (Run closes it);
 	// otherwise Run listens on Addrs[Rank].
 	Listener net.Listener
@@ -72,6 +79,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("ballast %d MiB: want 0..%d", c.BallastMiB, 1<<16)
 	case c.Churn < 0 || c.Churn > 0 && c.BallastMiB == 0:
 		return fmt.Errorf("churn %d: want 0, or more with a ballast", c.Churn)
+	case c.Hold < 0 || c.Hold >= c.Messages:
+		return fmt.Errorf("hold %d: want 0, or 1..%d", c.Hold, c.Messages-1)
 	}
 	return nil
 }
@@ -296,12 +305,31 @@ func (r *rank) lead(ctx context.Context, cancel context.CancelCauseFunc) (uint64
 		}
 		r.progress.tick(j + 1)
 		r.ballast.touch(j + 1)
+		if j+1 == cfg.Hold {
+			if err := r.hold(ctx); err != nil {
+				cancel(err)
+				<-sent
+				return 0, err
+			}
+		}
 	}
 	<-sent
 	if ctx.Err() != nil {
 		return 0, context.Cause(ctx)
 	}
 	return result, nil
+}
+
+// hold waits for cfg.Release once Hold messages came back.
+func (r *rank) hold(ctx context.Context) error {
+	fmt.Fprintf(r.progress.out, "rank 0: holding after %d msgs\n", r.cfg.Hold)
+	select {
+	case <-r.cfg.Release:
+		fmt.Fprintf(r.progress.out, "rank 0: released\n")
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // send is rank 0's writer: message s carries the s-th value from values.

@@ -275,6 +275,7 @@ func TestParseArgs(t *testing.T) {
 		{name: "peers and size differ", args: []string{"-size", "3", "-peers", "a,b"}, env: env("CAIRN_RANK", "0"), wantErr: true},
 		{name: "bad env", env: env("CAIRN_RANK", "x", "CAIRN_SIZE", "2"), wantErr: true},
 		{name: "no window", args: []string{"-size", "1", "-rank", "0", "-window", "0"}, env: env(), wantErr: true},
+		{name: "hold past the end", args: []string{"-size", "1", "-rank", "0", "-messages", "10", "-hold", "10"}, env: env(), wantErr: true},
 		{name: "arguments", args: []string{"-size", "1", "-rank", "0", "extra"}, env: env(), wantErr: true},
 	}
 	for _, tc := range tests {

@@ -399,3 +399,41 @@ func TestThroughput(t *testing.T) {
 		rate*float64(payload)/1e6, rate*float64(payload)*size/1e6, note)
 	t.Logf("-messages for a 15 s run at this rate: %d", int(rate*15))
 }
+
+// TestHold: with -hold, rank 0 stops after that many messages and the
+// ring waits, for longer than a run takes, until rank 0 gets SIGUSR1;
+// the run then ends with the result of one never held. SIGUSR1 to
+// another rank changes nothing.
+func TestHold(t *testing.T) {
+	const size, messages, window, hold = 3, 20000, 64, 10000
+	out := filepath.Join(t.TempDir(), "result")
+	procs := startRanks(t, size, "-messages", fmt.Sprint(messages), "-window", fmt.Sprint(window), "-seed", "9", "-out", out, "-hold", fmt.Sprint(hold))
+	procs[0].waitFor(t, fmt.Sprintf("rank 0: holding after %d msgs", hold), time.Minute)
+	if err := procs[1].cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	for r, p := range procs {
+		if strings.Contains(p.output(), "done") {
+			t.Fatalf("rank %d ended while rank 0 held:\n%s", r, p.output())
+		}
+	}
+	if err := procs[0].cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	for r, p := range procs {
+		if code := p.wait(t, 2*time.Minute); code != 0 {
+			t.Errorf("rank %d: exit code %d; output:\n%s", r, code, p.output())
+		}
+	}
+	if !strings.Contains(procs[0].output(), "rank 0: released") {
+		t.Errorf("rank 0 does not say it was released:\n%s", procs[0].output())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(string(b)), ringapp.Expected(size, messages, window, 9); got != want {
+		t.Errorf("result %s, want %s", got, want)
+	}
+}

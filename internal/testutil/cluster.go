@@ -337,6 +337,26 @@ func (c *Cluster) RingArgs(messages int) []string {
 	return []string{"--", c.Bin, "ringapp", "-messages", strconv.Itoa(messages)}
 }
 
+// ReleaseRing lets a ring job started with `ringapp -hold K` go on past
+// its K-th message: SIGUSR1 to rank 0's process, through this host's pid
+// of it (every node of the cluster is a namespace of this host).
+func (c *Cluster) ReleaseRing(job string) {
+	c.t.Helper()
+	for _, r := range c.Status(job).RankStates {
+		if r.Rank != 0 {
+			continue
+		}
+		if r.Pid <= 0 {
+			c.t.Fatalf("rank 0 of %s has no process to release: %+v", job, r)
+		}
+		if err := syscall.Kill(r.Pid, syscall.SIGUSR1); err != nil {
+			c.t.Fatalf("release rank 0 of %s (pid %d): %v", job, r.Pid, err)
+		}
+		return
+	}
+	c.t.Fatalf("job %s has no rank 0", job)
+}
+
 var progressRE = regexp.MustCompile(`rank (\d+): (\d+)/(\d+) msgs`)
 
 // Logs returns a rank's output: through the cluster, or, when its

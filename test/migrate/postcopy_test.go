@@ -29,12 +29,16 @@ const postCopyBallast = 160
 const postCopyChurn = 16
 
 // ballastRing runs a 3-rank ring with ballast on 3 of 4 nodes, one rank
-// each, checkpointed once (protected) while it runs.
+// each, checkpointed once (protected) while it runs. Rank 0 holds a
+// thousand messages before the end (ringapp -hold) until the test
+// releases it: on a slow machine, the replication alone has taken longer
+// than the whole run.
 func ballastRing(t *testing.T, messages int) (c *testutil.Cluster, place []string, free string) {
 	t.Helper()
 	c = testutil.NewCluster(t, 4)
 	c.OK("run", "--job", "ring", "--ranks", "3", "--per-node", "1", "--replicas", "1", "--",
-		c.Bin, "ringapp", "-messages", strconv.Itoa(messages), "-ballast", strconv.Itoa(postCopyBallast), "-churn", strconv.Itoa(postCopyChurn))
+		c.Bin, "ringapp", "-messages", strconv.Itoa(messages), "-ballast", strconv.Itoa(postCopyBallast), "-churn", strconv.Itoa(postCopyChurn),
+		"-hold", strconv.Itoa(messages-1000))
 	place = c.Status("ring").Placement
 	free = c.Unused(place)
 	c.WaitProgress("ring", 3, 0, 90*time.Second)
@@ -72,6 +76,7 @@ func TestPostCopyMigration(t *testing.T) {
 	if m.Bytes >= postCopyBallast<<20 {
 		t.Errorf("the post-copy migration moved %d bytes before the rank ran, its ballast alone is %d", m.Bytes, postCopyBallast<<20)
 	}
+	c.ReleaseRing("ring")
 	for _, r := range c.Status("ring").RankStates {
 		if r.Rank != 1 && r.Pid != pids[r.Rank] {
 			t.Errorf("rank %d was restarted: pid %d, was %d", r.Rank, r.Pid, pids[r.Rank])
@@ -135,6 +140,7 @@ func TestPostCopySourceDies(t *testing.T) {
 		j := c.Job("ring")
 		return j.Restarts > 0 && j.State == "running", fmt.Sprintf("the job was not restarted after the source died: %+v", j)
 	})
+	c.ReleaseRing("ring") // restored from before its first release
 	if got, want := c.Result("ring"), ringapp.Expected(3, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
@@ -164,6 +170,7 @@ func TestDrainPostCopy(t *testing.T) {
 	if m := res.Migrations[0]; m.State != coordv1.MigrationDone || !m.PostCopy || m.Rank != 1 || m.To != free {
 		t.Fatalf("the drain's migration: %+v", m)
 	}
+	c.ReleaseRing("ring")
 	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
 		return strings.Contains(c.AgentLog(place[1]), "post-copy migration: the target has every page; the source's pages are dropped"),
 			"the drained node never gave up rank 1's pages"

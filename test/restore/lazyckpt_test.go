@@ -48,6 +48,13 @@ func withoutCopy(t *testing.T, c *testutil.Cluster, ck testutil.Ckpt, avoid ...s
 	return ""
 }
 
+// lazyDeadline is the round deadline of the lazy checkpoint tests'
+// clusters. A round waits for a lazily restored rank's memory for three
+// quarters of it: with the default (20 s, a 15 s wait), rounds under a
+// loaded machine gave up before the memory came, and the round that then
+// succeeded came after it, missing the window these tests are about.
+var lazyDeadline = []string{"--deadline", "2m"}
+
 // newest is the job's newest checkpoint.
 func newest(t *testing.T, c *testutil.Cluster, job string) testutil.Ckpt {
 	t.Helper()
@@ -88,7 +95,7 @@ func waitedForMemory(t *testing.T, ck testutil.Ckpt) {
 // the memory that had not arrived and restored into a crash.
 func TestLazyCheckpoint(t *testing.T) {
 	const messages = 3_000_000
-	c := testutil.NewCluster(t, 5)
+	c := testutil.NewCluster(t, 5, lazyDeadline...)
 	first := c.Nodes[0]
 	ck1 := lazyRing(t, c, messages)
 
@@ -142,10 +149,12 @@ func TestLazyCheckpoint(t *testing.T) {
 // exactly the uninterrupted run's result, every rank's ballast checked.
 func TestLazyPeriodicCheckpoint(t *testing.T) {
 	const messages = 3_000_000
-	c := testutil.NewCluster(t, 3)
+	c := testutil.NewCluster(t, 3, lazyDeadline...)
 	first := c.Nodes[0]
+	// Rank 0 holds near the end until released: the run must still be
+	// going when the periodic round after the lazy restart comes.
 	c.OK("run", "--job", "ring", "--ranks", "2", "--nodes", first, "--replicas", "0", "--on-failure", "stop", "--checkpoint-every", "2s",
-		"--", c.Bin, "ringapp", "-messages", fmt.Sprint(messages), "-ballast", fmt.Sprint(lazyBallast))
+		"--", c.Bin, "ringapp", "-messages", fmt.Sprint(messages), "-ballast", fmt.Sprint(lazyBallast), "-hold", fmt.Sprint(messages-1000))
 	c.WaitProgress("ring", 2, 0, 90*time.Second)
 	testutil.WaitUntil(t, 90*time.Second, func() (bool, string) {
 		cks := c.Ckpts("ring")
@@ -161,7 +170,7 @@ func TestLazyPeriodicCheckpoint(t *testing.T) {
 	lazyNode := withoutCopy(t, c, ck1)
 	c.OK("restart", "ring", "--from", fmt.Sprint(ck1.Seq), "--lazy", "--placement", lazyNode+","+lazyNode)
 	var ck testutil.Ckpt
-	testutil.WaitUntil(t, time.Minute, func() (bool, string) {
+	testutil.WaitUntil(t, 3*time.Minute, func() (bool, string) {
 		for _, k := range c.Ckpts("ring") {
 			if k.Seq > ck1.Seq && k.Restorable() {
 				ck = k
@@ -173,6 +182,7 @@ func TestLazyPeriodicCheckpoint(t *testing.T) {
 	waitedForMemory(t, ck)
 	c.OK("kill", "ring")
 	c.OK("restart", "ring", "--from", fmt.Sprint(ck.Seq), "--lazy=false", "--placement", first+","+first)
+	c.ReleaseRing("ring")
 	c.CheckRestarted("ring", ck.Seq, testutil.RingOutput)
 	if got, want := c.Result("ring"), ringapp.Expected(2, messages, 64, 1); got != want {
 		t.Fatalf("result %s, want %s", got, want)
