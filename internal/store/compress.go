@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -62,9 +63,11 @@ func newCodec(c Compression) (*codec, error) {
 }
 
 // compress returns the blob for chunk data: a zstd frame if that is shorter
-// than data, data itself otherwise.
+// than data, data itself otherwise. Data that looks random is not tried:
+// zstd takes as long over it as over any chunk (about four times what
+// hashing it takes) only to store it raw in the end (docs/format.md).
 func (cd *codec) compress(data []byte) ([]byte, pack.Compression) {
-	if cd.enc == nil || len(data) == 0 {
+	if cd.enc == nil || len(data) == 0 || incompressible(data) {
 		return data, pack.None
 	}
 	out := cd.enc.EncodeAll(data, make([]byte, 0, len(data)))
@@ -72,6 +75,55 @@ func (cd *codec) compress(data []byte) ([]byte, pack.Compression) {
 		return data, pack.None
 	}
 	return out, pack.Zstd
+}
+
+// Sampling for incompressible: about maxSamples bytes of a chunk, every
+// step-th, step odd so that the samples fall on every offset within the
+// 8-byte words of a page (the exponents of an array of doubles repeat
+// where their low bytes look random).
+const (
+	maxSamples = 1024
+	minSampled = 512 // shorter chunks are always tried
+)
+
+// entropyFloor is the order-0 entropy, in bits per byte, above which a
+// chunk is taken for random: Huffman coding alone would save at most 2.5 %
+// of it. What a chunk with such bytes could still give is repetition of
+// long random runs within it, which memory pages seldom hold.
+const entropyFloor = 7.8
+
+// clog2[c] is c·log2(c).
+var clog2 = func() (t [maxSamples + 1]float32) {
+	for c := 1; c <= maxSamples; c++ {
+		t[c] = float32(float64(c) * math.Log2(float64(c)))
+	}
+	return t
+}()
+
+// incompressible reports whether data's bytes look uniformly random: the
+// entropy of a sample of them, Miller-Madow corrected for the sample's
+// size, above entropyFloor. It reads about a quarter of a page.
+func incompressible(data []byte) bool {
+	if len(data) < minSampled {
+		return false
+	}
+	step := len(data)/maxSamples | 1
+	var hist [256]uint16
+	n := 0
+	for i := 0; i < len(data) && n < maxSamples; i += step {
+		hist[data[i]]++
+		n++
+	}
+	var sum float32
+	seen := 0
+	for _, c := range hist {
+		if c > 0 {
+			sum += clog2[c]
+			seen++
+		}
+	}
+	h := math.Log2(float64(n)) - float64(sum)/float64(n) + float64(seen-1)/(2*float64(n)*math.Ln2)
+	return h > entropyFloor
 }
 
 // decompress returns the chunk encoded by blob. It fails unless the result
