@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,11 +39,11 @@ type figure struct {
 
 // atMost and atLeast make a figure of a ratio against a bound.
 func atMost(key string, value, bound float64, detail string) figure {
-	return figure{key: key, target: fmt.Sprintf("≤ %.2g", bound), value: value, met: value <= bound, detail: detail}
+	return figure{key: key, target: "≤ " + strconv.FormatFloat(bound, 'f', -1, 64), value: value, met: value <= bound, detail: detail}
 }
 
 func atLeast(key string, value, bound float64, detail string) figure {
-	return figure{key: key, target: fmt.Sprintf("≥ %.2g", bound), value: value, met: value >= bound, detail: detail}
+	return figure{key: key, target: "≥ " + strconv.FormatFloat(bound, 'f', -1, 64), value: value, met: value >= bound, detail: detail}
 }
 
 // record logs each figure and, with CAIRN_BENCH_DOC set, writes its row
@@ -139,5 +140,11 @@ func TestWithFigures(t *testing.T) {
 	}
 	if _, err := withFigures("no table", now, nil); err == nil {
 		t.Fatal("a document without the table was taken")
+	}
+	// A bound is written as given: 1.02 was once printed "≤ 1".
+	for bound, want := range map[float64]string{1.02: "≤ 1.02", 1.3: "≤ 1.3", 2: "≤ 2"} {
+		if got := atMost("x", 1, bound, "").target; got != want {
+			t.Errorf("target of bound %v: %q, want %q", bound, got, want)
+		}
 	}
 }
