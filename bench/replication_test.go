@@ -177,7 +177,7 @@ func storeBounds(b *testing.B, from, to string) (read, write float64) {
 	}
 	took := parallel(func(i int) error {
 		var buf bytes.Buffer
-		err := src.Export(ctx, &buf, shares[i])
+		err := src.Export(ctx, &buf, shares[i], store.ChunkStreamV2)
 		streams[i] = buf.Bytes()
 		return err
 	})

@@ -146,7 +146,7 @@ func hashCompressLimit(b *testing.B, path string, p chunker.Params) time.Duratio
 // `tar | zstd -1 -T0` of the same directory, all in the same run; and
 // materializing it next to a plain copy of the same bytes.
 func BenchmarkIngest(b *testing.B) {
-	const size = 512 << 20
+	size := int64(envInt("CAIRN_BENCH_INGEST_MIB", 512)) << 20
 	ctx := context.Background()
 	base := b.TempDir()
 	fmt.Printf("\n%-15s %-34s %14s %9s\n", "data", "what", "throughput", "ratio")

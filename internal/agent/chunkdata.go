@@ -37,6 +37,11 @@ func (s *Server) chunkData(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, "ids: "+err.Error())
 		return
 	}
+	version := max(req.Version, store.ChunkStreamV1)
+	if version > store.ChunkStreamV2 {
+		fail(w, http.StatusBadRequest, agentv1.CodeBadRequest, fmt.Sprintf("chunk stream version %d is not known here", req.Version))
+		return
+	}
 	if s.sources.requests.Add(1) > 1 {
 		s.failpoint(r.Context(), "chunk-data") // every share but the first
 	}
@@ -48,7 +53,7 @@ func (s *Server) chunkData(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
-	export := func() error { return src.Export(r.Context(), w, ids) }
+	export := func() error { return src.Export(r.Context(), w, ids, version) }
 	if req.Background {
 		fg := export
 		export = func() error { return inBackground(fg) }

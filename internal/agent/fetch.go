@@ -288,7 +288,7 @@ func (f *fetcher) fetchChunks(ctx context.Context, missing []store.ID) (err erro
 // chunks arrived, verified.
 func (f *fetcher) fetchShare(ctx context.Context, h *holder, cw *image.ChunkWriter, ids []store.ID) (int, error) {
 	bg := f.background.Load()
-	req := agentv1.ChunkData{Container: f.req.Container, Seq: f.req.Seq, IDs: make([]string, len(ids)), Background: bg}
+	req := agentv1.ChunkData{Container: f.req.Container, Seq: f.req.Seq, IDs: make([]string, len(ids)), Background: bg, Version: store.ChunkStreamV2}
 	for i, id := range ids {
 		req.IDs[i] = id.String()
 	}

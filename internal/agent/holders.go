@@ -35,14 +35,17 @@ func (h *holder) add(chunks int, bytes int64) {
 
 // giveUp records that h failed with err, and whether it served damage: a
 // chunk that did not verify, or one it reported damaged in its own store.
-// A cut stream (its node died, the link broke) is not damage.
+// (Holders send their chunks unverified, and TLS guards the link: a chunk
+// that does not verify here was damaged there.) A cut stream (its node
+// died, the link broke) is not damage.
 func (h *holder) giveUp(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err == nil {
 		h.err = err
 	}
-	if errors.Is(err, store.ErrSenderDamaged) || errors.Is(err, image.ErrCorrupt) && !errors.Is(err, io.ErrUnexpectedEOF) {
+	corrupt := errors.Is(err, image.ErrCorrupt) || errors.Is(err, store.ErrCorrupt)
+	if errors.Is(err, store.ErrSenderDamaged) || corrupt && !errors.Is(err, io.ErrUnexpectedEOF) {
 		h.damaged = true
 	}
 }

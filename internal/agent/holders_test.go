@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/cairn-hpc/cairn/internal/image"
 	"github.com/cairn-hpc/cairn/internal/pki"
 	"github.com/cairn-hpc/cairn/internal/rpc"
+	"github.com/cairn-hpc/cairn/internal/store"
 	"github.com/cairn-hpc/cairn/internal/testutil"
 )
 
@@ -285,4 +287,48 @@ func TestFetchPromoted(t *testing.T) {
 		t.Errorf("the restart's fetch took %s: it waited behind the rate-limited replication", took)
 	}
 	t.Logf("the restart's fetch returned after %s", took)
+}
+
+// TestChunkDataVersions: a holder answers a request that names no chunk
+// stream version (what a release that knows only version 1 sends) with
+// version 1, one that asks for version 2 with version 2, and refuses one
+// it does not know; the receiver reads both.
+func TestChunkDataVersions(t *testing.T) {
+	ctx := context.Background()
+	ca, addrs, envs := holders(t, 1)
+	ids, err := envs["n2"].Manager.Repo().ChunkIDs(ctx, "c", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rpc.NewAgentClient(addrs["n2"], "n2", issue(t, ca, "n1", pki.Agent))
+	defer c.Close()
+	req := agentv1.ChunkData{Container: "c", Seq: 1}
+	for _, id := range ids {
+		req.IDs = append(req.IDs, id.String())
+	}
+	for asked, want := range map[int]byte{0: store.ChunkStreamV1, store.ChunkStreamV1: store.ChunkStreamV1, store.ChunkStreamV2: store.ChunkStreamV2} {
+		req.Version = asked
+		body, err := c.ChunkData(ctx, req)
+		if err != nil {
+			t.Fatalf("version %d: %v", asked, err)
+		}
+		b, err := io.ReadAll(body)
+		body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) < len(store.ChunkStreamMagic)+1 || b[len(store.ChunkStreamMagic)] != want {
+			t.Fatalf("asked for version %d: the stream starts %q, want version %d", asked, b[:min(len(b), 8)], want)
+		}
+		if n, err := store.ReadChunks(ctx, bytes.NewReader(b), ids, func(store.ID, []byte) error { return nil }); err != nil || n != len(ids) {
+			t.Fatalf("version %d: read %d of %d chunks: %v", asked, n, len(ids), err)
+		}
+	}
+	req.Version = 3
+	if body, err := c.ChunkData(ctx, req); err == nil {
+		body.Close()
+		t.Fatal("version 3 was served")
+	} else if !strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("version 3: %v", err)
+	}
 }

@@ -178,7 +178,7 @@ func (c *holderChunks) fetch(ctx context.Context, part []store.ID, first int, ke
 		if h.failed() != nil {
 			continue
 		}
-		req := agentv1.ChunkData{Container: c.f.req.Container, Seq: c.f.req.Seq, IDs: make([]string, len(part))}
+		req := agentv1.ChunkData{Container: c.f.req.Container, Seq: c.f.req.Seq, IDs: make([]string, len(part)), Version: store.ChunkStreamV2}
 		for i, id := range part {
 			req.IDs[i] = id.String()
 		}

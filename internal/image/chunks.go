@@ -10,16 +10,16 @@ import (
 )
 
 // ExportChunks writes chunks of checkpoint container:seq's image, in the
-// order given, to w as a chunk stream (docs/format.md, "Chunk stream"):
-// see ChunkSource.Export, which serves many shares of one image without
-// opening the store for each.
-func (r Repo) ExportChunks(ctx context.Context, container string, seq int, w io.Writer, ids []store.ID) error {
+// order given, to w as a chunk stream of the version given (docs/format.md,
+// "Chunk stream"): see ChunkSource.Export, which serves many shares of one
+// image without opening the store for each.
+func (r Repo) ExportChunks(ctx context.Context, container string, seq int, w io.Writer, ids []store.ID, version int) error {
 	src, err := r.OpenChunkSource(ctx, container, seq)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	return src.Export(ctx, w, ids)
+	return src.Export(ctx, w, ids, version)
 }
 
 // ChunkSource serves the chunks of one image, share by share, to nodes
@@ -49,17 +49,17 @@ func (r Repo) OpenChunkSource(ctx context.Context, container string, seq int) (*
 }
 
 // Export writes chunks of the image, in the order given, to w as a chunk
-// stream. Every id must be one of the image's chunks, so that a peer
+// stream of the version given (store.ChunkStreamV1 or V2). Every id must be one of the image's chunks, so that a peer
 // reads only what it names. A damaged chunk here is marked in the stream
 // and fails the export with a CorruptError naming the checkpoints it
 // affects. Export may run concurrently with itself.
-func (c *ChunkSource) Export(ctx context.Context, w io.Writer, ids []store.ID) error {
+func (c *ChunkSource) Export(ctx context.Context, w io.Writer, ids []store.ID, version int) error {
 	for _, id := range ids {
 		if _, ok := c.of[id]; !ok {
 			return fmt.Errorf("%w: chunk %s is not one of %s's", ErrNotFound, id, c.rec.Name())
 		}
 	}
-	if err := c.st.ExportChunks(ctx, w, ids); err != nil {
+	if err := c.st.ExportChunks(ctx, w, ids, version); err != nil {
 		return c.r.corrupt(ctx, c.rec, err)
 	}
 	return nil

@@ -17,9 +17,9 @@ import (
 
 // Chunk stream constants; see docs/format.md, "Chunk stream".
 const (
-	// ChunkStreamMagic starts every chunk stream: "CAIRNCX" and the
-	// format version 1.
-	ChunkStreamMagic = "CAIRNCX\x01"
+	// ChunkStreamMagic starts every chunk stream, followed by its
+	// version byte.
+	ChunkStreamMagic = "CAIRNCX"
 	// MaxStreamChunks is the most chunks one chunk stream may carry.
 	MaxStreamChunks = 1 << 16
 
@@ -28,21 +28,40 @@ const (
 	damagedMark = 0xff
 )
 
+// Chunk stream versions. A receiver reads both; a sender writes the one
+// asked for, so that agents of one API version but different releases
+// still talk.
+const (
+	// ChunkStreamV1's trailing checksum covers every byte of the stream.
+	ChunkStreamV1 = 1
+	// ChunkStreamV2's covers the stream's header and its records'
+	// headers, not the chunks' bytes: each chunk is verified against its
+	// ID anyway, so a receiver (and a sender) hashes each byte once, not
+	// twice.
+	ChunkStreamV2 = 2
+)
+
 // ErrSenderDamaged is matched, besides ErrCorrupt, by the error of
 // ImportChunks when the sender reported its own copy of a chunk damaged:
 // the sender's store needs a repair, the receiver may fetch the chunk
 // elsewhere.
 var ErrSenderDamaged = errors.New("the sender's copy is damaged")
 
-// ExportChunks writes the chunks ids, as stored and verified against their
-// IDs on the way, to w as one chunk stream (docs/format.md, "Chunk
-// stream"): how a node fetching an image from several holders asks each
-// for a share of its chunks. A chunk the store lacks fails the export
-// with an error matching ErrNotFound; what was written by then is not a
-// valid stream. ExportChunks holds a read session while it runs.
-func (s *Store) ExportChunks(ctx context.Context, w io.Writer, ids []ID) error {
+// ExportChunks writes the chunks ids, as stored, to w as one chunk stream
+// (docs/format.md, "Chunk stream"): how a node fetching an image from
+// several holders asks each for a share of its chunks. The chunks are not
+// verified here: the receiver verifies every one against its ID and takes
+// one that does not verify for damage in this store. A chunk the store
+// lacks fails the export with an error matching ErrNotFound; one it cannot
+// read is marked damaged in the stream and fails it with a CorruptError.
+// What was written by then is not a valid stream. version is ChunkStreamV1 or ChunkStreamV2. ExportChunks
+// holds a read session while it runs.
+func (s *Store) ExportChunks(ctx context.Context, w io.Writer, ids []ID, version int) error {
 	if len(ids) > MaxStreamChunks {
 		return fmt.Errorf("export chunks: %d chunks is above the %d limit", len(ids), MaxStreamChunks)
+	}
+	if version != ChunkStreamV1 && version != ChunkStreamV2 {
+		return fmt.Errorf("export chunks: no chunk stream version %d", version)
 	}
 	release, err := s.ReadSession(ctx)
 	if err != nil {
@@ -50,8 +69,9 @@ func (s *Store) ExportChunks(ctx context.Context, w io.Writer, ids []ID) error {
 	}
 	defer release()
 	out := newSummedWriter(w)
-	b := append([]byte(ChunkStreamMagic), 0, 0, 0, 0)
-	binary.LittleEndian.PutUint32(b[len(ChunkStreamMagic):], uint32(len(ids)))
+	out.headersOnly = version == ChunkStreamV2
+	b := append([]byte(ChunkStreamMagic), byte(version), 0, 0, 0, 0)
+	binary.LittleEndian.PutUint32(b[len(ChunkStreamMagic)+1:], uint32(len(ids)))
 	if _, err := out.Write(b); err != nil {
 		return fmt.Errorf("export chunks: %w", err)
 	}
@@ -59,18 +79,18 @@ func (s *Store) ExportChunks(ctx context.Context, w io.Writer, ids []ID) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("export chunks: %w", err)
 		}
-		loc, blob, _, err := s.fetch(ctx, id)
+		loc, blob, err := s.fetchBlob(ctx, id)
 		if errors.Is(err, ErrCorrupt) {
 			// Say so, rather than cut the stream: the receiver tells a
 			// damaged copy (to be repaired) from a lost connection.
-			if werr := writeChunkRecord(out, id, 0, 0, damagedMark, nil); werr == nil {
+			if werr := out.record(id, 0, 0, damagedMark, nil); werr == nil {
 				_ = out.bw.Flush()
 			}
 		}
 		if err != nil {
 			return fmt.Errorf("export chunks: %w", err)
 		}
-		if err := writeChunkRecord(out, id, loc.Length, loc.RawLength, loc.Compression, blob); err != nil {
+		if err := out.record(id, loc.Length, loc.RawLength, loc.Compression, blob); err != nil {
 			return fmt.Errorf("export chunks: %w", err)
 		}
 	}
@@ -86,6 +106,9 @@ type summedWriter struct {
 	io.Writer
 	bw *bufio.Writer
 	h  *blake3.Hasher
+	// headersOnly leaves the chunks' blobs out of the checksum (chunk
+	// stream version 2).
+	headersOnly bool
 }
 
 func newSummedWriter(w io.Writer) *summedWriter {
@@ -138,8 +161,16 @@ var streamCodec = sync.OnceValues(func() (*codec, error) { return newCodec(Compr
 
 func (s *Store) readChunks(ctx context.Context, r io.Reader, want []ID, keep func(ID, []byte) error) (int, error) {
 	ir := &importReader{r: bufio.NewReaderSize(r, 1<<20), h: blake3.New()}
-	if magic := ir.read(len(ChunkStreamMagic), len(ChunkStreamMagic)); ir.err == nil && string(magic) != ChunkStreamMagic {
-		ir.fail("chunk stream: magic %q", magic)
+	magic := ir.read(len(ChunkStreamMagic)+1, len(ChunkStreamMagic)+1)
+	if ir.err == nil {
+		switch v := magic[len(ChunkStreamMagic)]; {
+		case string(magic[:len(ChunkStreamMagic)]) != ChunkStreamMagic:
+			ir.fail("chunk stream: magic %q", magic)
+		case v == ChunkStreamV2:
+			ir.headersOnly = true
+		case v != ChunkStreamV1:
+			ir.fail("chunk stream: version %d is not known here", v)
+		}
 	}
 	if n := ir.u32(); ir.err == nil && int(n) != len(want) {
 		ir.fail("chunk stream holds %d chunks, want %d", n, len(want))
@@ -181,16 +212,20 @@ func (s *Store) readChunks(ctx context.Context, r io.Reader, want []ID, keep fun
 	return done, nil
 }
 
-// writeChunkRecord writes one chunk record of an export file or chunk
-// stream: the chunk's header and its blob as stored.
-func writeChunkRecord(w io.Writer, id ID, length, rawLength uint32, comp pack.Compression, blob []byte) error {
-	hdr := make([]byte, 0, exportChunkHeaderSize)
-	hdr = append(hdr, id[:]...)
-	hdr = binary.LittleEndian.AppendUint32(hdr, length)
-	hdr = binary.LittleEndian.AppendUint32(hdr, rawLength)
-	hdr = append(hdr, byte(comp), 0, 0, 0)
-	if _, err := w.Write(hdr); err != nil {
+// record writes one chunk record of an export file or chunk stream: the
+// chunk's header and its blob as stored.
+func (s *summedWriter) record(id ID, length, rawLength uint32, comp pack.Compression, blob []byte) error {
+	var hdr [exportChunkHeaderSize]byte
+	copy(hdr[:], id[:])
+	binary.LittleEndian.PutUint32(hdr[32:], length)
+	binary.LittleEndian.PutUint32(hdr[36:], rawLength)
+	hdr[40] = byte(comp)
+	if _, err := s.Write(hdr[:]); err != nil {
 		return err
+	}
+	w := s.Writer
+	if s.headersOnly {
+		w = s.bw
 	}
 	_, err := w.Write(blob)
 	return err

@@ -130,7 +130,7 @@ func (s *Store) Export(ctx context.Context, w io.Writer, manifests []ID, meta []
 		if err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
-		if err := writeChunkRecord(out, c, loc.Length, loc.RawLength, loc.Compression, blob); err != nil {
+		if err := out.record(c, loc.Length, loc.RawLength, loc.Compression, blob); err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
 		if opts.Progress != nil {

@@ -174,7 +174,7 @@ func (s *Store) importChunk(ir *importReader, admit func(ID), keep func(ID, []by
 	if ir.err != nil {
 		return nil
 	}
-	blob := ir.read(int(e.Length), pack.MaxBlobSize)
+	blob := ir.readBlob(int(e.Length))
 	if ir.err != nil {
 		return nil
 	}
@@ -288,6 +288,9 @@ type importReader struct {
 	r   *bufio.Reader
 	h   *blake3.Hasher
 	err error
+	// headersOnly: chunk blobs are not in the checksum (chunk stream
+	// version 2).
+	headersOnly bool
 }
 
 func (ir *importReader) fail(format string, args ...any) {
@@ -307,10 +310,29 @@ func (ir *importReader) setErr(err error) {
 	ir.err = fmt.Errorf("read export file: %w", err)
 }
 
-// read returns the next n bytes, failing if n is above limit. The buffer
-// grows with the bytes actually read, so a forged length cannot make it
-// allocate more than the input holds.
+// read returns the next n bytes, failing if n is above limit, and adds
+// them to the checksum.
 func (ir *importReader) read(n, limit int) []byte {
+	b := ir.next(n, limit)
+	ir.h.Write(b)
+	return b
+}
+
+// readBlob returns the next chunk blob of n bytes, added to the checksum
+// unless the stream's checksum covers headers only.
+func (ir *importReader) readBlob(n int) []byte {
+	b := ir.next(n, pack.MaxBlobSize)
+	if !ir.headersOnly {
+		ir.h.Write(b)
+	}
+	return b
+}
+
+// next returns the next n bytes, failing if n is above limit. Up to 1 MiB
+// is read into a buffer of its size; above that the buffer grows with the
+// bytes actually read, so that a forged length cannot make it allocate
+// more than the input holds.
+func (ir *importReader) next(n, limit int) []byte {
 	if ir.err != nil {
 		return nil
 	}
@@ -318,10 +340,15 @@ func (ir *importReader) read(n, limit int) []byte {
 		ir.fail("length %d above the limit of %d", n, limit)
 		return nil
 	}
-	var buf bytes.Buffer
 	if n <= 1<<20 {
-		buf.Grow(n)
+		b := make([]byte, n)
+		if _, err := io.ReadFull(ir.r, b); err != nil {
+			ir.setErr(err)
+			return nil
+		}
+		return b
 	}
+	var buf bytes.Buffer
 	got, err := io.Copy(&buf, io.LimitReader(ir.r, int64(n)))
 	if err == nil && got < int64(n) {
 		err = io.ErrUnexpectedEOF
@@ -330,7 +357,6 @@ func (ir *importReader) read(n, limit int) []byte {
 		ir.setErr(err)
 		return nil
 	}
-	ir.h.Write(buf.Bytes())
 	return buf.Bytes()
 }
 

@@ -62,15 +62,42 @@ func (s *Store) Get(ctx context.Context, id ID) ([]byte, error) {
 }
 
 // fetch reads chunk id from its pack and returns its location, its blob as
-// stored and its verified bytes. If the pack has vanished, GC has moved the
-// chunk: fetch looks it up again (a reader reloads the index files first)
-// and retries once.
+// stored and its verified bytes.
 func (s *Store) fetch(ctx context.Context, id ID) (loc index.Location, blob, data []byte, err error) {
+	loc, f, release, err := s.openChunk(ctx, id)
+	if err != nil {
+		return loc, nil, nil, err
+	}
+	defer release()
+	blob, data, err = s.load(f, id, loc)
+	return loc, blob, data, err
+}
+
+// fetchBlob reads chunk id's blob as stored, neither decompressed nor
+// verified: for a receiver that verifies it (a chunk stream's). A blob
+// that cannot be read is a *CorruptError.
+func (s *Store) fetchBlob(ctx context.Context, id ID) (index.Location, []byte, error) {
+	loc, f, release, err := s.openChunk(ctx, id)
+	if err != nil {
+		return loc, nil, err
+	}
+	defer release()
+	blob, err := pack.Load(f, loc.Entry, nil)
+	if err != nil {
+		return loc, nil, &CorruptError{ID: id, Pack: loc.Pack, Offset: loc.Offset, Err: err}
+	}
+	return loc, blob, nil
+}
+
+// openChunk finds chunk id and opens its pack. If the pack has vanished,
+// GC has moved the chunk: openChunk looks it up again (a reader reloads
+// the index files first) and retries once.
+func (s *Store) openChunk(ctx context.Context, id ID) (loc index.Location, f *os.File, release func(), err error) {
 	loc, ok := s.idx.Lookup(id)
 	if !ok {
 		return loc, nil, nil, fmt.Errorf("get chunk %s: %w", id, ErrNotFound)
 	}
-	f, release, err := s.openPackFile(loc.Pack)
+	f, release, err = s.openPackFile(loc.Pack)
 	if errors.Is(err, fs.ErrNotExist) {
 		if s.opts.ReadOnly {
 			if rerr := s.reloadIndex(ctx); rerr != nil {
@@ -89,9 +116,7 @@ func (s *Store) fetch(ctx context.Context, id ID) (loc index.Location, blob, dat
 	if err != nil {
 		return loc, nil, nil, &CorruptError{ID: id, Pack: loc.Pack, Offset: loc.Offset, Err: err}
 	}
-	defer release()
-	blob, data, err = s.load(f, id, loc)
-	return loc, blob, data, err
+	return loc, f, release, nil
 }
 
 // maxOpenPacks bounds the pack file cache.

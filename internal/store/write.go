@@ -39,6 +39,7 @@ type openPack struct {
 // header, fsyncs and renames it, so that Put goes on filling the next pack
 // while the disk catches up. flushLocked waits for it and indexes it.
 func (s *Store) startCommitLocked() {
+	s.reapCommitsLocked()
 	c := &commit{p: s.cur, done: make(chan struct{})}
 	s.cur = nil
 	s.commits = append(s.commits, c)
@@ -47,6 +48,35 @@ func (s *Store) startCommitLocked() {
 		defer func() { <-s.commitSem; close(c.done) }()
 		c.id, c.entries, c.err = s.commitPack(c.p)
 	}()
+}
+
+// reapCommitsLocked moves the packs committed so far, oldest first, from
+// s.commits into the in-memory index, as finishPack does, stopping at the
+// first one still running or failed (whose error Flush returns). Without
+// it every Put of a long ingest would look through the pending chunks of
+// every pack finished since the last Flush (a 1 GiB image of pages is 65
+// packs).
+func (s *Store) reapCommitsLocked() {
+	n := 0
+	for _, c := range s.commits {
+		if !committed(c) {
+			break
+		}
+		s.idx.AddPack(c.id, c.entries)
+		s.unsaved = append(s.unsaved, index.PackEntries{Pack: c.id, Entries: c.entries})
+		n++
+	}
+	s.commits = append(s.commits[:0], s.commits[n:]...)
+}
+
+// committed reports whether c has ended without error.
+func committed(c *commit) bool {
+	select {
+	case <-c.done:
+		return c.err == nil
+	default:
+		return false
+	}
 }
 
 // Put stores data as a chunk unless the store already has it. It returns the

@@ -296,6 +296,10 @@ type ChunkData struct {
 	IDs       []string `json:"ids"`
 	// Background streams at the lowest CPU and I/O priority.
 	Background bool `json:"background,omitempty"`
+	// Version is the chunk stream version to send: 2, whose checksum
+	// covers the records' headers only; 0 or 1, version 1 (what a
+	// release that knows no other asks for).
+	Version int `json:"version,omitempty"`
 }
 
 // Chunks lists the chunk ids (hex) a checkpoint image is made of.
