@@ -49,10 +49,12 @@ func (r Repo) OpenChunkSource(ctx context.Context, container string, seq int) (*
 }
 
 // Export writes chunks of the image, in the order given, to w as a chunk
-// stream of the version given (store.ChunkStreamV1 or V2). Every id must be one of the image's chunks, so that a peer
-// reads only what it names. A damaged chunk here is marked in the stream
-// and fails the export with a CorruptError naming the checkpoints it
-// affects. Export may run concurrently with itself.
+// stream of the version given (store.ChunkStreamV1 or V2). Every id must
+// be one of the image's chunks, so that a peer reads only what it names.
+// The chunks are sent unverified (the receiver verifies them); one that
+// cannot be read here is marked damaged in the stream and fails the
+// export with a CorruptError naming the checkpoints it affects. Export may
+// run concurrently with itself.
 func (c *ChunkSource) Export(ctx context.Context, w io.Writer, ids []store.ID, version int) error {
 	for _, id := range ids {
 		if _, ok := c.of[id]; !ok {

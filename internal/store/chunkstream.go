@@ -54,8 +54,9 @@ var ErrSenderDamaged = errors.New("the sender's copy is damaged")
 // one that does not verify for damage in this store. A chunk the store
 // lacks fails the export with an error matching ErrNotFound; one it cannot
 // read is marked damaged in the stream and fails it with a CorruptError.
-// What was written by then is not a valid stream. version is ChunkStreamV1 or ChunkStreamV2. ExportChunks
-// holds a read session while it runs.
+// What was written by then is not a valid stream. version is
+// ChunkStreamV1 or ChunkStreamV2. ExportChunks holds a read session while
+// it runs.
 func (s *Store) ExportChunks(ctx context.Context, w io.Writer, ids []ID, version int) error {
 	if len(ids) > MaxStreamChunks {
 		return fmt.Errorf("export chunks: %d chunks is above the %d limit", len(ids), MaxStreamChunks)

@@ -27,7 +27,7 @@ func compressible(seed uint64, n int) []byte {
 	return bytes.Repeat(randBytes(seed, 64), n/64+1)[:n]
 }
 
-func mustPut(t *testing.T, s *store.Store, data []byte) store.ID {
+func mustPut(t testing.TB, s *store.Store, data []byte) store.ID {
 	t.Helper()
 	id, _, err := s.Put(context.Background(), data)
 	if err != nil {

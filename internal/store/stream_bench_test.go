@@ -22,7 +22,7 @@ func BenchmarkChunkStream(b *testing.B) {
 	defer src.Close()
 	ids := make([]store.ID, n)
 	for i := range ids {
-		ids[i] = mustPutB(b, src, randBytes(uint64(i), 4096))
+		ids[i] = mustPut(b, src, randBytes(uint64(i), 4096))
 	}
 	if err := src.Flush(ctx); err != nil {
 		b.Fatal(err)
@@ -66,12 +66,4 @@ func BenchmarkChunkStream(b *testing.B) {
 		dst.Close()
 		b.StartTimer()
 	}
-}
-
-func mustPutB(b *testing.B, s *store.Store, data []byte) store.ID {
-	id, _, err := s.Put(context.Background(), data)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return id
 }

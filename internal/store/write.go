@@ -62,11 +62,17 @@ func (s *Store) reapCommitsLocked() {
 		if !committed(c) {
 			break
 		}
-		s.idx.AddPack(c.id, c.entries)
-		s.unsaved = append(s.unsaved, index.PackEntries{Pack: c.id, Entries: c.entries})
+		s.indexLocked(c)
 		n++
 	}
 	s.commits = append(s.commits[:0], s.commits[n:]...)
+}
+
+// indexLocked adds the pack committed by c to the in-memory index and to
+// the packs the next Flush writes an index file for.
+func (s *Store) indexLocked(c *commit) {
+	s.idx.AddPack(c.id, c.entries)
+	s.unsaved = append(s.unsaved, index.PackEntries{Pack: c.id, Entries: c.entries})
 }
 
 // committed reports whether c has ended without error.
@@ -220,8 +226,7 @@ func (s *Store) finishPack() error {
 			}
 			continue
 		}
-		s.idx.AddPack(c.id, c.entries)
-		s.unsaved = append(s.unsaved, index.PackEntries{Pack: c.id, Entries: c.entries})
+		s.indexLocked(c)
 	}
 	s.commits = nil
 	return first
