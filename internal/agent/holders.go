@@ -34,7 +34,9 @@ func (h *holder) add(chunks int, bytes int64) {
 }
 
 // giveUp records that h failed with err, and whether it served damage: a
-// chunk that did not verify, or one it reported damaged in its own store.
+// chunk that did not verify, or damage it reported in its own store (a
+// chunk marked damaged in its stream, or a refusal because its copy of
+// the image does not verify).
 // (Holders send their chunks unverified, and TLS guards the link: a chunk
 // that does not verify here was damaged there.) A cut stream (its node
 // died, the link broke) is not damage.
@@ -45,7 +47,9 @@ func (h *holder) giveUp(err error) {
 		h.err = err
 	}
 	corrupt := errors.Is(err, image.ErrCorrupt) || errors.Is(err, store.ErrCorrupt)
-	if errors.Is(err, store.ErrSenderDamaged) || corrupt && !errors.Is(err, io.ErrUnexpectedEOF) {
+	var refused *agentv1.Error
+	said := errors.Is(err, store.ErrSenderDamaged) || errors.As(err, &refused) && refused.Code == agentv1.CodeCorrupt
+	if said || corrupt && !errors.Is(err, io.ErrUnexpectedEOF) {
 		h.damaged = true
 	}
 }

@@ -143,6 +143,39 @@ func TestFetchHolderServesDamage(t *testing.T) {
 	}
 }
 
+// TestFetchHolderManifestDamaged: a holder whose copy of the image's
+// manifest does not verify refuses the head as damaged; everything comes
+// from the other holder, and the reply names the first damaged (so that
+// the coordinator repairs it).
+func TestFetchHolderManifestDamaged(t *testing.T) {
+	ca, addrs, envs := holders(t, 8)
+	repo3 := envs["n3"].Manager.Repo()
+	rec, err := repo3.Load("c", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(repo3.StoreDir, "manifests", rec.Manifest.String())
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	img, err := fetchOnN1(t, ca, addrs, "n3", "n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	verified(t, envs["n1"])
+	if sh := share(img, "n3"); !sh.Damaged || sh.Chunks != 0 || !strings.Contains(sh.Error, "manifest") {
+		t.Errorf("holder n3 with a damaged manifest: %+v, want it named damaged, no chunk taken from it", sh)
+	}
+	if sh := share(img, "n2"); sh.Damaged || sh.Error != "" || sh.Chunks == 0 {
+		t.Errorf("intact holder n2: %+v", sh)
+	}
+}
+
 // TestFetchHolderDies: a holder whose connections are cut in the middle
 // of the fetch is given up, not called damaged, and the other holder
 // sends what it had left.

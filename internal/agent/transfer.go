@@ -39,7 +39,8 @@ func (s *Server) chunks(w http.ResponseWriter, r *http.Request) {
 }
 
 // exportDelta streams a checkpoint image without the chunks the caller
-// has (every chunk but the ones it says it misses).
+// has (every chunk but the ones it says it misses): a fetch's head, the
+// record and manifest alone, before it asks for the chunks.
 func (s *Server) exportDelta(w http.ResponseWriter, r *http.Request) {
 	var req agentv1.ExportDelta
 	if !rpc.DecodeLimit(w, r, &req, 64<<20) {
@@ -58,17 +59,19 @@ func (s *Server) exportDelta(w http.ResponseWriter, r *http.Request) {
 	for _, id := range ids {
 		missing[id] = true
 	}
-	if _, err := s.Manager.Repo().Load(name, seq); err != nil {
+	// The image's chunk source, kept open for the shares of its chunks
+	// that follow the head (chunkdata.go): the holder opens the store
+	// and loads the manifest once for both.
+	src, release, err := s.sources.get(r.Context(), s.Manager.Repo(), name, seq)
+	if err != nil {
 		failErr(w, err)
 		return
 	}
+	defer release()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	have := func(id store.ID) bool { return !missing[id] }
-	export := func() error {
-		_, err := s.Manager.Repo().ExportDelta(r.Context(), name, seq, w, have, nil)
-		return err
-	}
+	export := func() error { return src.ExportDelta(r.Context(), w, have) }
 	if req.Background {
 		fg := export
 		export = func() error { return inBackground(fg) }

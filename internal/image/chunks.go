@@ -2,6 +2,7 @@ package image
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,7 @@ type ChunkSource struct {
 	r   Repo
 	rec *Record
 	st  *store.Store
+	m   *store.Manifest
 	of  map[store.ID]struct{}
 }
 
@@ -45,7 +47,35 @@ func (r Repo) OpenChunkSource(ctx context.Context, container string, seq int) (*
 	for _, id := range ids {
 		of[id] = struct{}{}
 	}
-	return &ChunkSource{r: r, rec: rec, st: st, of: of}, nil
+	return &ChunkSource{r: r, rec: rec, st: st, m: m, of: of}, nil
+}
+
+// ExportDelta writes the image as Repo.ExportDelta does, from the
+// source's open store and manifest rather than loading and verifying them
+// again: how a holder serves the head of an image (its record and
+// manifest, every chunk left out) to a node about to fetch its chunks
+// from the same source. The record sent is the one listed now; if the
+// image was removed and taken again since the source was opened,
+// ExportDelta fails with ErrNotFound.
+func (c *ChunkSource) ExportDelta(ctx context.Context, w io.Writer, have func(store.ID) bool) error {
+	if have == nil {
+		return errors.New("export delta: no chunk set to compare against")
+	}
+	rec, err := c.r.Load(c.rec.Container, c.rec.Seq)
+	if err != nil {
+		return err
+	}
+	if rec.Manifest != c.rec.Manifest {
+		return fmt.Errorf("%w: %s was taken again since its chunks were opened", ErrNotFound, rec.Name())
+	}
+	meta, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := c.st.ExportManifests(ctx, w, []*store.Manifest{c.m}, meta, store.ExportOptions{Skip: have}); err != nil {
+		return c.r.corrupt(ctx, rec, err)
+	}
+	return nil
 }
 
 // Export writes chunks of the image, in the order given, to w as a chunk

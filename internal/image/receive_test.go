@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -130,6 +131,20 @@ func TestReceiveDelta(t *testing.T) {
 	if _, err := a.ExportDelta(ctx, "c", 2, &delta, have, nil); err != nil {
 		t.Fatalf("ExportDelta: %v", err)
 	}
+	// A chunk source, whose manifest is loaded already, sends the same.
+	src, err := a.OpenChunkSource(ctx, "c", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromSource bytes.Buffer
+	err = src.ExportDelta(ctx, &fromSource, have)
+	src.Close()
+	if err != nil {
+		t.Fatalf("ChunkSource.ExportDelta: %v", err)
+	}
+	if !bytes.Equal(fromSource.Bytes(), delta.Bytes()) {
+		t.Errorf("ChunkSource.ExportDelta wrote %d bytes unlike Repo.ExportDelta's %d", fromSource.Len(), delta.Len())
+	}
 	mf, err := os.Stat(filepath.Join(a.StoreDir, "manifests", rec2.Manifest.String()))
 	if err != nil {
 		t.Fatal(err)
@@ -232,6 +247,62 @@ func TestReceiveDelta(t *testing.T) {
 // asks what the node lacks: the store is not there yet, so it lacks
 // everything, rather than failing the second image's replication with
 // "read config: no such file".
+// TestChunkSourceHead: a chunk source kept open serves an image's head
+// (its record and manifest, every chunk left out) with the record as it
+// is listed now, and refuses once the image was taken again under the
+// same name.
+func TestChunkSourceHead(t *testing.T) {
+	ctx := context.Background()
+	a := newRepo(t)
+	ingest := func(seed uint64) {
+		t.Helper()
+		files := map[string][]byte{"pages-1.img": seeded(seed, 64<<10), "core-1.img": seeded(seed+1, 300)}
+		if err := a.Ingest(ctx, stage(t, files, tarOf(t)), &image.Record{Container: "c", Seq: 1, Config: []byte(`{}`)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ingest(1)
+	src, err := a.OpenChunkSource(ctx, "c", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	all := func(store.ID) bool { return true }
+	head := func() (*image.Head, error) {
+		var buf bytes.Buffer
+		if err := src.ExportDelta(ctx, &buf, all); err != nil {
+			return nil, err
+		}
+		return image.ReadHead(&buf, "c", 1)
+	}
+	h, err := head()
+	if err != nil {
+		t.Fatalf("head: %v", err)
+	}
+	if h.Record.Pinned || h.Record.Manifest != src.Manifest() {
+		t.Fatalf("head's record: pinned %v, manifest %s; want unpinned, %s", h.Record.Pinned, h.Record.Manifest.Short(), src.Manifest().Short())
+	}
+	if err := a.SetPinned("c", 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if h, err = head(); err != nil || !h.Record.Pinned {
+		t.Fatalf("head after pinning: %v, %v; want the pinned record", h, err)
+	}
+	if err := a.Remove("c", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := head(); !errors.Is(err, image.ErrNotFound) {
+		t.Fatalf("head of a removed image = %v, want ErrNotFound", err)
+	}
+	ingest(10)
+	if _, err := head(); !errors.Is(err, image.ErrNotFound) {
+		t.Fatalf("head of an image taken again = %v, want ErrNotFound", err)
+	}
+	if err := src.ExportDelta(ctx, io.Discard, nil); err == nil {
+		t.Fatal("ExportDelta without a chunk set did not fail")
+	}
+}
+
 func TestStoreBeingCreated(t *testing.T) {
 	data := t.TempDir()
 	repo := image.Repo{Dir: filepath.Join(data, "checkpoints"), StoreDir: filepath.Join(data, "store")}

@@ -42,9 +42,11 @@ type ExportOptions struct {
 	// Skip, if set, makes Export write a delta export stream
 	// (DeltaExportMagic) that leaves out every chunk for which Skip
 	// returns true: how a checkpoint is copied to a peer that has most
-	// of its chunks already. Skip is called once per distinct chunk, on
-	// Export's goroutine, before anything is written to w. The receiver
-	// must have the skipped chunks (Import with AllowDelta checks).
+	// of its chunks already. Skip is called for every reference to a
+	// chunk (a chunk referenced twice is asked about twice, and must get
+	// the same answer), on Export's goroutine, before anything is written
+	// to w. The receiver must have the skipped chunks (Import with
+	// AllowDelta checks).
 	Skip func(ID) bool
 }
 
@@ -58,54 +60,79 @@ type ExportOptions struct {
 // Export holds a read session while it runs. On error, what was written to
 // w is not a valid export file.
 func (s *Store) Export(ctx context.Context, w io.Writer, manifests []ID, meta []byte, opts ExportOptions) error {
+	return s.exporting(ctx, func() error {
+		seen := make(map[ID]bool)
+		var ms []*Manifest
+		for _, id := range manifests {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			m, err := s.LoadManifest(ctx, id)
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			ms = append(ms, m)
+		}
+		return s.export(ctx, w, ms, meta, opts)
+	})
+}
+
+// ExportManifests is Export for manifests loaded already (LoadManifest),
+// written in the order given: how a node that keeps an image's manifest
+// in memory serves its head (the record and manifest of a delta stream
+// that leaves out every chunk) without loading and verifying the manifest
+// again.
+func (s *Store) ExportManifests(ctx context.Context, w io.Writer, ms []*Manifest, meta []byte, opts ExportOptions) error {
+	return s.exporting(ctx, func() error { return s.export(ctx, w, ms, meta, opts) })
+}
+
+// exporting runs export under a read session.
+func (s *Store) exporting(ctx context.Context, export func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
-	}
-	if len(meta) > MaxExportMetaSize {
-		return fmt.Errorf("export: meta of %d bytes is above the %d byte limit", len(meta), MaxExportMetaSize)
 	}
 	release, err := s.ReadSession(ctx)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	defer release()
+	return export()
+}
 
-	seen := make(map[ID]bool)
-	var encoded [][]byte
+// export writes ms, meta and the chunks they reference (exporting holds
+// the read session).
+func (s *Store) export(ctx context.Context, w io.Writer, ms []*Manifest, meta []byte, opts ExportOptions) error {
+	if len(meta) > MaxExportMetaSize {
+		return fmt.Errorf("export: meta of %d bytes is above the %d byte limit", len(meta), MaxExportMetaSize)
+	}
+	encoded := make([][]byte, 0, len(ms))
 	var chunks []ID
 	seenChunk := make(map[ID]bool)
-	for _, id := range manifests {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		m, err := s.LoadManifest(ctx, id)
-		if err != nil {
-			return fmt.Errorf("export: %w", err)
-		}
+	for _, m := range ms {
 		b, err := m.MarshalBinary()
 		if err != nil {
-			return fmt.Errorf("export manifest %s: %w", id, err)
+			return fmt.Errorf("export manifest: %w", err)
 		}
 		encoded = append(encoded, b)
-		for _, c := range m.ChunkIDs() {
-			if !seenChunk[c] {
-				seenChunk[c] = true
-				chunks = append(chunks, c)
+		for _, n := range m.Nodes {
+			for _, c := range n.Chunks {
+				// Skipped chunks are left out before they are
+				// counted: the head of an image (every chunk
+				// skipped) costs no set of its chunks.
+				if opts.Skip != nil && opts.Skip(c) {
+					continue
+				}
+				if !seenChunk[c] {
+					seenChunk[c] = true
+					chunks = append(chunks, c)
+				}
 			}
 		}
 	}
-
 	magic := ExportMagic
 	if opts.Skip != nil {
 		magic = DeltaExportMagic
-		sent := chunks[:0:0]
-		for _, c := range chunks {
-			if !opts.Skip(c) {
-				sent = append(sent, c)
-			}
-		}
-		chunks = sent
 	}
 
 	out := newSummedWriter(w)

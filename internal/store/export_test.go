@@ -296,6 +296,41 @@ func TestExportDelta(t *testing.T) {
 	}
 }
 
+// TestExportManifests: manifests loaded already export to the same bytes
+// as by their IDs, whole, as a delta and as a head (every chunk skipped).
+func TestExportManifests(t *testing.T) {
+	src, dst, base, edited, _, delta := deltaFixture(t)
+	ctx := context.Background()
+	var ms []*store.Manifest
+	for _, id := range []store.ID{edited, base} {
+		m, err := src.LoadManifest(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	export := func(opts store.ExportOptions, meta string, ms ...*store.Manifest) []byte {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := src.ExportManifests(ctx, &buf, ms, []byte(meta), opts); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	if got := export(store.ExportOptions{Skip: dst.Has}, "meta", ms[0]); !bytes.Equal(got, delta) {
+		t.Errorf("delta from the loaded manifest: %d bytes unlike Export's %d", len(got), len(delta))
+	}
+	for _, opts := range []store.ExportOptions{{}, {Skip: func(store.ID) bool { return true }}} {
+		var want bytes.Buffer
+		if err := src.Export(ctx, &want, []store.ID{edited, base}, nil, opts); err != nil {
+			t.Fatal(err)
+		}
+		if got := export(opts, "", ms...); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("skip %v: %d bytes from the loaded manifests unlike Export's %d", opts.Skip != nil, len(got), want.Len())
+		}
+	}
+}
+
 // TestImportDeltaDamaged checks that truncated, corrupted and reordered
 // delta streams give ErrCorrupt and leave no manifest.
 func TestImportDeltaDamaged(t *testing.T) {
