@@ -68,3 +68,55 @@ func TestPidsLimit(t *testing.T) {
 		t.Errorf("after the fork bomb the container is %v (%v), want running", in, err)
 	}
 }
+
+// TestRestoredInItsCgroups: CRIU leaves cgroups to runc (its config says
+// manage-cgroups=ignore, which it takes only in that spelling): the image
+// holds no cgroups of CRIU's, and the restored processes are in the
+// container's cgroups, every controller's, under the limits runc set.
+func TestRestoredInItsCgroups(t *testing.T) {
+	env := testutil.NewEnv(t)
+	ctx := context.Background()
+	m := env.Manager
+	if _, err := m.Run(ctx, container.Config{Name: "cg", PidsLimit: 64, Args: []string{"sh", "-c", "sleep 1000 & sleep 1000 & wait"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := m.Checkpoint(ctx, "cg", container.CheckpointOptions{Stop: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	criuDir := t.TempDir()
+	if err := m.Repo().Materialize(ctx, rec, criuDir, t.TempDir(), nil); err != nil {
+		t.Fatal(err)
+	}
+	// CRIU still names each task's cgroups, but dumps no cgroup's
+	// settings (cgroup.procs is among those of every cgroup it does).
+	img, err := os.ReadFile(filepath.Join(criuDir, "cgroup.img"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if bytes.Contains(img, []byte("cgroup.procs")) {
+		t.Errorf("the image holds the settings of the container's cgroups (%d bytes of cgroup.img): CRIU did not take manage-cgroups=ignore", len(img))
+	}
+	in, err := m.Restore(ctx, "cg", container.RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := strings.Fields(pidsFile(t, in, "cgroup.procs"))
+	if len(procs) != 3 { // sh and its two sleeps
+		t.Errorf("restored cgroup.procs %v, want 3 processes", procs)
+	}
+	for _, pid := range procs {
+		b, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if !strings.HasSuffix(l, ":"+in.CgroupsPath) {
+				t.Errorf("restored pid %s is outside the container's cgroups: %s", pid, l)
+			}
+		}
+	}
+	if got := pidsFile(t, in, "pids.max"); got != "64" {
+		t.Errorf("restored pids.max %s, want 64", got)
+	}
+}

@@ -351,9 +351,11 @@ func (r *restore) criuRestore(ctx context.Context, lazyDaemon []string) error {
 		return err
 	}
 	r.took.started, r.took.runc = time.Since(r.begin), from.runc
-	// CRIU restores the freezer state the dump saw (a checkpoint taken
-	// frozen comes back frozen): set the one asked for, without asking
-	// runc (a process start) what it is.
+	// CRIU leaves cgroups to runc (criuconf.go; before, it skipped the
+	// settings of the cgroups runc had made, the freezer's among them):
+	// the processes run once restored, whatever freezer state the dump
+	// saw. Set the one asked for, without asking runc (a process start)
+	// what it is.
 	fz, err := freezerFor(r.st.CgroupsPath)
 	if err == nil {
 		err = fz.set(ctx, r.opts.Paused)
