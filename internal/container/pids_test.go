@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,8 +78,17 @@ func TestRestoredInItsCgroups(t *testing.T) {
 	env := testutil.NewEnv(t)
 	ctx := context.Background()
 	m := env.Manager
-	if _, err := m.Run(ctx, container.Config{Name: "cg", PidsLimit: 64, Args: []string{"sh", "-c", "sleep 1000 & sleep 1000 & wait"}}); err != nil {
+	in, err := m.Run(ctx, container.Config{Name: "cg", PidsLimit: 64, Args: []string{"sh", "-c", "sleep 1000 & sleep 1000 & wait"}})
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The hierarchies the host mounts that runc put the container in.
+	// A controller mounted elsewhere only (the net_cls hierarchy the
+	// tests' link cutter mounts in a namespace of its own, testutil's
+	// cut.go) has every process in its root; it is not the container's.
+	own := ownHierarchies(t, in.Pid, in.CgroupsPath)
+	if len(own) < 2 {
+		t.Fatalf("the container is in %d cgroup hierarchies of its own: %v", len(own), own)
 	}
 	rec, err := m.Checkpoint(ctx, "cg", container.CheckpointOptions{Stop: true})
 	if err != nil {
@@ -97,7 +107,7 @@ func TestRestoredInItsCgroups(t *testing.T) {
 	if bytes.Contains(img, []byte("cgroup.procs")) {
 		t.Errorf("the image holds the settings of the container's cgroups (%d bytes of cgroup.img): CRIU did not take manage-cgroups=ignore", len(img))
 	}
-	in, err := m.Restore(ctx, "cg", container.RestoreOptions{})
+	in, err = m.Restore(ctx, "cg", container.RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,17 +116,38 @@ func TestRestoredInItsCgroups(t *testing.T) {
 		t.Errorf("restored cgroup.procs %v, want 3 processes", procs)
 	}
 	for _, pid := range procs {
-		b, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			if !strings.HasSuffix(l, ":"+in.CgroupsPath) {
-				t.Errorf("restored pid %s is outside the container's cgroups: %s", pid, l)
-			}
+		n, _ := strconv.Atoi(pid)
+		if got := ownHierarchies(t, n, in.CgroupsPath); !slices.Equal(got, own) {
+			t.Errorf("restored pid %s is in the container's cgroups of %v, want %v", pid, got, own)
 		}
 	}
 	if got := pidsFile(t, in, "pids.max"); got != "64" {
 		t.Errorf("restored pids.max %s, want 64", got)
 	}
+}
+
+// ownHierarchies lists the cgroup hierarchies the host mounts under
+// /sys/fs/cgroup (their controllers, as /proc/PID/cgroup names them) in
+// which pid is in the cgroup at path.
+func ownHierarchies(t *testing.T, pid int, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 || parts[2] != path {
+			continue
+		}
+		if dir := strings.TrimPrefix(parts[1], "name="); dir != "" {
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", dir)); err != nil {
+				continue
+			}
+		}
+		own = append(own, parts[1])
+	}
+	slices.Sort(own)
+	return own
 }
