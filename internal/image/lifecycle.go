@@ -170,7 +170,7 @@ func (r Repo) Export(ctx context.Context, container string, seq int, w io.Writer
 // ExportDelta writes one checkpoint as a delta export stream for a peer:
 // its record and the chunks of its image for which have returns false.
 // have is the peer's answer to Missing for ChunkIDs, turned around; it is
-// called once per distinct chunk, before anything is written. Only the
+// called for every reference to a chunk, before anything is written. Only the
 // peer's Receive reads such a stream, and it fails (matching ErrCorrupt
 // and store.ErrNotFound, listing nothing) if the peer lacks a chunk that
 // have claimed, e.g. because a gc ran there in between; the sender should

@@ -242,11 +242,6 @@ func TestReceiveDelta(t *testing.T) {
 	}
 }
 
-// TestStoreBeingCreated: a node's first store is being made by a writer
-// (its dir is there, its config not yet) while another image arrives and
-// asks what the node lacks: the store is not there yet, so it lacks
-// everything, rather than failing the second image's replication with
-// "read config: no such file".
 // TestChunkSourceHead: a chunk source kept open serves an image's head
 // (its record and manifest, every chunk left out) with the record as it
 // is listed now, and refuses once the image was taken again under the
@@ -303,6 +298,11 @@ func TestChunkSourceHead(t *testing.T) {
 	}
 }
 
+// TestStoreBeingCreated: a node's first store is being made by a writer
+// (its dir is there, its config not yet) while another image arrives and
+// asks what the node lacks: the store is not there yet, so it lacks
+// everything, rather than failing the second image's replication with
+// "read config: no such file".
 func TestStoreBeingCreated(t *testing.T) {
 	data := t.TempDir()
 	repo := image.Repo{Dir: filepath.Join(data, "checkpoints"), StoreDir: filepath.Join(data, "store")}
