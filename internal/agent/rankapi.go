@@ -186,16 +186,11 @@ func (e *endpoints) quiesce(name string) {
 		return
 	}
 	_ = os.Remove(ep.path)
-	// Connections already made but not accepted are accepted and closed:
-	// one left in the backlog would be dumped as a dangling connection.
-	_ = ln.SetDeadline(time.Now().Add(20 * time.Millisecond))
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			break
-		}
-		c.Close()
-	}
+	// Closing the listener also releases the connections still in its
+	// backlog (made, not yet accepted): the rank sees them reset, as it
+	// sees the accepted ones closed, and none is left open for the dump
+	// to find. Close returns once the socket is closed, even while
+	// accept waits on it.
 	ln.Close()
 	for c := range conns {
 		c.Close()

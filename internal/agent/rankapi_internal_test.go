@@ -324,6 +324,42 @@ func TestRankAPIWatch(t *testing.T) {
 	}
 }
 
+// TestRankAPIQuiesceBacklog: connections made just before a prepare,
+// accepted or still in the listener's backlog, all end with it (the rank
+// sees each closed or reset), so that none is open for the dump; and a
+// prepare without watchers does not wait for connections to come.
+func TestRankAPIQuiesceBacklog(t *testing.T) {
+	e := newRankAPIEnv(t)
+	var conns []net.Conn
+	for range 16 {
+		c, err := net.Dial("unix", e.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	if err := e.eps.prepare(t.Context(), "j.1", 1, rankv1.ModeTransparent, false); err != nil {
+		t.Fatal(err)
+	}
+	reset := 0
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		switch {
+		case errors.Is(err, syscall.ECONNRESET):
+			reset++ // released from the backlog
+		case errors.Is(err, io.EOF):
+		default:
+			t.Fatalf("connection %d after the prepare: read %v, want it closed or reset", i, err)
+		}
+	}
+	t.Logf("%d of %d connections released from the backlog, the others accepted and closed", reset, len(conns))
+	if _, err := net.Dial("unix", e.sock); err == nil {
+		t.Fatal("connected to a quiesced rank API")
+	}
+}
+
 // TestRankAPIForbiddenByTheCoordinator: what the coordinator refuses is
 // forbidden for the rank too.
 func TestRankAPIForbiddenByTheCoordinator(t *testing.T) {

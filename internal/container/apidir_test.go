@@ -96,8 +96,10 @@ func hello(t *testing.T, line string) int {
 // TestRankAPIDir: a container with the rank API's dir reaches a listener
 // of the host's on its socket. CRIU refuses to dump it while the host's
 // side is open (a live connection, one in the listener's backlog); once
-// the host has closed its side (socket file and connection), the
-// container is checkpointed and restored as a copy and in place, and each
+// the host has closed its side (socket file and connection; the
+// connection in the backlog is reset by the listener's close, not
+// accepted, and the client keeps it through the checkpoints that follow),
+// the container is checkpointed and restored as a copy and in place, and each
 // restored process connects again to a new listener at its own dir's
 // socket. The dir is the
 // container's own: kept across the restore in place, 0700, bound nosuid,
