@@ -14,6 +14,7 @@ type stat struct {
 	comm  string
 	state byte // R, S, D, T (stopped), t (stopped by its tracer), Z (zombie), ...
 	ppid  int
+	start uint64 // clock ticks after boot; 0 if the line stops short of it
 }
 
 var errNoPID = errors.New("no such process")
@@ -46,6 +47,12 @@ func parseStat(b []byte) (stat, error) {
 		return stat{}, errors.New("malformed stat")
 	}
 	st := stat{state: f[0][0], ppid: ppid}
+	// f[0] is the line's third field: starttime, the 22nd, is f[19].
+	if len(f) > 19 {
+		if st.start, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
+			return stat{}, errors.New("malformed stat")
+		}
+	}
 	if j := bytes.IndexByte(b, '('); j >= 0 && j < i {
 		st.comm = string(b[j+1 : i])
 	}
@@ -58,6 +65,18 @@ func parseStat(b []byte) (stat, error) {
 func State(pid int) (state byte, comm string, err error) {
 	st, err := readStat(pid)
 	return st.state, st.comm, err
+}
+
+// Started returns pid's state (as State gives it) and when it started,
+// in clock ticks after boot (/proc/PID/stat's starttime): with the pid,
+// the start names one process, since a pid is used again only by a
+// process started later.
+func Started(pid int) (state byte, start uint64, err error) {
+	st, err := readStat(pid)
+	if err == nil && st.start == 0 {
+		err = errors.New("malformed stat: no start time")
+	}
+	return st.state, st.start, err
 }
 
 // StatusField returns the value of key (a field name such as "NSpid",

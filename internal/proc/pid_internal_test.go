@@ -37,9 +37,12 @@ func TestParseStat(t *testing.T) {
 		want     stat
 		bad      bool
 	}{
-		{"plain", "42 (sleep) S 7 42 42 0", stat{"sleep", 'S', 7}, false},
-		{"zombie", "42 (sh) Z 1 42 42 0", stat{"sh", 'Z', 1}, false},
-		{"spaces and parentheses in the name", "42 (a (b) c) R 9 1", stat{"a (b) c", 'R', 9}, false},
+		{"plain", "42 (sleep) S 7 42 42 0", stat{"sleep", 'S', 7, 0}, false},
+		{"zombie", "42 (sh) Z 1 42 42 0", stat{"sh", 'Z', 1, 0}, false},
+		{"spaces and parentheses in the name", "42 (a (b) c) R 9 1", stat{"a (b) c", 'R', 9, 0}, false},
+		{"whole line", "42 (x y) S 1 42 42 0 -1 4194560 123 0 0 0 5 3 0 0 20 0 1 0 3516865 2473984 211 18446744073709551615",
+			stat{"x y", 'S', 1, 3516865}, false},
+		{"start time not a number", "42 (x) S 1 42 42 0 -1 4194560 123 0 0 0 5 3 0 0 20 0 1 0 later 2473984", stat{}, true},
 		{"no name", "42 S 7", stat{}, true},
 		{"truncated", "42 (x) S", stat{}, true},
 	} {
@@ -58,6 +61,12 @@ func TestStateAndStatus(t *testing.T) {
 	state, comm, err := State(os.Getpid())
 	if err != nil || (state != 'R' && state != 'S') || comm == "" {
 		t.Errorf("State(self) = %c %q %v", state, comm, err)
+	}
+	if st, start, err := Started(os.Getpid()); err != nil || (st != 'R' && st != 'S') || start == 0 {
+		t.Errorf("Started(self) = %c %d %v", st, start, err)
+	}
+	if _, _, err := Started(0); err == nil {
+		t.Error("Started(0) found a process")
 	}
 	if name, ok := StatusField(0, "Name"); !ok || name != comm {
 		t.Errorf("StatusField(self, Name) = %q %v, want %q", name, ok, comm)
