@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,17 +25,18 @@ func (m *Manager) orphans(name string) (runcs []int, children []int) {
 func findOrphans(root, id string) (runcs []int, children []int) {
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
-		pid, err := strconv.Atoi(filepath.Base(p))
-		if err != nil || !proc.Runs(pid) {
-			continue
-		}
+		// The command line first: one read rules out nearly every
+		// process (a zombie's is empty).
 		b, err := os.ReadFile(p + "/cmdline")
-		if err != nil {
+		if err != nil || !bytes.Contains(b, []byte(id)) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 3 && slices.Contains(args, root) && args[len(args)-1] == id &&
-			(slices.Contains(args, "checkpoint") || slices.Contains(args, "restore")) {
+		if len(args) <= 3 || !slices.Contains(args, root) || args[len(args)-1] != id ||
+			!(slices.Contains(args, "checkpoint") || slices.Contains(args, "restore")) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(p)); err == nil && proc.Runs(pid) {
 			runcs = append(runcs, pid)
 		}
 	}
