@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -81,8 +82,14 @@ func (m *Manager) criuConfig(ctx context.Context, probe bool) []byte {
 }
 
 // writeCRIUConfig writes container name's CRIU config file (criuConfig)
-// and returns its path.
+// and returns its path. A file that says it already is left as it is: a
+// checkpoint writes it before every dump, and on a node whose disk is busy
+// storing other images even a small write can wait for the journal.
 func (m *Manager) writeCRIUConfig(ctx context.Context, name string, probe bool) (string, error) {
 	p := filepath.Join(m.dir(name), "criu.conf")
-	return p, os.WriteFile(p, m.criuConfig(ctx, probe), 0o600)
+	conf := m.criuConfig(ctx, probe)
+	if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, conf) {
+		return p, nil
+	}
+	return p, os.WriteFile(p, conf, 0o600)
 }
