@@ -1,6 +1,7 @@
 package netw
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,13 +37,26 @@ func GuardTable(bridge string) string { return guardPrefix + bridge }
 //
 // The guard is an inet table (IPv4 and IPv6) with one input chain at filter
 // priority; it is replaced whole, in one transaction, so calling Guard again
-// with other ports is atomic. It lives until Unguard or until the namespace
-// goes.
+// with other ports is atomic. Called again with the same ports, it finds
+// its table as it would make it (tagged, tableTagged) and leaves it: a
+// transaction that deletes anything waits for an RCU grace period, 7-15 ms
+// here, and every rank a node starts ensures its job's network. It lives
+// until Unguard or until the namespace goes. Callers do not guard one
+// bridge concurrently.
 func Guard(ctx context.Context, netnsPath, bridge string, allowPorts []uint16) error {
+	tag := fmt.Sprintf("cairn guard v1 %s ports %v", bridge, allowPorts)
 	return withNftables(ctx, netnsPath, func(c *nftables.Conn) error {
 		t := &nftables.Table{Family: nftables.TableFamilyINet, Name: GuardTable(bridge)}
-		c.AddTable(t) // so that the delete cannot fail
-		c.DelTable(t)
+		exists, tagged, err := tableTagged(c, t, tag)
+		switch {
+		case err != nil:
+			return fmt.Errorf("guard bridge %s: %w", bridge, err)
+		case tagged:
+			return nil
+		case exists:
+			c.AddTable(t) // so that the delete cannot fail
+			c.DelTable(t)
+		}
 		c.AddTable(t)
 		accept, prio := nftables.ChainPolicyAccept, nftables.ChainPriorityFilter
 		ch := c.AddChain(&nftables.Chain{
@@ -73,7 +87,8 @@ func Guard(ctx context.Context, netnsPath, bridge string, allowPorts []uint16) e
 				&expr.Verdict{Kind: expr.VerdictAccept},
 			)
 		}
-		rule(&expr.Verdict{Kind: expr.VerdictDrop})
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: comment(tag),
+			Exprs: append(append([]expr.Any{}, onBridge...), &expr.Verdict{Kind: expr.VerdictDrop})})
 		if err := c.Flush(); err != nil {
 			return fmt.Errorf("guard bridge %s: %w", bridge, err)
 		}
@@ -116,6 +131,38 @@ func Guarded(ctx context.Context, netnsPath, bridge string) (bool, error) {
 		return nil
 	})
 	return found, err
+}
+
+// tableTagged reports whether table t is in c's namespace, and whether a
+// rule of its input chain carries tag as its comment: the table is what
+// the code that tags it makes for the arguments the tag names.
+func tableTagged(c *nftables.Conn, t *nftables.Table, tag string) (exists, tagged bool, err error) {
+	_, err = c.ListTableOfFamily(t.Name, t.Family)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, os.ErrNotExist):
+		return false, false, nil
+	case err != nil:
+		return false, false, err
+	}
+	rules, err := c.GetRules(t, &nftables.Chain{Name: "input", Table: t})
+	if err != nil {
+		return true, false, nil // no such chain: not ours as it should be
+	}
+	want := comment(tag)
+	for _, r := range rules {
+		if bytes.Equal(r.UserData, want) {
+			return true, true, nil
+		}
+	}
+	return true, false, nil
+}
+
+// comment is a rule's user data holding text as its comment, as nft
+// writes one (type 0, NFTNL_UDATA_RULE_COMMENT; NUL-terminated), so that
+// nft list ruleset shows it.
+func comment(text string) []byte {
+	v := append([]byte(text), 0)
+	return append([]byte{0, byte(len(v))}, v...)
 }
 
 // withNftables runs fn with an nftables connection in the namespace at

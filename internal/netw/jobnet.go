@@ -287,5 +287,10 @@ func (j *JobNet) withdraw(ctx context.Context, r Rank) {
 // linkExistsIn reports whether the named netns (the current one when "")
 // has a link called name.
 func linkExistsIn(ctx context.Context, netns, name string) bool {
-	return exec.CommandContext(ctx, "ip", netnsArgs(netns, []string{"link", "show", "dev", name})...).Run() == nil
+	r, err := openRTNL(netns)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	return r.hasLink(name)
 }

@@ -1,17 +1,17 @@
 package netw
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/vishvananda/netlink"
 )
 
 // NodeJobNet is one job's network as seen from one node: what an agent,
@@ -156,35 +156,6 @@ func (n NodeJobNet) bridge(ctx context.Context, args ...string) error {
 	return bridgeCmd(ctx, netnsArgs(n.Netns, args)...)
 }
 
-// output runs tool in the node's netns and returns its standard output.
-func (n NodeJobNet) output(ctx context.Context, tool string, args ...string) ([]byte, error) {
-	args = netnsArgs(n.Netns, args)
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, tool, args...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %v: %s", tool, strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	return out, nil
-}
-
-// batch runs tool's commands, one per line, in the node's netns with one
-// exec: SetRemotes may change three entries for each of many ranks, and an
-// exec costs milliseconds.
-func (n NodeJobNet) batch(ctx context.Context, tool string, lines []string) error {
-	if len(lines) == 0 {
-		return nil
-	}
-	args := netnsArgs(n.Netns, []string{"-batch", "-"})
-	cmd := exec.CommandContext(ctx, tool, args...)
-	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %s <<%q: %v: %s", tool, strings.Join(args, " "), lines, err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
 func (n NodeJobNet) hasLink(ctx context.Context, name string) bool {
 	return linkExistsIn(ctx, n.Netns, name)
 }
@@ -212,29 +183,42 @@ func (n NodeJobNet) Ensure(ctx context.Context) error {
 		return fmt.Errorf("underlay address %s is not IPv4", n.Local)
 	}
 	br, vx := n.BridgeName(), n.VXLANName()
-	mtu := fmt.Sprint(OverlayMTU)
-	if !n.hasLink(ctx, br) {
-		if err := n.ip(ctx, "link", "add", br, "mtu", mtu, "type", "bridge"); err != nil {
+	node, err := openRTNL(n.Netns)
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	if !node.hasLink(br) {
+		if err := node.addLink(&netlink.Bridge{LinkAttrs: linkAttrs(br, OverlayMTU)}); err != nil {
 			return err
 		}
 	}
-	if !n.hasLink(ctx, vx) {
+	if !node.hasLink(vx) {
+		dev, err := node.link(n.dev())
+		if err != nil {
+			return err
+		}
 		// nolearning and proxy: forwarding and ARP come only from the
 		// static entries SetRemotes installs (see JobNet).
-		if err := n.ip(ctx, "link", "add", vx, "mtu", mtu, "type", "vxlan",
-			"id", fmt.Sprint(n.VNI), "local", n.Local.String(), "dev", n.dev(),
-			"dstport", fmt.Sprint(n.port()), "nolearning", "proxy"); err != nil {
+		err = node.addLink(&netlink.Vxlan{LinkAttrs: linkAttrs(vx, OverlayMTU),
+			VxlanId: int(n.VNI), SrcAddr: n.Local.AsSlice(), VtepDevIndex: dev.Attrs().Index,
+			Port: int(n.port()), Learning: false, Proxy: true})
+		if err != nil {
 			return err
 		}
 	}
-	if err := runAll(ctx, n.ip, [][]string{
-		{"link", "set", br, "up"},
-		{"link", "set", vx, "master", br, "up"},
-	}); err != nil {
+	if err := node.up(br); err != nil {
 		return err
 	}
-	if err := n.bridge(ctx, "link", "set", "dev", vx, "learning", "off"); err != nil {
+	if err := node.enslave(vx, br); err != nil {
 		return err
+	}
+	vxl, err := node.link(vx)
+	if err != nil {
+		return err
+	}
+	if err := node.h.LinkSetLearning(vxl, false); err != nil {
+		return fmt.Errorf("set %s learning off: %w", vx, err)
 	}
 	// A job bridge has an address only when ranks may reach ports of
 	// their node (HostPorts); even without one, a rank must not reach its
@@ -375,24 +359,32 @@ func (n NodeJobNet) AttachRank(ctx context.Context, a netip.Addr, locked bool) (
 			return Rank{}, err
 		}
 	}
-	mtu := fmt.Sprint(OverlayMTU)
-	if err := ip(ctx, "-n", r.Netns, "link", "set", "lo", "up"); err != nil {
+	node, err := openRTNL(n.Netns)
+	if err != nil {
 		return Rank{}, err
 	}
-	if err := runAll(ctx, n.ip, [][]string{
-		{"link", "add", r.Veth, "mtu", mtu, "type", "veth",
-			"peer", "name", "eth0", "mtu", mtu, "address", r.MAC.String(), "netns", r.Netns},
-		{"link", "set", r.Veth, "master", n.BridgeName(), "up"},
-	}); err != nil {
+	defer node.Close()
+	in, err := openRTNL(r.Netns)
+	if err != nil {
+		return Rank{}, err
+	}
+	defer in.Close()
+	if err := in.up("lo"); err != nil {
+		return Rank{}, err
+	}
+	if err := node.addVeth(r.Veth, "eth0", r.MAC, r.Path(), OverlayMTU); err != nil {
+		return Rank{}, err
+	}
+	if err := node.enslave(r.Veth, n.BridgeName()); err != nil {
 		return Rank{}, err
 	}
 	if err := n.claim(ctx, r); err != nil {
 		return Rank{}, err
 	}
-	if err := runAll(ctx, ip, [][]string{
-		{"-n", r.Netns, "addr", "add", netip.PrefixFrom(a, n.Subnet.Bits()).String(), "dev", "eth0"},
-		{"-n", r.Netns, "link", "set", "eth0", "up"},
-	}); err != nil {
+	if err := in.addAddr("eth0", netip.PrefixFrom(a, n.Subnet.Bits())); err != nil {
+		return Rank{}, err
+	}
+	if err := in.up("eth0"); err != nil {
 		return Rank{}, err
 	}
 	return r, nil
@@ -404,7 +396,12 @@ func (n NodeJobNet) claim(ctx context.Context, r Rank) error {
 	if err := n.syncRemotes(ctx, nil, func(a netip.Addr) bool { return a == r.Addr }); err != nil {
 		return err
 	}
-	return n.bridge(ctx, "fdb", "replace", r.MAC.String(), "dev", r.Veth, "master", "static")
+	node, err := openRTNL(n.Netns)
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	return node.staticEntry(r.MAC, r.Veth)
 }
 
 // DetachRank deletes the veth and the netns of the rank with address a.
@@ -419,10 +416,13 @@ func (n NodeJobNet) DetachRank(ctx context.Context, a netip.Addr) error {
 	// devices asynchronously once its last reference is gone, and a veth
 	// left for a moment in the node would make an immediate re-attach
 	// there fail.
-	if n.hasLink(ctx, r.Veth) {
-		if err := n.ip(ctx, "link", "del", r.Veth); err != nil && n.hasLink(ctx, r.Veth) {
-			errs = append(errs, err)
+	if n.Netns == "" || NetnsExists(n.Netns) {
+		node, err := openRTNL(n.Netns)
+		if err == nil {
+			err = node.delLink(r.Veth)
+			node.Close()
 		}
+		errs = append(errs, err)
 	}
 	errs = append(errs, deleteNetns(ctx, r.Netns))
 	return errors.Join(errs...)

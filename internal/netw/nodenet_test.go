@@ -3,10 +3,13 @@ package netw
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,14 +116,97 @@ func (p placement) setRemotes(t *testing.T, c Cluster, gs []agent) {
 	}
 }
 
-// remotesOf reads node's forwarding entries of g's job.
+// remotesOf reads node's forwarding entries of g's job, over netlink as
+// cairn does, and checks that iproute2 shows the same.
 func remotesOf(t *testing.T, g agent, node Node) remoteEntries {
 	t.Helper()
-	e, err := g.view(node).remotes(context.Background())
+	n := g.view(node)
+	e, err := n.remotes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	tools, err := remotesFromTools(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(tools, e, cmp.AllowUnexported(remoteEntries{}), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+		t.Fatalf("forwarding entries of %s over netlink differ from bridge fdb show and ip neigh show (-tools +netlink):\n%s", node.Name, d)
+	}
 	return e
+}
+
+// remotesFromTools reads the node's forwarding entries of the job's rank
+// MACs as iproute2 shows them (bridge fdb show, ip neigh show).
+func remotesFromTools(n NodeJobNet) (remoteEntries, error) {
+	e := remoteEntries{neigh: map[netip.Addr]string{}, dst: map[netip.Addr]netip.Addr{}, static: map[netip.Addr]string{}}
+	output := func(tool string, args ...string) ([]byte, error) {
+		args = netnsArgs(n.Netns, args)
+		out, err := exec.Command(tool, args...).Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %v", tool, strings.Join(args, " "), err)
+		}
+		return out, nil
+	}
+	unmarshal := func(out []byte, v any) error {
+		if len(bytes.TrimSpace(out)) == 0 {
+			return nil // nothing may print as nothing at all rather than []
+		}
+		return json.Unmarshal(out, v)
+	}
+	vx := n.VXLANName()
+	// By bridge rather than by device, to see the entries of local ranks
+	// on their veths too.
+	out, err := output("bridge", "-j", "fdb", "show", "br", n.BridgeName())
+	if err != nil {
+		return e, err
+	}
+	var fdb []struct {
+		MAC    string `json:"mac"`
+		Ifname string `json:"ifname"`
+		Dst    string `json:"dst"`
+		Master string `json:"master"`
+		State  string `json:"state"`
+	}
+	if err := unmarshal(out, &fdb); err != nil {
+		return e, err
+	}
+	for _, f := range fdb {
+		a, ok := rankAddr(f.MAC)
+		if !ok || !n.Subnet.Contains(a) {
+			continue
+		}
+		switch {
+		case f.Ifname == vx && f.Dst != "":
+			if d, err := netip.ParseAddr(f.Dst); err == nil {
+				e.dst[a] = d
+			}
+		case f.Master != "" && f.State == "static":
+			e.static[a] = f.Ifname
+		}
+	}
+	if out, err = output("ip", "-j", "neigh", "show", "dev", vx); err != nil {
+		return e, err
+	}
+	var neigh []struct {
+		Dst    string   `json:"dst"`
+		LLAddr string   `json:"lladdr"`
+		State  []string `json:"state"`
+	}
+	if err := unmarshal(out, &neigh); err != nil {
+		return e, err
+	}
+	for _, ne := range neigh {
+		a, err := netip.ParseAddr(ne.Dst)
+		if err != nil || !n.Subnet.Contains(a) {
+			continue
+		}
+		if slices.Contains(ne.State, "PERMANENT") {
+			e.neigh[a] = ne.LLAddr
+		} else {
+			e.neigh[a] = ""
+		}
+	}
+	return e, nil
 }
 
 func TestNodeJobNet(t *testing.T) {
@@ -408,5 +494,86 @@ func TestParseRankNetns(t *testing.T) {
 		if vni, a, ok := ParseRankNetns("cairn-n1-", name); ok {
 			t.Errorf("ParseRankNetns(%q) = %d, %s: want no rank netns", name, vni, a)
 		}
+	}
+}
+
+// TestDevicesAsIproute2Makes: the job's devices and a rank's, which the
+// node makes over netlink (Ensure, AttachRank), are what the ip and bridge
+// commands that made them before make, attribute for attribute (ip -d link
+// show, ip -d addr show, bridge fdb show, bridge link show), but for the
+// broadcast address the rank's address now has: made both ways side by
+// side on one node, for two jobs.
+func TestDevicesAsIproute2Makes(t *testing.T) {
+	needRoot(t)
+	c, prefix := testCluster(t, 1)
+	node := c.Nodes[0]
+	g := testAgents(t, c, prefix, 310, "10.217.10.0/24")[0]
+	g.ensure(t)
+	r := g.attach(t, "10.217.10.11", false)
+
+	// The same by the commands, for job 311.
+	ref := NodeJobNet{Netns: node.Name, Local: node.Addr, VNI: 311, Subnet: netip.MustParsePrefix("10.217.11.0/24"), Prefix: prefix + "ref-"}
+	t.Cleanup(func() { _ = ref.Delete(context.Background()) })
+	refRank, err := ref.rank(netip.MustParseAddr("10.217.11.11"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	mtu := fmt.Sprint(OverlayMTU)
+	br, vx := ref.BridgeName(), ref.VXLANName()
+	for _, cmd := range [][]string{
+		{"ip", "-n", node.Name, "link", "add", br, "mtu", mtu, "type", "bridge"},
+		{"ip", "-n", node.Name, "link", "add", vx, "mtu", mtu, "type", "vxlan", "id", "311", "local", node.Addr.String(), "dev", "eth0",
+			"dstport", fmt.Sprint(ref.port()), "nolearning", "proxy"},
+		{"ip", "-n", node.Name, "link", "set", br, "up"},
+		{"ip", "-n", node.Name, "link", "set", vx, "master", br, "up"},
+		{"bridge", "-n", node.Name, "link", "set", "dev", vx, "learning", "off"},
+		{"ip", "netns", "add", refRank.Netns},
+		{"ip", "-n", refRank.Netns, "link", "set", "lo", "up"},
+		{"ip", "-n", node.Name, "link", "add", refRank.Veth, "mtu", mtu, "type", "veth",
+			"peer", "name", "eth0", "mtu", mtu, "address", refRank.MAC.String(), "netns", refRank.Netns},
+		{"ip", "-n", node.Name, "link", "set", refRank.Veth, "master", br, "up"},
+		{"bridge", "-n", node.Name, "fdb", "replace", refRank.MAC.String(), "dev", refRank.Veth, "master", "static"},
+		{"ip", "-n", refRank.Netns, "addr", "add", "10.217.11.11/24", "dev", "eth0"},
+		{"ip", "-n", refRank.Netns, "link", "set", "eth0", "up"},
+	} {
+		if out, err := exec.CommandContext(ctx, cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", cmd, err, out)
+		}
+	}
+	// What may differ: names, numbers, MACs, the bridges' running timers
+	// and ids, and the broadcast address.
+	brd := regexp.MustCompile(` brd 10\.\S+|inet6 fe80::.*`)
+	norm := regexp.MustCompile(`^\d+: |@if\d+|link-netns(id)? \S+|link/ether \S+|(bridge_id|designated_root|id) \S+|` +
+		`\w+_timer +\S+|designated_bridge \S+|\b([0-9a-f]{1,2}:){5}[0-9a-f]{1,2}\b|addrgenmode \S+|valid_lft \S+|preferred_lft \S+|\b(jb|vx)31[01]\b|` +
+		`\b10\.217\.1[01]\.|` + regexp.QuoteMeta(r.Veth) + `|` + regexp.QuoteMeta(refRank.Veth))
+	show := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v: %s", args, err, out)
+		}
+		var lines []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			lines = append(lines, norm.ReplaceAllString(brd.ReplaceAllString(strings.TrimSpace(l), ""), "X"))
+		}
+		return strings.Join(lines, "\n")
+	}
+	for _, pair := range [][2][]string{
+		{{"ip", "-n", node.Name, "-d", "link", "show", g.n.BridgeName()}, {"ip", "-n", node.Name, "-d", "link", "show", br}},
+		{{"ip", "-n", node.Name, "-d", "link", "show", g.n.VXLANName()}, {"ip", "-n", node.Name, "-d", "link", "show", vx}},
+		{{"bridge", "-n", node.Name, "-d", "link", "show", "dev", g.n.VXLANName()}, {"bridge", "-n", node.Name, "-d", "link", "show", "dev", vx}},
+		{{"ip", "-n", node.Name, "-d", "link", "show", r.Veth}, {"ip", "-n", node.Name, "-d", "link", "show", refRank.Veth}},
+		{{"bridge", "-n", node.Name, "-d", "link", "show", "dev", r.Veth}, {"bridge", "-n", node.Name, "-d", "link", "show", "dev", refRank.Veth}},
+		{{"bridge", "-n", node.Name, "fdb", "show", "dev", r.Veth}, {"bridge", "-n", node.Name, "fdb", "show", "dev", refRank.Veth}},
+		{{"ip", "-n", r.Netns, "-d", "addr", "show"}, {"ip", "-n", refRank.Netns, "-d", "addr", "show"}},
+	} {
+		got, want := show(pair[0]...), show(pair[1]...)
+		if got != want {
+			t.Errorf("%s\n%s\nwant, as iproute2 makes it (%s):\n%s", strings.Join(pair[0], " "), got, strings.Join(pair[1], " "), want)
+		}
+	}
+	if err := ref.DetachRank(ctx, refRank.Addr); err != nil {
+		t.Fatal(err)
 	}
 }

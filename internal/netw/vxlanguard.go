@@ -41,23 +41,34 @@ func VXLANGuardTable(vni uint32) string { return fmt.Sprintf("%s%d", vxlanGuardP
 // from.
 const vxlanPeersSet = "peers"
 
-// guardVXLAN replaces the job's VXLAN filter in the namespace at netnsPath
+// guardVXLAN sets the job's VXLAN filter in the namespace at netnsPath
 // ("" for this process's): datagrams to port with VNI vni are dropped
-// unless they come from one of peers. It is replaced whole, in one
-// transaction.
+// unless they come from one of peers. The first time (or over a table this
+// code would not make: its rule's comment names the VNI and port) the
+// table is made whole, in one transaction; after, only its set of peers
+// changes, in one transaction. Peers added cost nothing; peers removed, an
+// RCU grace period (nftables waits for one in any transaction that
+// deletes, 7-15 ms here), which replacing the table cost every time.
 func guardVXLAN(ctx context.Context, netnsPath string, vni uint32, port uint16, peers []netip.Addr) error {
+	tag := fmt.Sprintf("cairn vxlan guard v1 vni %d port %d", vni, port)
 	return withNftables(ctx, netnsPath, func(c *nftables.Conn) error {
 		t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: VXLANGuardTable(vni)}
-		c.AddTable(t) // so that the delete cannot fail
-		c.DelTable(t)
+		exists, tagged, err := tableTagged(c, t, tag)
+		switch {
+		case err != nil:
+			return fmt.Errorf("guard VXLAN %d: %w", vni, err)
+		case tagged:
+			if err := setPeers(c, t, peers); err != nil {
+				return fmt.Errorf("guard VXLAN %d: %w", vni, err)
+			}
+			return nil
+		case exists:
+			c.AddTable(t) // so that the delete cannot fail
+			c.DelTable(t)
+		}
 		c.AddTable(t)
 		set := &nftables.Set{Table: t, Name: vxlanPeersSet, KeyType: nftables.TypeIPAddr}
-		var elems []nftables.SetElement
-		for _, p := range peers {
-			b := p.As4()
-			elems = append(elems, nftables.SetElement{Key: b[:]})
-		}
-		if err := c.AddSet(set, elems); err != nil {
+		if err := c.AddSet(set, peerElements(peers)); err != nil {
 			return fmt.Errorf("guard VXLAN %d: %w", vni, err)
 		}
 		accept, prio := nftables.ChainPolicyAccept, nftables.ChainPriorityFilter
@@ -67,7 +78,7 @@ func guardVXLAN(ctx context.Context, netnsPath string, vni uint32, port uint16, 
 		})
 		// The VNI is bytes 4-6 of the VXLAN header, after UDP's 8.
 		v := binaryutil.BigEndian.PutUint32(vni)[1:]
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: comment(tag), Exprs: []expr.Any{
 			// meta l4proto udp udp dport PORT
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
@@ -86,6 +97,69 @@ func guardVXLAN(ctx context.Context, netnsPath string, vni uint32, port uint16, 
 		}
 		return nil
 	})
+}
+
+// setPeers makes the peers set of table t hold exactly peers, in one
+// transaction; nothing if it does.
+func setPeers(c *nftables.Conn, t *nftables.Table, peers []netip.Addr) error {
+	set, have, err := peersOf(c, t)
+	if err != nil {
+		return err
+	}
+	var add, del []netip.Addr
+	for _, p := range peers {
+		if !slices.Contains(have, p) {
+			add = append(add, p)
+		}
+	}
+	for _, h := range have {
+		if !slices.Contains(peers, h) {
+			del = append(del, h)
+		}
+	}
+	if len(add) > 0 {
+		if err := c.SetAddElements(set, peerElements(add)); err != nil {
+			return err
+		}
+	}
+	if len(del) > 0 {
+		if err := c.SetDeleteElements(set, peerElements(del)); err != nil {
+			return err
+		}
+	}
+	if len(add)+len(del) == 0 {
+		return nil
+	}
+	return c.Flush()
+}
+
+// peersOf returns the peers set of table t and the addresses in it.
+func peersOf(c *nftables.Conn, t *nftables.Table) (*nftables.Set, []netip.Addr, error) {
+	set, err := c.GetSetByName(t, vxlanPeersSet)
+	if err != nil {
+		return nil, nil, err
+	}
+	elems, err := c.GetSetElements(set)
+	if err != nil {
+		return nil, nil, err
+	}
+	var peers []netip.Addr
+	for _, e := range elems {
+		if a, ok := netip.AddrFromSlice(e.Key); ok {
+			peers = append(peers, a)
+		}
+	}
+	return set, peers, nil
+}
+
+// peerElements are the set elements of the IPv4 addresses peers.
+func peerElements(peers []netip.Addr) []nftables.SetElement {
+	var elems []nftables.SetElement
+	for _, p := range peers {
+		b := p.As4()
+		elems = append(elems, nftables.SetElement{Key: b[:]})
+	}
+	return elems
 }
 
 // unguardVXLAN removes guardVXLAN's table. A missing table is not an error.
@@ -107,20 +181,11 @@ func vxlanPeers(ctx context.Context, netnsPath string, vni uint32) (peers []neti
 		case err != nil:
 			return err
 		}
-		set, err := c.GetSetByName(t, vxlanPeersSet)
-		if err != nil {
-			return err
-		}
-		elems, err := c.GetSetElements(set)
+		_, peers, err = peersOf(c, t)
 		if err != nil {
 			return err
 		}
 		ok = true
-		for _, e := range elems {
-			if a, good := netip.AddrFromSlice(e.Key); good {
-				peers = append(peers, a)
-			}
-		}
 		slices.SortFunc(peers, netip.Addr.Compare)
 		return nil
 	})
