@@ -249,8 +249,8 @@ func (n NodeJobNet) ensureVXLANGuard(ctx context.Context) error {
 }
 
 // guardVXLAN takes the job's VXLAN only from the nodes in dst, the
-// underlay destinations of its remote ranks (see vxlanguard.go). An
-// unchanged set is left as it is.
+// underlay destinations of its remote ranks (see vxlanguard.go, which
+// leaves an unchanged set as it is).
 func (n NodeJobNet) guardVXLAN(ctx context.Context, dst map[netip.Addr]netip.Addr) error {
 	var peers []netip.Addr
 	for _, d := range dst {
@@ -258,16 +258,7 @@ func (n NodeJobNet) guardVXLAN(ctx context.Context, dst map[netip.Addr]netip.Add
 			peers = append(peers, d)
 		}
 	}
-	slices.SortFunc(peers, netip.Addr.Compare)
-	path := netnsPathOf(n.Netns)
-	have, ok, err := vxlanPeers(ctx, path, n.VNI)
-	if err != nil {
-		return err
-	}
-	if ok && slices.Equal(have, peers) {
-		return nil
-	}
-	return guardVXLAN(ctx, path, n.VNI, n.port(), peers)
+	return guardVXLAN(ctx, netnsPathOf(n.Netns), n.VNI, n.port(), peers)
 }
 
 // Delete removes every rank netns of the job named with Prefix, with its
